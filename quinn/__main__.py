@@ -1,0 +1,7 @@
+"""``python -m quinn``."""
+
+import sys
+
+from quinn.cli import main
+
+sys.exit(main())

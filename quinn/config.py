@@ -1,0 +1,272 @@
+"""Configuration: one TOML file, validated by strict pydantic models; secrets come from the environment.
+
+Keys ending in ``_env`` name an environment variable that holds a secret; the secret itself never sits in the
+file. ``load_config`` resolves them once, so a missing variable is reported at startup, naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+
+from quinn.errors import ConfigError
+
+TlsMode = Literal["none", "starttls", "ssl"]
+
+
+class Section(BaseModel):
+    """Base for every config section: unknown keys are errors, values are checked as they are assigned."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    _secrets: dict[str, SecretStr] = PrivateAttr(default_factory=dict)
+
+    def secret(self, key: str) -> str | None:
+        """The secret resolved for ``<key>_env`` (e.g. ``secret("password")``), or None when not configured."""
+        value = self._secrets.get(key)
+        return value.get_secret_value() if value is not None else None
+
+
+class ImapConfig(Section):
+    """Where Quinn reads its mail."""
+
+    host: str = Field(description="IMAP server host name.")
+    port: int = Field(default=993, ge=1, le=65535, description="IMAP server port (993 for ssl, 143 otherwise).")
+    username: str = Field(description="IMAP login name.")
+    password_env: str = Field(description="Name of the environment variable holding the IMAP password.")
+    tls: TlsMode = Field(default="ssl", description="Transport security: none, starttls or ssl.")
+    folder: str = Field(default="INBOX", description="Folder Quinn watches for new mail.")
+    processed_folder: str = Field(default="Quinn/Processed", description="Handled mail is moved here.")
+    quarantine_folder: str = Field(
+        default="Quinn/Quarantine", description="Mail that cannot be parsed or is too large is moved here."
+    )
+    drafts_folder: str = Field(default="Drafts", description="Where replies go when reply_mode is draft.")
+    idle: bool = Field(default=True, description="Use IMAP IDLE when the server offers it; poll otherwise.")
+    poll_interval_s: float = Field(default=30.0, gt=0, description="Seconds between polls when not idling.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Socket timeout for IMAP operations, in seconds.")
+    max_message_kb: int = Field(
+        default=10240, gt=0, description="Mail larger than this (RFC822.SIZE, in KiB) is quarantined unread."
+    )
+
+
+class SmtpConfig(Section):
+    """How Quinn sends its replies."""
+
+    host: str = Field(description="SMTP server host name.")
+    port: int = Field(default=465, ge=1, le=65535, description="SMTP port (465 for ssl, 587 for starttls).")
+    username: str | None = Field(default=None, description="SMTP login name; leave out for no AUTH.")
+    password_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the SMTP password."
+    )
+    tls: TlsMode = Field(default="ssl", description="Transport security: none, starttls or ssl.")
+    from_address: str = Field(description="Quinn's own address: From of every reply, and how Quinn knows itself.")
+    from_name: str = Field(default="Quinn", description="Display name on the From header.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Timeout for one SMTP conversation, in seconds.")
+    reply_mode: Literal["send", "draft"] = Field(
+        default="send", description="send: reply over SMTP; draft: APPEND the reply to the drafts folder."
+    )
+
+    @field_validator("from_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if "@" not in value or value.startswith("@") or value.endswith("@"):
+            raise ValueError("must be an email address like quinn@example.org")
+        return value.strip().lower()
+
+
+class LlmConfig(Section):
+    """The language model, named as a Mirascope "provider/model" string."""
+
+    model: str = Field(description='Model as "provider/model", e.g. "openai/gpt-4.1-mini" or "ollama/llama3.2".')
+    base_url: str | None = Field(
+        default=None,
+        description="Endpoint for the provider; OpenAI-compatible servers end in /v1 (Ollama: http://host:11434/v1).",
+    )
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the API key (none for local servers)."
+    )
+    background_model: str | None = Field(
+        default=None, description="Cheaper model for extraction and background jobs; defaults to model."
+    )
+    timeout_s: float = Field(default=120.0, gt=0, description="Timeout for one model request, in seconds.")
+    max_retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed model request.")
+    temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature, if set.")
+    max_tool_rounds: int = Field(default=5, ge=0, le=20, description="Bound on tool-call rounds per reply.")
+
+    @field_validator("model", "background_model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        if value is not None and ("/" not in value or value.startswith("/") or value.endswith("/")):
+            raise ValueError('must be "provider/model", e.g. "openai/gpt-4.1-mini" or "ollama/llama3.2"')
+        return value
+
+
+class DatabaseConfig(Section):
+    """The libSQL database holding memory and mail state."""
+
+    url: str = Field(
+        default="quinn.db", description="A file path (default), or http(s):// / libsql:// URL of a libSQL server."
+    )
+    auth_token_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the remote database's auth token."
+    )
+
+
+class EmbeddingsConfig(Section):
+    """How text becomes vectors for memory search."""
+
+    backend: Literal["local", "openai", "none"] = Field(
+        default="local",
+        description="local: sentence-transformers (the 'local' extra); openai: any /v1/embeddings endpoint; "
+        "none: full-text search only.",
+    )
+    model: str = Field(default="all-MiniLM-L6-v2", description="Embedding model name or local path.")
+    base_url: str | None = Field(default=None, description="Endpoint for the openai backend (ends in /v1).")
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the embeddings API key."
+    )
+    dimensions: int | None = Field(
+        default=None, gt=0, description="Vector size; found from the model when left out."
+    )
+
+
+class PromptsConfig(Section):
+    """Admin-editable prompt templates."""
+
+    dir: Path | None = Field(
+        default=None, description="Directory searched before the packaged templates; an admin file overrides."
+    )
+
+
+class PolicyConfig(Section):
+    """Who Quinn answers and how much."""
+
+    allow: list[str] = Field(
+        default_factory=list,
+        description="Addresses (alice@example.org) and domains (example.org) Quinn answers; empty means everyone.",
+    )
+    aliases: dict[str, list[str]] = Field(
+        default_factory=dict, description="Map of a user's main address to other addresses that are the same user."
+    )
+    require_authentication: bool = Field(
+        default=False, description="Trust a sender only with DKIM/DMARC pass in our own Authentication-Results."
+    )
+    authserv_id: str | None = Field(
+        default=None, description="authserv-id of our receiving server's Authentication-Results header."
+    )
+    unauthenticated: Literal["no_memory", "reject"] = Field(
+        default="no_memory",
+        description="What to do with unauthenticated mail under require_authentication: answer without memory, "
+        "or not at all.",
+    )
+    max_replies_per_sender_per_hour: int = Field(
+        default=20, ge=1, description="Rate cap per sender; mail over it waits and is answered later."
+    )
+
+    @field_validator("allow")
+    @classmethod
+    def _lower(cls, value: list[str]) -> list[str]:
+        return [v.strip().lower() for v in value]
+
+
+class MemoryConfig(Section):
+    """How much memory goes into a prompt."""
+
+    token_budget: int = Field(default=1200, ge=0, description="Tokens of retrieved memories per prompt, at most.")
+    search_k: int = Field(default=10, ge=1, le=100, description="Memories retrieved per email before budgeting.")
+
+
+class SchedulerConfig(Section):
+    """Background jobs."""
+
+    enabled: bool = Field(default=True, description="Run background jobs inside the daemon.")
+
+
+class Config(BaseModel):
+    """The whole configuration file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    imap: ImapConfig
+    smtp: SmtpConfig
+    llm: LlmConfig
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
+    prompts: PromptsConfig = Field(default_factory=PromptsConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    log_level: Annotated[str, Field(pattern="^(DEBUG|INFO|WARNING|ERROR)$")] = Field(
+        default="INFO", description="Log level: DEBUG, INFO, WARNING or ERROR."
+    )
+
+
+SECTIONS: dict[str, type[Section]] = {
+    name: field.annotation  # type: ignore[misc]
+    for name, field in Config.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
+}
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
+    """Read, validate and resolve secrets of the TOML file at ``path``; raise ``ConfigError`` naming the key."""
+    env = os.environ if env is None else env
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found", "pass -c with the path of your quinn.toml") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    config = parse_config(raw, source=str(path))
+    if config.prompts.dir is not None and not config.prompts.dir.is_absolute():
+        config.prompts.dir = (path.parent / config.prompts.dir).resolve()
+    db_url = config.database.url
+    if "://" not in db_url and not Path(db_url).is_absolute():
+        config.database.url = str((path.parent / db_url).resolve())
+    resolve_secrets(config, env)
+    return config
+
+
+def parse_config(raw: Mapping[str, object], source: str = "config") -> Config:
+    """Validate a parsed TOML mapping; the first problem becomes one ``ConfigError`` line naming the key."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(part) for part in err["loc"])
+        kind = err["type"]
+        if kind == "missing":
+            raise ConfigError(f"{source}: missing key {key}", f"add {key} (see deploy/quinn.example.toml)") from None
+        if kind == "extra_forbidden":
+            raise ConfigError(
+                f"{source}: unknown key {key}", "check the spelling against deploy/quinn.example.toml"
+            ) from None
+        message = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {key}: {message} (got {err.get('input')!r})") from None
+
+
+def resolve_secrets(config: Config, env: Mapping[str, str]) -> None:
+    """Read every ``*_env`` key's variable from ``env``; a named but unset variable is a ``ConfigError``."""
+    for name in SECTIONS:
+        section: Section = getattr(config, name)
+        for field_name in type(section).model_fields:
+            if not field_name.endswith("_env"):
+                continue
+            var = getattr(section, field_name)
+            if var is None:
+                continue
+            value = env.get(var)
+            if not value:
+                raise ConfigError(
+                    f"{name}.{field_name} names the environment variable {var}, which is not set",
+                    f"export {var}=... (or put it in the service's EnvironmentFile)",
+                )
+            section._secrets[field_name.removesuffix("_env")] = SecretStr(value)
