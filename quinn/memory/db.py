@@ -1,0 +1,213 @@
+"""The one door to the database: the only module that imports the libSQL driver.
+
+The same code serves an embedded file (the default) and a remote libSQL server (``http://``, ``https://`` or
+``libsql://`` with an auth token). The driver is synchronous and holds the GIL for a whole query, so every
+statement runs under one lock, and async callers go through ``Database.run``, which uses one dedicated thread.
+Schema changes are numbered migrations applied at open (``PRAGMA user_version``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import libsql
+
+from quinn.errors import ConfigError, ConnectError, StoreError
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+REMOTE_SCHEMES = ("http://", "https://", "libsql://")
+DriverError: type[Exception] = libsql.Error if isinstance(libsql.Error, type) else Exception
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The numbered migration scripts shipped in this package, in order: (version, sql)."""
+    found = []
+    for entry in resources.files("quinn.memory").joinpath("migrations").iterdir():
+        match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
+    found.sort()
+    if [v for v, _ in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations are not numbered 1..n: {[v for v, _ in found]}")
+    return found
+
+
+def is_remote(url: str) -> bool:
+    """True for a libSQL server URL, False for a local file path."""
+    return url.startswith(REMOTE_SCHEMES)
+
+
+class Database:
+    """A libSQL connection with one writer, numbered migrations, and an async door for the event loop."""
+
+    def __init__(self, url: str, auth_token: str | None = None) -> None:
+        self.url = url
+        self.remote = is_remote(url)
+        self._auth_token = auth_token
+        self._lock = threading.RLock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-db")
+        self._conn: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str, auth_token: str | None = None, *, migrate: bool = True) -> Database:
+        """Connect and bring the schema up to date; errors name the URL and what to check."""
+        db = cls(url, auth_token)
+        db.connect()
+        if migrate:
+            db.migrate()
+        return db
+
+    def connect(self) -> None:
+        """Open the connection (a file is created when missing; its folder must exist)."""
+        if self.url.startswith(("ws://", "wss://")):
+            # The driver silently treats ws:// as a local path (FACTS.md); refuse instead of creating a file.
+            raise ConfigError(f"database.url {self.url}: ws:// is not supported", "use http(s):// or libsql://")
+        try:
+            if self.remote:
+                self._conn = libsql.connect(self.url, auth_token=self._auth_token or "")
+                self._conn.execute("SELECT 1").fetchall()
+            else:
+                path = Path(self.url).expanduser()
+                if not path.parent.exists():
+                    raise ConfigError(
+                        f"database.url {self.url}: folder {path.parent} does not exist",
+                        "create it, or point database.url at a writable folder",
+                    )
+                self._conn = libsql.connect(str(path))
+                self._conn.execute("PRAGMA busy_timeout = 5000").fetchall()
+                self._conn.execute("PRAGMA journal_mode = WAL").fetchall()
+                self._conn.execute("PRAGMA foreign_keys = ON").fetchall()
+        except ConfigError:
+            raise
+        except Exception as exc:  # the driver raises ValueError / RuntimeError / libsql.Error alike
+            raise ConnectError(f"database {self.redacted_url}: cannot open: {exc}", "check database.url") from exc
+
+    @property
+    def redacted_url(self) -> str:
+        """The URL without credentials, for logs and errors."""
+        return re.sub(r"//[^/@]*@", "//***@", self.url)
+
+    def close(self) -> None:
+        """Close the connection and the DB thread; safe to call twice."""
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                finally:
+                    self._conn = None
+        self._executor.shutdown(wait=True)
+
+    def migrate(self) -> int:
+        """Apply every migration newer than ``PRAGMA user_version``; returns the resulting version."""
+        with self._lock:
+            current = self.query_value("PRAGMA user_version") or 0
+            for version, sql in migrations():
+                if version <= current:
+                    continue
+                log.info("database %s: applying migration %04d", self.redacted_url, version)
+                # executescript: over a remote connection, execute() of vector-index DDL builds an empty index.
+                self._conn.executescript(f"{sql}\nPRAGMA user_version = {version};")
+                self._conn.commit()
+                current = version
+            return int(current)
+
+    # -- statements ------------------------------------------------------------------------------------
+
+    def _require(self) -> Any:
+        if self._conn is None:
+            raise StoreError("database is closed")
+        return self._conn
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Run a read and return all rows."""
+        with self._lock:
+            return list(self._require().execute(sql, tuple(params)).fetchall())
+
+    def query_one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        """Run a read and return the first row, or None."""
+        rows = self.query(sql, params)
+        return rows[0] if rows else None
+
+    def query_value(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run a read and return the first column of the first row, or None."""
+        row = self.query_one(sql, params)
+        return row[0] if row else None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one write in its own transaction; returns lastrowid."""
+        with self.transaction() as tx:
+            return tx.execute(sql, params)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """A write transaction: committed when the block ends, rolled back on error."""
+        with self._lock:
+            conn = self._require()
+            tx = Transaction(conn)
+            try:
+                yield tx
+            except BaseException:
+                try:
+                    conn.rollback()
+                except Exception:  # rollback of a dead remote connection: the original error matters more
+                    log.debug("rollback failed", exc_info=True)
+                raise
+            else:
+                conn.commit()
+
+    def executescript(self, sql: str) -> None:
+        """Run several statements (DDL, maintenance) and commit."""
+        with self._lock:
+            self._require().executescript(sql)
+            self._require().commit()
+
+    def vacuum(self) -> None:
+        """Rebuild the file so deleted data leaves its bytes (local files only)."""
+        if self.remote:
+            return
+        with self._lock:
+            conn = self._require()
+            conn.commit()
+            conn.execute("VACUUM").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run blocking database work on the DB thread, so the event loop never waits on the driver."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+
+class Transaction:
+    """Statements inside one ``Database.transaction`` block."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement; returns lastrowid."""
+        cursor = self._conn.execute(sql, tuple(params))
+        return int(cursor.lastrowid or 0)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for many parameter rows."""
+        self._conn.executemany(sql, [tuple(r) for r in rows])
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """Read inside the transaction (sees its own writes)."""
+        return list(self._conn.execute(sql, tuple(params)).fetchall())

