@@ -1,0 +1,218 @@
+"""A test SMTP server that delivers into the lab's Dovecot mailboxes.
+
+`SmtpLab` runs an aiosmtpd `Controller` on 127.0.0.1. Each accepted message is stored in every recipient's
+Dovecot INBOX by IMAP APPEND, with a ``Return-Path:`` header put on top as an MTA's final delivery would, before
+the server answers 250: when `smtplib`/`aiosmtplib` returns, the mail is already in the mailbox. Failures can be
+scripted (`fail_next`) and the listener can go away and come back on the same port (`down`/`up`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import smtplib
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+from tests.lab.dovecot import Dovecot
+from tests.lab.ports import free_port
+from tests.lab.process import track, untrack
+
+
+class Received(NamedTuple):
+    """One message the lab accepted: the envelope and the bytes as sent (without the Return-Path added)."""
+
+    mail_from: str
+    rcpt_tos: list[str]
+    data: bytes
+
+
+def return_path(mail_from: str) -> bytes:
+    """The Return-Path header line an MTA adds for envelope sender `mail_from` (``<>`` for the null sender)."""
+    address = "" if mail_from in ("", "<>") else mail_from
+    return f"Return-Path: <{address}>\r\n".encode()
+
+
+class _Handler:
+    """aiosmtpd hooks; all state lives on the `SmtpLab`."""
+
+    def __init__(self, lab: SmtpLab) -> None:
+        self.lab = lab
+
+    async def handle_MAIL(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
+    ) -> str:
+        if self.lab.auth is not None and not session.authenticated:
+            return "530 5.7.0 Authentication required"
+        envelope.mail_from = address
+        envelope.mail_options.extend(mail_options)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        failure = self.lab._take_failure()
+        if failure is not None:
+            return failure
+        raw = envelope.original_content or b""
+        mail_from = envelope.mail_from or ""
+        rcpt_tos = list(envelope.rcpt_tos)
+        try:
+            await asyncio.to_thread(self.lab._deliver, mail_from, rcpt_tos, raw)
+        except Exception as exc:
+            return f"451 4.3.0 Delivery to the mailbox failed: {type(exc).__name__}"
+        self.lab.received.append(Received(mail_from, rcpt_tos, raw))
+        return "250 2.0.0 OK: delivered"
+
+
+class SmtpLab:
+    """An SMTP server on 127.0.0.1 that delivers into `dovecot`'s INBOXes.
+
+    auth: ``(user, password)`` to require SMTP AUTH (PLAIN/LOGIN, offered without TLS); None accepts anyone.
+    """
+
+    def __init__(
+        self,
+        dovecot: Dovecot,
+        *,
+        auth: tuple[str, str] | None = None,
+        port: int | None = None,
+        data_size_limit: int = 33_554_432,
+    ) -> None:
+        """Prepare; nothing listens until `start()`."""
+        self.dovecot = dovecot
+        self.auth = auth
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.data_size_limit = data_size_limit
+        self.received: list[Received] = []
+        self._failures: list[str] = []
+        self._lock = threading.Lock()
+        self._controller: Controller | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the listener is up."""
+        return self._controller is not None
+
+    def start(self) -> None:
+        """Start listening on `port` (no-op when already up)."""
+        if self._controller is not None:
+            return
+        kwargs: dict[str, Any] = {}
+        if self.auth is not None:
+            kwargs = {"authenticator": self._authenticate, "auth_require_tls": False}
+        controller = Controller(
+            _Handler(self),
+            hostname=self.host,
+            port=self.port,
+            server_hostname="smtp.lab.example.test",
+            data_size_limit=self.data_size_limit,
+            ready_timeout=10.0,
+            **kwargs,
+        )
+        controller.start()
+        self._controller = controller
+        track(self)
+
+    def stop(self) -> None:
+        """Stop listening (no-op when stopped)."""
+        controller, self._controller = self._controller, None
+        if controller is not None:
+            controller.stop()
+        untrack(self)
+
+    def down(self) -> None:
+        """Take the listener away: connections are refused until `up()`."""
+        self.stop()
+
+    def up(self) -> None:
+        """Bring the listener back on the same port."""
+        self.start()
+
+    close = stop
+
+    def __enter__(self) -> SmtpLab:
+        """Start; stop on exit."""
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Stop."""
+        self.stop()
+
+    # -- scripted failures ------------------------------------------------------------------------------------
+
+    def fail_next(self, n: int = 1, code: int = 451, message: str | None = None) -> None:
+        """Answer the next `n` DATA commands with `code` (4xx: temporary, 5xx: permanent) instead of delivering."""
+        if not 400 <= code <= 599:
+            raise ValueError(f"not an SMTP error code: {code}")
+        text = message or ("4.3.0 Try again later (lab)" if code < 500 else "5.7.1 Rejected (lab)")
+        with self._lock:
+            self._failures.extend([f"{code} {text}"] * n)
+
+    def _take_failure(self) -> str | None:
+        with self._lock:
+            return self._failures.pop(0) if self._failures else None
+
+    # -- delivery ---------------------------------------------------------------------------------------------
+
+    def _authenticate(
+        self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+    ) -> AuthResult:
+        # handled=False on failure: with the default (True) aiosmtpd sends nothing and the client hangs.
+        if self.auth is None or not isinstance(auth_data, LoginPassword):
+            return AuthResult(success=False, handled=False)
+        user, password = self.auth
+        ok = auth_data.login == user.encode() and auth_data.password == password.encode()
+        return AuthResult(success=ok, handled=False)
+
+    def _deliver(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
+        stamped = return_path(mail_from) + raw
+        for rcpt in rcpt_tos:
+            self.dovecot.append(rcpt, stamped)
+
+    # -- client side ------------------------------------------------------------------------------------------
+
+    def send(
+        self,
+        from_addr: str,
+        to_addrs: str | Sequence[str],
+        raw: bytes,
+        *,
+        auth: tuple[str, str] | None = None,
+    ) -> None:
+        """Send `raw` through the lab with smtplib (as a person emailing Quinn would); bare LFs become CRLF.
+
+        auth: credentials to log in with; defaults to the lab's own `auth`. Raises smtplib's errors.
+        """
+        recipients = [to_addrs] if isinstance(to_addrs, str) else list(to_addrs)
+        options = ["SMTPUTF8"] if not all(a.isascii() for a in [from_addr, *recipients]) else []
+        credentials = auth or self.auth
+        with smtplib.SMTP(self.host, self.port, timeout=10) as client:
+            if credentials is not None:
+                client.login(*credentials)
+            client.sendmail(from_addr, recipients, re.sub(rb"\r?\n", b"\r\n", raw), mail_options=options)
+
+
+@dataclass
+class MailLab:
+    """What the `mail_lab` fixture hands a test: the servers and a maker of fresh addresses."""
+
+    dovecot: Dovecot
+    smtp: SmtpLab
+    new_user: Callable[[str], str]
+
+
+def unique_address(name: str = "user", domain: str = "example.test") -> str:
+    """A fresh address such as ``alice-1a2b3c4d@example.test`` (a new empty mailbox in the lab)."""
+    return f"{name}-{uuid.uuid4().hex[:8]}@{domain}"

