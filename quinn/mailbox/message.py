@@ -1,0 +1,70 @@
+"""The parsed form of one inbound email, shared by parsing, policy, threading and the agent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Address:
+    """A mailbox: display name and lower-cased address."""
+
+    name: str
+    address: str
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.address}>" if self.name else self.address
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """Attachment metadata; content is not kept."""
+
+    filename: str
+    content_type: str
+    size: int
+
+
+@dataclass(frozen=True)
+class InboundEmail:
+    """Everything Quinn uses of an email. Header values are decoded text; ids keep their angle brackets."""
+
+    message_id: str
+    in_reply_to: str | None
+    references: tuple[str, ...]
+    from_: Address | None
+    to: tuple[Address, ...]
+    cc: tuple[Address, ...]
+    reply_to: tuple[Address, ...]
+    subject: str
+    date: datetime | None
+    text: str  # clean text: quotes and signature stripped
+    full_text: str  # the whole text part, quotes included
+    headers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # lower-cased name -> decoded values
+    attachments: tuple[Attachment, ...] = ()
+    defects: tuple[str, ...] = ()
+    content_type: str = "text/plain"
+    size: int = 0
+
+    def header(self, name: str) -> str | None:
+        """The first value of a header (case-insensitive), or None."""
+        values = self.headers.get(name.lower())
+        return values[0] if values else None
+
+    def header_all(self, name: str) -> tuple[str, ...]:
+        """Every value of a header, in message order (topmost first)."""
+        return self.headers.get(name.lower(), ())
+
+    @property
+    def sender(self) -> str | None:
+        """The From address, lower-cased."""
+        return self.from_.address if self.from_ else None
+
+    @property
+    def thread_ids(self) -> tuple[str, ...]:
+        """Every id that links this mail to earlier mail: In-Reply-To and References, deduplicated."""
+        ids = list(self.references)
+        if self.in_reply_to and self.in_reply_to not in ids:
+            ids.append(self.in_reply_to)
+        return tuple(ids)
