@@ -1,0 +1,1 @@
+"""Quinn's agent."""

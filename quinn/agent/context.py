@@ -1,0 +1,95 @@
+"""Context assembly: what the model sees for one email. Pure: data in, template variables out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from quinn.mailbox.message import InboundEmail
+from quinn.memory.models import Memory, SearchHit
+from quinn.memory.search import context_block, estimate_tokens
+
+PROFILE_SHARE = 0.4  # at most this share of the memory budget goes to the always-present profile
+
+
+@dataclass(frozen=True)
+class ThreadMessage:
+    """One earlier message of the thread, as the template sees it."""
+
+    sender: str
+    date: str
+    body: str
+
+
+@dataclass(frozen=True)
+class ReplyInputs:
+    """Everything known before the reply prompt is rendered."""
+
+    email: InboundEmail
+    user_id: str
+    assistant_name: str
+    assistant_address: str
+    today: str
+    memory_enabled: bool = True
+    persona: Sequence[Memory] = ()
+    profile: Sequence[Memory] = ()
+    hits: Sequence[SearchHit] = ()
+    state: dict[str, str] = field(default_factory=dict)
+    thread: Sequence[ThreadMessage] = ()
+    thread_summary: str | None = None
+    token_budget: int = 1200
+
+
+def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> list[str]:
+    """Addresses on From/To/Cc other than the user and Quinn: their presence withholds private memories."""
+    seen = {a.address for a in (*email.to, *email.cc, *((email.from_,) if email.from_ else ()))}
+    return sorted(seen - {user_id, own_address})
+
+
+def visible(memories: Sequence[Memory], private_ok: bool) -> list[Memory]:
+    """Current memories, without private ones when others are on the thread."""
+    return [m for m in memories if m.current and (private_ok or not m.private)]
+
+
+def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
+    """The variables of the reply template (documented in prompts/README.md)."""
+    email = inputs.email
+    private_ok = not others_on_thread(email, inputs.user_id, inputs.assistant_address)
+    profile_text = ""
+    memories_text = ""
+    if inputs.memory_enabled:
+        profile = visible(inputs.profile, private_ok)
+        profile_budget = int(inputs.token_budget * PROFILE_SHARE)
+        profile_text = context_block([SearchHit(m, 1.0) for m in profile], profile_budget)
+        shown = {m.id for m in profile if f"[memory:{m.id}]" in profile_text}
+        hits = [h for h in inputs.hits if h.memory.id not in shown and h.memory in visible([h.memory], private_ok)]
+        memories_text = context_block(hits, inputs.token_budget - estimate_tokens(profile_text or " "))
+    persona = "\n".join(m.content for m in inputs.persona if m.current)
+    state = "\n".join(f"{key.replace('_', ' ')}: {value}" for key, value in inputs.state.items() if value)
+    return {
+        "assistant": {"name": inputs.assistant_name, "address": inputs.assistant_address},
+        "user": {"address": inputs.user_id, "name": email.from_.name if email.from_ else ""},
+        "today": inputs.today,
+        "memory_enabled": inputs.memory_enabled,
+        "persona": persona,
+        "profile": profile_text,
+        "memories": memories_text,
+        "state": state if inputs.memory_enabled and private_ok else "",
+        "thread": [{"sender": m.sender, "date": m.date, "body": m.body} for m in inputs.thread],
+        "thread_summary": inputs.thread_summary or "",
+        "email": email_variables(email),
+        "others_on_thread": not private_ok,
+    }
+
+
+def email_variables(email: InboundEmail) -> dict[str, Any]:
+    """The email as template data."""
+    return {
+        "sender": str(email.from_) if email.from_ else "",
+        "subject": email.subject,
+        "date": email.date.isoformat() if email.date else "",
+        "text": email.text or email.full_text,
+        "to": [str(a) for a in email.to],
+        "cc": [str(a) for a in email.cc],
+    }

@@ -1,0 +1,123 @@
+"""Memory extraction: after a reply, one structured call finds what is worth remembering; we store it.
+
+New memories are deduplicated against the user's current ones (``find_similar`` above 0.85 updates the
+existing memory instead); updates and contradictions write a new version valid from the email's Date.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from quinn.agent.context import email_variables
+from quinn.agent.llm import LLM, Usage
+from quinn.agent.prompts import PromptStore
+from quinn.errors import StoreError
+from quinn.mailbox.message import InboundEmail
+from quinn.memory.models import NewMemory
+from quinn.memory.search import find_similar
+from quinn.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedback", "personal"]
+PROFILE_TYPES = frozenset({"preference", "personal"})
+DUPLICATE_SIMILARITY = 0.85
+
+
+class ExtractedMemory(BaseModel):
+    """One thing worth remembering, as the model states it."""
+
+    content: str = Field(description="One self-contained sentence in the third person naming the person.")
+    type: MemoryType
+    importance: float = Field(default=0.5, ge=0, le=1)
+    confidence: Literal["high", "medium", "low"] = "medium"
+    domain: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+class ChangedMemory(ExtractedMemory):
+    """A new version of an existing memory (by its id)."""
+
+    id: int
+
+
+class Extraction(BaseModel):
+    """The extraction call's answer."""
+
+    new: list[ExtractedMemory] = Field(default_factory=list)
+    updated: list[ChangedMemory] = Field(default_factory=list)
+    contradicted: list[ChangedMemory] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ExtractionOutcome:
+    """What extraction did: ids created and updated, and the call's cost."""
+
+    created: list[int]
+    updated: list[int]
+    usage: Usage | None
+
+
+def scope_for(memory: ExtractedMemory) -> str:
+    """Preferences and personal details form the always-present profile; the rest is retrieved by search."""
+    if memory.type in PROFILE_TYPES:
+        return "profile"
+    return "domain" if memory.domain else "episodic"
+
+
+async def extract_memories(
+    llm: LLM, prompts: PromptStore, store: MemoryStore, user_id: str, email: InboundEmail, run_db
+) -> ExtractionOutcome:
+    """Ask the background model what ``email`` teaches about ``user_id`` and store it. ``run_db`` runs DB work."""
+    existing = await run_db(store.get_all, user_id, limit=200)
+    rendered = prompts.render("extract", {
+        "user": {"address": user_id},
+        "email": email_variables(email),
+        "existing": [{"id": m.id, "type": m.type, "content": m.content} for m in existing],
+    })  # fmt: skip
+    extraction, usage = await llm.structured(rendered.system, rendered.user, Extraction)
+    source = {
+        "source": {
+            "message_id": email.message_id, "subject": email.subject,
+            "date": email.date.isoformat() if email.date else None,
+        },
+    }  # fmt: skip
+    created, updated = await run_db(_apply, store, user_id, extraction, email, source, rendered.version)
+    log.info("extraction for %s: %d new, %d updated (%s)", user_id, len(created), len(updated), rendered.version)
+    return ExtractionOutcome(created, updated, usage)
+
+
+def _apply(
+    store: MemoryStore, user_id: str, extraction: Extraction, email: InboundEmail, source: dict, version: str
+) -> tuple[list[int], list[int]]:
+    valid_from = email.date
+    created: list[int] = []
+    updated: list[int] = []
+    for change in [*extraction.updated, *extraction.contradicted]:
+        try:
+            updated.append(store.update(change.id, change.content, user_id=user_id, valid_from=valid_from,
+                                        metadata={**source, "confidence": change.confidence},
+                                        importance=change.importance, reason=f"extraction {version}"))  # fmt: skip
+        except StoreError as exc:  # the model named a memory that is not this user's current one
+            log.info("extraction: cannot update memory %s: %s", change.id, exc)
+    fresh: list[NewMemory] = []
+    for memory in extraction.new:
+        similar = find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY)
+        if similar and not similar[0].memory.immutable:
+            if " ".join(similar[0].content.split()).lower() != " ".join(memory.content.split()).lower():
+                updated.append(store.update(similar[0].memory.id, memory.content, user_id=user_id,
+                                            valid_from=valid_from, metadata=source,
+                                            reason="near-duplicate restated"))  # fmt: skip
+            continue
+        fresh.append(NewMemory(
+            user_id=user_id, content=memory.content, scope=scope_for(memory), type=memory.type,
+            domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
+            metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
+        ))  # fmt: skip
+    if fresh:
+        created = store.add_many(fresh)
+    return created, updated

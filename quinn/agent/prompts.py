@@ -1,0 +1,134 @@
+"""Prompt templates: Jinja2 files that admins edit, rendered in a sandbox with StrictUndefined.
+
+The admin directory (``[prompts] dir``) is searched first, the packaged defaults second; an admin template can
+``{% extends "default/reply.j2" %}`` and override one block. A template has a ``system`` block and a ``user``
+block, rendered separately. Email text only ever enters as a variable, never as template source. Edits are
+picked up on the next render; a broken edit is rejected with a log line and the last good version stays in use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from quinn.errors import TemplateError
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_NAMES = ("reply", "extract", "summarize", "consolidate", "reflect", "digest")
+SUFFIX = ".j2"
+
+
+def packaged_dir() -> Path:
+    """The default templates: inside the wheel (``quinn/_prompts``), or ``prompts/`` of a source checkout."""
+    inside = Path(str(resources.files("quinn"))) / "_prompts"
+    if inside.is_dir():
+        return inside
+    return Path(__file__).resolve().parents[2] / "prompts"
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """The two messages of a prompt and which template version produced them."""
+
+    name: str
+    system: str
+    user: str
+    version: str  # "<name>@<sha256 of the sources, 12 hex>"
+
+
+@dataclass
+class _Loaded:
+    template: jinja2.Template
+    version: str
+    sources: tuple[Path, ...]
+    mtimes: tuple[float, ...]
+
+
+class PromptStore:
+    """Finds, compiles, caches and renders the prompt templates."""
+
+    def __init__(self, admin_dir: Path | None = None) -> None:
+        self.admin_dir = admin_dir
+        self.default_dir = packaged_dir()
+        if admin_dir is not None and not admin_dir.is_dir():
+            raise TemplateError(f"prompts.dir {admin_dir} is not a directory", "create it or remove prompts.dir")
+        main = [str(admin_dir)] if admin_dir else []
+        loader = jinja2.PrefixLoader(
+            {"default": jinja2.FileSystemLoader(str(self.default_dir))}, delimiter="/"
+        )
+        self.env = ImmutableSandboxedEnvironment(
+            loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader([*main, str(self.default_dir)]), loader]),
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+            auto_reload=False,
+        )
+        self._good: dict[str, _Loaded] = {}
+
+    def _paths(self, name: str) -> tuple[Path, ...]:
+        paths = [d / f"{name}{SUFFIX}" for d in (self.admin_dir, self.default_dir) if d is not None]
+        return tuple(p for p in paths if p.exists())
+
+    def load(self, name: str) -> _Loaded:
+        """Compile ``name`` (or return the cached compile); a broken edit keeps the last good version."""
+        paths = self._paths(name)
+        if not paths:
+            raise TemplateError(f"prompt template {name}{SUFFIX} not found in {self.admin_dir or self.default_dir}")
+        mtimes = tuple(p.stat().st_mtime_ns for p in paths)
+        cached = self._good.get(name)
+        if cached is not None and cached.sources == paths and cached.mtimes == mtimes:
+            return cached
+        try:
+            self.env.cache.clear() if self.env.cache is not None else None
+            template = self.env.get_template(f"{name}{SUFFIX}")
+            missing = {"system", "user"} - set(template.blocks)
+            if missing:
+                raise TemplateError(f"{paths[0]}: template must define the blocks {', '.join(sorted(missing))}")
+        except jinja2.TemplateSyntaxError as exc:
+            error = TemplateError(f"{exc.filename or paths[0]}:{exc.lineno}: {exc.message}")
+            if cached is None:
+                raise error from None
+            log.error("prompt %s rejected, keeping the last good version: %s", name, error)
+            return cached
+        except TemplateError:
+            if cached is None:
+                raise
+            log.error("prompt %s rejected, keeping the last good version", name, exc_info=True)
+            return cached
+        digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:12]
+        loaded = _Loaded(template, f"{name}@{digest}", paths, mtimes)
+        if cached is not None and cached.version != loaded.version:
+            log.info("prompt %s reloaded: %s", name, loaded.version)
+        self._good[name] = loaded
+        return loaded
+
+    def render(self, name: str, variables: dict[str, Any]) -> RenderedPrompt:
+        """Render ``name``'s system and user blocks with ``variables`` (email text goes in as data only)."""
+        loaded = self.load(name)
+        template = loaded.template
+        try:
+            context = template.new_context(dict(variables))
+            system = "".join(template.blocks["system"](context)).strip()
+            context = template.new_context(dict(variables))
+            user = "".join(template.blocks["user"](context)).strip()
+        except jinja2.UndefinedError as exc:
+            raise TemplateError(f"prompt {loaded.version}: {exc.message}", "see prompts/README.md") from None
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"prompt {loaded.version}: {exc}") from None
+        return RenderedPrompt(name, system, user, loaded.version)
+
+    def reload(self) -> None:
+        """Forget compiled templates (SIGHUP); the next render reads the files again."""
+        for name in list(self._good):
+            try:
+                self._good[name].mtimes = ()
+            except KeyError:
+                continue

@@ -1,0 +1,146 @@
+"""The ``quinn`` command. This is the one place where a ``QuinnError`` becomes a line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from quinn import __version__
+from quinn.config import Config, load_config
+from quinn.errors import QuinnError
+
+log = logging.getLogger("quinn")
+GROUPS: list[Any] = []  # command-group modules from quinn.commands, each with register(subparsers, with_config)
+DEFAULT_CONFIG = "quinn.toml"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(prog="quinn", description="Quinn, the email agent with long-term memory.")
+    parser.add_argument("--version", action="version", version=f"quinn {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("-c", "--config", default=os.environ.get("QUINN_CONFIG", DEFAULT_CONFIG),
+                       help="path of quinn.toml (default: $QUINN_CONFIG or ./quinn.toml)")  # fmt: skip
+        return p
+
+    with_config(sub.add_parser("run", help="run the daemon in the foreground (logs to stderr)"))
+    with_config(sub.add_parser("check", help="check IMAP, SMTP, the LLM and the database; exit 1 on failure"))
+    for group in GROUPS:
+        group.register(sub, with_config)
+    return parser
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr (journald adds its own timestamps when run under systemd)."""
+    fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else (
+        "%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
+    for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        config = load_config(Path(args.config))
+        setup_logging(config.log_level)
+        if args.command == "run":
+            return run(config)
+        if args.command == "check":
+            return asyncio.run(check(config))
+        handler = getattr(args, "handler", None)
+        if handler is not None:
+            return int(handler(args, config))
+    except QuinnError as exc:
+        print(f"quinn: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def run(config: Config) -> int:
+    """``quinn run``: the daemon until SIGTERM/SIGINT."""
+    from quinn.app import Quinn
+
+    app = Quinn(config)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, _on_signal, app, sig)
+        await app.run()
+
+    asyncio.run(serve())
+    return 0
+
+
+def _on_signal(app: object, sig: signal.Signals) -> None:
+    log.info("received %s: finishing the mail in flight, then stopping", sig.name)
+    app.stop()  # type: ignore[attr-defined]
+
+
+async def check(config: Config) -> int:
+    """``quinn check``: each dependency reported as ok or failed with the reason."""
+    from quinn.agent.llm import LLM
+    from quinn.mailbox.imap import ImapMailbox
+    from quinn.mailbox.smtp import SmtpSender
+    from quinn.memory.db import Database
+
+    results: list[tuple[str, bool, str]] = []
+
+    async def probe(name: str, coro_fn) -> None:
+        try:
+            detail = await coro_fn()
+            results.append((name, True, detail or "ok"))
+        except QuinnError as exc:
+            results.append((name, False, str(exc)))
+        except Exception as exc:  # check reports everything; a traceback would hide the other results
+            results.append((name, False, f"{exc.__class__.__name__}: {exc}"))
+
+    async def imap() -> str:
+        mailbox = ImapMailbox(config.imap)
+        await asyncio.to_thread(mailbox.connect)
+        detail = f"{mailbox.where}, folder {config.imap.folder}, {'IDLE' if mailbox.can_idle else 'polling'}"
+        await asyncio.to_thread(mailbox.close)
+        return detail
+
+    async def smtp() -> str:
+        await SmtpSender(config.smtp).check()
+        return f"{config.smtp.host}:{config.smtp.port} ({config.smtp.tls})"
+
+    async def model() -> str:
+        return await LLM(config.llm).check()
+
+    async def database() -> str:
+        db = await asyncio.to_thread(Database.open, config.database.url, config.database.secret("auth_token"))
+        version = db.query_value("PRAGMA user_version")
+        db.close()
+        return f"{db.redacted_url}, schema version {version}"
+
+    await probe("imap", imap)
+    await probe("smtp", smtp)
+    await probe("llm", model)
+    await probe("database", database)
+    for name, ok, detail in results:
+        print(f"{name:9} {'ok' if ok else 'FAILED'}  {detail}")
+    return 0 if all(ok for _n, ok, _d in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

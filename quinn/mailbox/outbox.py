@@ -1,0 +1,70 @@
+"""The outbox: a reply is written here before it is sent, so a crash never loses it nor sends it twice."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from quinn.clock import iso, utcnow
+from quinn.memory.db import Database
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    """One reply and its delivery state: pending, sent, drafted or failed."""
+
+    message_id: str
+    in_reply_to: str
+    user_id: str | None
+    session_id: str | None
+    recipients: list[str]
+    raw: bytes
+    state: str
+    attempts: int
+    last_error: str
+
+
+_COLUMNS = "message_id, in_reply_to, user_id, session_id, recipients, raw, state, attempts, last_error"
+
+
+class Outbox:
+    """Durable send state, keyed by our deterministic Message-ID."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, message_id: str) -> OutboxItem | None:
+        """The item for this Message-ID, or None."""
+        row = self.db.query_one(f"SELECT {_COLUMNS} FROM outbox WHERE message_id = ?", (message_id,))
+        if row is None:
+            return None
+        mid, parent, user, session, recipients, raw, state, attempts, error = row
+        return OutboxItem(mid, parent, user, session, json.loads(recipients), bytes(raw), state, attempts, error)
+
+    def put(
+        self, message_id: str, in_reply_to: str, user_id: str | None, session_id: str | None,
+        recipients: list[str], raw: bytes, *, template: str = "", prompt_version: str = "",
+    ) -> OutboxItem:  # fmt: skip
+        """Record a reply as pending; when one with this id exists already, that one is returned unchanged."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO outbox (message_id, in_reply_to, user_id, session_id, recipients, raw, state,"
+            " template, prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            (message_id, in_reply_to, user_id, session_id, json.dumps(recipients), raw, template, prompt_version,
+             iso(utcnow())),
+        )  # fmt: skip
+        item = self.get(message_id)
+        assert item is not None
+        return item
+
+    def mark(self, message_id: str, state: str, error: str = "") -> None:
+        """Record a delivery outcome (sent, drafted, failed) or a failed attempt (state stays pending)."""
+        self.db.execute(
+            "UPDATE outbox SET state = ?, attempts = attempts + 1, last_error = ?,"
+            " sent_at = CASE WHEN ? IN ('sent', 'drafted') THEN ? ELSE sent_at END WHERE message_id = ?",
+            (state, error, state, iso(utcnow()), message_id),
+        )
+
+    def pending(self) -> list[OutboxItem]:
+        """Replies written but not yet delivered, oldest first."""
+        rows = self.db.query("SELECT message_id FROM outbox WHERE state = 'pending' ORDER BY created_at")
+        return [item for (mid,) in rows if (item := self.get(mid)) is not None]

@@ -1,0 +1,133 @@
+"""Composing replies (RFC 5322 threading headers, RFC 3834 auto-reply marking) and sending them over SMTP."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import logging
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.policy import SMTP
+from email.utils import format_datetime, formataddr
+
+import aiosmtplib
+
+from quinn.clock import utcnow
+from quinn.config import SmtpConfig
+from quinn.errors import ConnectError, RetryLater
+from quinn.mailbox.message import InboundEmail
+from quinn.mailbox.policy import reply_subject
+
+log = logging.getLogger(__name__)
+
+LOOP_HEADER = "X-Quinn-Loop"
+MAX_REFERENCES = 20
+
+
+def reply_message_id(inbound_message_id: str, own_address: str) -> str:
+    """Our Message-ID for the reply to ``inbound_message_id``: deterministic, so a retry after a crash reuses it."""
+    digest = hashlib.sha256(inbound_message_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"<quinn.{digest}@{own_address.rsplit('@', 1)[1]}>"
+
+
+def reply_recipients(email: InboundEmail) -> list[str]:
+    """Reply-To when given, else From (RFC 5322 §3.6.2)."""
+    if email.reply_to:
+        return [a.address for a in email.reply_to]
+    return [email.sender] if email.sender else []
+
+
+def references_for(email: InboundEmail) -> list[str]:
+    """Parent's References (or its In-Reply-To) plus the parent's id, trimmed to the first and the last ones."""
+    chain = list(email.references) or ([email.in_reply_to] if email.in_reply_to else [])
+    chain = [c for c in chain if c != email.message_id] + [email.message_id]
+    if len(chain) > MAX_REFERENCES:
+        # Keep the thread's root, drop the middle (RFC 5322 §3.6.4 lets a client trim References).
+        chain = [chain[0], *chain[-(MAX_REFERENCES - 1) :]]
+    return chain
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A composed reply, ready for the outbox."""
+
+    message_id: str
+    recipients: list[str]
+    subject: str
+    body: str
+    raw: bytes
+
+
+def compose_reply(email: InboundEmail, body: str, *, own_address: str, own_name: str = "Quinn") -> Reply:
+    """The reply to ``email`` with ``body`` as plain text and a simple HTML alternative."""
+    message_id = reply_message_id(email.message_id, own_address)
+    recipients = reply_recipients(email)
+    subject = reply_subject(email.subject)
+    msg = EmailMessage(policy=SMTP)
+    msg["From"] = formataddr((own_name, own_address))
+    msg["To"] = ", ".join(recipients)
+    msg["Subject"] = subject
+    msg["Date"] = format_datetime(utcnow())
+    msg["Message-ID"] = message_id
+    msg["In-Reply-To"] = email.message_id
+    msg["References"] = " ".join(references_for(email))
+    msg["Auto-Submitted"] = "auto-replied"  # RFC 3834 §5.1: marks us as an automatic responder
+    msg["X-Auto-Response-Suppress"] = "All"  # ask Exchange-style responders not to answer us
+    msg[LOOP_HEADER] = own_address
+    msg.set_content(body)
+    paragraphs = "".join(f"<p>{html.escape(p).replace(chr(10), '<br>')}</p>" for p in body.split("\n\n") if p.strip())
+    msg.add_alternative(f"<!doctype html><html><body>{paragraphs}</body></html>", subtype="html")
+    return Reply(message_id, recipients, subject, body, msg.as_bytes())
+
+
+class SmtpSender:
+    """Sends raw messages over SMTP with the configured TLS mode and AUTH."""
+
+    def __init__(self, config: SmtpConfig) -> None:
+        self.config = config
+
+    def _kwargs(self) -> dict[str, object]:
+        c = self.config
+        kwargs: dict[str, object] = {
+            "hostname": c.host, "port": c.port, "timeout": c.timeout_s,
+            "use_tls": c.tls == "ssl", "start_tls": c.tls == "starttls",
+        }  # fmt: skip
+        if c.username:
+            kwargs["username"] = c.username
+            kwargs["password"] = c.secret("password") or ""
+        return kwargs
+
+    async def send(self, raw: bytes, sender: str, recipients: list[str]) -> None:
+        """Send one message; ``RetryLater`` for transient failures, ``ConnectError`` for permanent (5xx) ones."""
+        try:
+            await aiosmtplib.send(raw, sender=sender, recipients=recipients, **self._kwargs())  # type: ignore[arg-type]
+        except aiosmtplib.SMTPRecipientsRefused as exc:
+            codes = [r.code for r in exc.recipients]
+            if all(code >= 500 for code in codes):
+                raise ConnectError(f"SMTP refused every recipient: {exc}") from exc
+            raise RetryLater(f"SMTP refused recipients temporarily: {exc}") from exc
+        except aiosmtplib.SMTPAuthenticationError as exc:
+            raise RetryLater(f"SMTP login as {self.config.username} rejected ({exc.code})", "check smtp.username and "
+                             "the password variable") from exc  # fmt: skip
+        except aiosmtplib.SMTPResponseException as exc:
+            if 500 <= exc.code < 600:
+                raise ConnectError(f"SMTP rejected the message permanently: {exc.code} {exc.message}") from exc
+            raise RetryLater(f"SMTP answered {exc.code} {exc.message}") from exc
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            raise RetryLater(f"SMTP {self.config.host}:{self.config.port} unreachable: {exc}") from exc
+
+    async def check(self) -> None:
+        """Connect, say EHLO, log in when configured, and quit: for ``quinn check``."""
+        kwargs = self._kwargs()
+        username = kwargs.pop("username", None)
+        password = kwargs.pop("password", None)
+        client = aiosmtplib.SMTP(**kwargs)  # type: ignore[arg-type]
+        try:
+            await client.connect()
+            if username:
+                await client.login(str(username), str(password))
+            await client.quit()
+        except aiosmtplib.SMTPAuthenticationError as exc:
+            raise ConnectError(f"SMTP login as {username} rejected ({exc.code})") from exc
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            raise ConnectError(f"SMTP {self.config.host}:{self.config.port}: {exc}") from exc

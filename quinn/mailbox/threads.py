@@ -1,0 +1,149 @@
+"""Sessions: threads of mail between one user and Quinn, joined on the id graph, stored as the conversation.
+
+A message joins the session of any id it references (Message-ID, In-Reply-To, References, our own reply
+ids). A message that links two sessions merges them into the older one. Only mail without usable ids falls
+back to the subject: same normalised subject, same correspondent, within a window (FACTS.md: subject
+threading merged an unrelated "Re: Q3 report" in Dovecot's THREAD=REFERENCES).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from quinn.clock import iso, utcnow
+from quinn.mailbox.message import InboundEmail
+from quinn.mailbox.policy import normalise_subject
+from quinn.memory.db import Database, Transaction
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One message of a session, as the agent sees the thread."""
+
+    direction: str
+    message_id: str
+    from_addr: str
+    subject: str
+    sent_at: str
+    body: str
+
+
+class Sessions:
+    """Assigns mail to sessions and keeps the conversation store."""
+
+    def __init__(self, db: Database, subject_window_days: float = 14.0) -> None:
+        self.db = db
+        self.subject_window = timedelta(days=subject_window_days)
+
+    def assign(self, email: InboundEmail, user_id: str, now: datetime | None = None) -> str:
+        """The session this mail belongs to (created or merged as needed); records its ids. Idempotent."""
+        now = now or utcnow()
+        with self.db.transaction() as tx:
+            known = self._sessions_of(tx, (email.message_id, *email.thread_ids))
+            # Only sessions of this user: a reference to someone else's thread must not leak it.
+            owned = [s for s in known if self._owner(tx, s) == user_id]
+            key = normalise_subject(email.subject)
+            if owned:
+                session_id = owned[0]
+                for other in owned[1:]:
+                    self._merge(tx, other, into=session_id)
+            elif not email.thread_ids and key:
+                session_id = self._by_subject(tx, user_id, key, now) or self._create(tx, email, user_id, key, now)
+            else:
+                session_id = self._create(tx, email, user_id, key, now)
+            tx.execute(
+                "INSERT OR IGNORE INTO session_ids (message_id, session_id) VALUES (?, ?)",
+                (email.message_id, session_id),
+            )
+            tx.execute("UPDATE sessions SET last_message_at = ? WHERE id = ?", (iso(now), session_id))
+        return session_id
+
+    def _sessions_of(self, tx: Transaction, ids: tuple[str, ...]) -> list[str]:
+        ids = tuple(i for i in ids if i)
+        if not ids:
+            return []
+        rows = tx.query(
+            "SELECT DISTINCT s.id, s.created_at FROM session_ids x JOIN sessions s ON s.id = x.session_id"
+            f" WHERE x.message_id IN ({','.join('?' * len(ids))}) ORDER BY s.created_at, s.id",
+            ids,
+        )
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def _owner(tx: Transaction, session_id: str) -> str | None:
+        rows = tx.query("SELECT user_id FROM sessions WHERE id = ?", (session_id,))
+        return rows[0][0] if rows else None
+
+    def _by_subject(self, tx: Transaction, user_id: str, key: str, now: datetime) -> str | None:
+        rows = tx.query(
+            "SELECT id FROM sessions WHERE user_id = ? AND subject_key = ? AND merged_into IS NULL"
+            " AND last_message_at >= ? ORDER BY last_message_at DESC LIMIT 1",
+            (user_id, key, iso(now - self.subject_window)),
+        )
+        return rows[0][0] if rows else None
+
+    @staticmethod
+    def _create(tx: Transaction, email: InboundEmail, user_id: str, key: str, now: datetime) -> str:
+        session_id = "s_" + hashlib.sha256(f"{user_id}\0{email.message_id}".encode()).hexdigest()[:16]
+        tx.execute(
+            "INSERT OR IGNORE INTO sessions (id, user_id, subject, subject_key, created_at, last_message_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, user_id, email.subject, key, iso(now), iso(now)),
+        )
+        return session_id
+
+    @staticmethod
+    def _merge(tx: Transaction, source: str, *, into: str) -> None:
+        tx.execute("UPDATE session_ids SET session_id = ? WHERE session_id = ?", (into, source))
+        tx.execute("UPDATE messages SET session_id = ? WHERE session_id = ?", (into, source))
+        tx.execute("UPDATE sessions SET merged_into = ?, status = 'merged' WHERE id = ?", (into, source))
+
+    def link(self, session_id: str, message_id: str) -> None:
+        """Record one of our own Message-IDs (a reply) as part of the session."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO session_ids (message_id, session_id) VALUES (?, ?)", (message_id, session_id)
+        )
+
+    def store_inbound(self, session_id: str, user_id: str, email: InboundEmail) -> None:
+        """Keep the inbound message in the conversation store (idempotent on Message-ID)."""
+        sent_at = iso(email.date) or iso(utcnow())
+        self.db.execute(
+            "INSERT OR IGNORE INTO messages (session_id, user_id, direction, message_id, in_reply_to, subject,"
+            " from_addr, to_addrs, sent_at, body, full_text, created_at)"
+            " VALUES (?, ?, 'in', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id, user_id, email.message_id, email.in_reply_to, email.subject, email.sender or "",
+                json.dumps([a.address for a in (*email.to, *email.cc)]), sent_at, email.text, email.full_text,
+                iso(utcnow()),
+            ),
+        )  # fmt: skip
+
+    def store_outbound(
+        self, session_id: str, user_id: str, message_id: str, in_reply_to: str, subject: str, from_addr: str,
+        to_addrs: list[str], body: str,
+    ) -> None:  # fmt: skip
+        """Keep our reply in the conversation store (idempotent on Message-ID)."""
+        now = iso(utcnow())
+        self.db.execute(
+            "INSERT OR IGNORE INTO messages (session_id, user_id, direction, message_id, in_reply_to, subject,"
+            " from_addr, to_addrs, sent_at, body, full_text, created_at)"
+            " VALUES (?, ?, 'out', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, user_id, message_id, in_reply_to, subject, from_addr, json.dumps(to_addrs), now, body,
+             body, now),
+        )  # fmt: skip
+
+    def thread(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
+        """The session's last ``limit`` messages, oldest first."""
+        rows = self.db.query(
+            "SELECT direction, message_id, from_addr, subject, sent_at, body FROM messages WHERE session_id = ?"
+            " ORDER BY sent_at DESC, id DESC LIMIT ?",
+            (session_id, limit),
+        )
+        return [StoredMessage(*row) for row in reversed(rows)]
+
+    def summary(self, session_id: str) -> str | None:
+        """The rolling summary of the session's older messages, if one was written."""
+        return self.db.query_value("SELECT summary FROM sessions WHERE id = ?", (session_id,))

@@ -1,0 +1,222 @@
+"""Shared fixtures: the mail lab (Dovecot + SMTP), sqld, and a guard that keeps tests on 127.0.0.1.
+
+Lab servers are real processes; every fixture stops what it started in a ``finally``, and
+`tests.lab.process.stop_all` (atexit) is the safety net for a run that dies half way.
+QUINN_ALLOW_SKIP=1 turns a missing Dovecot or sqld into a skip instead of an error (never set it in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:  # `pytest` (unlike `python -m pytest`) does not put the repo root on sys.path
+    sys.path.insert(0, _ROOT)
+
+import pytest  # noqa: E402
+
+from tests.lab.dovecot import Dovecot, dovecot_available  # noqa: E402
+from tests.lab.guard import install_network_guard  # noqa: E402
+from tests.lab.process import stop_all  # noqa: E402
+from tests.lab.smtp import MailLab, SmtpLab, unique_address  # noqa: E402
+from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld  # noqa: E402
+
+
+def _missing(what: str, hint: str) -> None:
+    """Skip when QUINN_ALLOW_SKIP=1, else fail: a missing server must not silently pass CI."""
+    message = f"{what} is not installed: {hint}"
+    if os.environ.get("QUINN_ALLOW_SKIP") == "1":
+        pytest.skip(message)
+    pytest.fail(message, pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _network_guard() -> Iterator[None]:
+    """Every test: any connect outside 127.0.0.0/8, ::1 or localhost raises RuntimeError."""
+    undo = install_network_guard()
+    try:
+        yield
+    finally:
+        undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_lab_servers() -> Iterator[None]:
+    """Session end: stop any lab server a test started by hand and forgot."""
+    try:
+        yield
+    finally:
+        stop_all()
+
+
+@pytest.fixture(scope="session")
+def dovecot() -> Iterator[Dovecot]:
+    """One Dovecot for the session; use fresh addresses (`users`) so tests do not share mailboxes.
+
+    Tests that stop or restart a server should make their own `Dovecot()` instead.
+    """
+    if not dovecot_available():
+        _missing("Dovecot", "apt-get install --no-install-recommends dovecot-imapd")
+    server = Dovecot()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def make_dovecot() -> Iterator[Callable[..., Dovecot]]:
+    """A factory of private, started Dovecots (``make_dovecot(idle=False)``) for tests that stop or restart
+    one; all are closed after the test."""
+    if not dovecot_available():
+        _missing("Dovecot", "apt-get install --no-install-recommends dovecot-imapd")
+    servers: list[Dovecot] = []
+
+    def make(**kwargs: Any) -> Dovecot:
+        server = Dovecot(**kwargs)
+        servers.append(server)
+        server.start()
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.close()
+
+
+@pytest.fixture
+def users() -> Callable[[str], str]:
+    """A factory of fresh addresses: ``users("alice")`` -> ``alice-1a2b3c4d@example.test``."""
+    return unique_address
+
+
+@pytest.fixture
+def smtp_lab(dovecot: Dovecot) -> Iterator[SmtpLab]:
+    """An SMTP server for this test that delivers into `dovecot`; stopped afterwards."""
+    server = SmtpLab(dovecot)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def mail_lab(dovecot: Dovecot, smtp_lab: SmtpLab, users: Callable[[str], str]) -> MailLab:
+    """Dovecot, this test's SMTP server and the address factory in one object."""
+    return MailLab(dovecot=dovecot, smtp=smtp_lab, new_user=users)
+
+
+@pytest.fixture(scope="session")
+def sqld() -> Iterator[Sqld]:
+    """One real libSQL server for the session: ``libsql.connect(sqld.url)``."""
+    if find_sqld() is None:
+        _missing("sqld", INSTALL_HINT)
+    server = Sqld()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+# ======================================================================================================
+# Project fixtures (LLM server, quinn config, ...): the lead adds them below this line.
+# ======================================================================================================
+
+
+from tests.lab.daemon import LabConfig, QuinnProcess  # noqa: E402
+from tests.lab.llm_server import ScriptedLLM  # noqa: E402
+
+
+@pytest.fixture
+def llm_server() -> Iterator[ScriptedLLM]:
+    """The scripted OpenAI-compatible model for this test; every request is recorded."""
+    server = ScriptedLLM()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def lab_config_text(
+    *, imap_port: int, smtp_port: int, address: str, llm_url: str, db_path: Path, extra: str = "",
+    model: str = "openai/gpt-test", idle: bool = True,
+) -> str:  # fmt: skip
+    """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables."""
+    return f"""
+log_level = "INFO"
+
+[imap]
+host = "127.0.0.1"
+port = {imap_port}
+username = "{address}"
+password_env = "QUINN_TEST_IMAP_PASSWORD"
+tls = "none"
+idle = {str(idle).lower()}
+poll_interval_s = 0.5
+
+[smtp]
+host = "127.0.0.1"
+port = {smtp_port}
+tls = "none"
+from_address = "{address}"
+
+[llm]
+model = "{model}"
+base_url = "{llm_url}"
+api_key_env = "QUINN_TEST_LLM_KEY"
+timeout_s = 20
+max_retries = 0
+
+[database]
+url = "{db_path}"
+
+{extra}
+"""
+
+
+@pytest.fixture
+def lab_config(
+    tmp_path: Path, dovecot: Dovecot, smtp_lab: SmtpLab, llm_server: ScriptedLLM, users: Callable[[str], str]
+) -> Callable[..., LabConfig]:
+    """A factory of quinn.toml files for the lab: ``lab_config(extra="[policy]...")``."""
+
+    def make(*, extra: str = "", name: str = "quinn.toml", **kwargs: Any) -> LabConfig:
+        address = kwargs.pop("address", None) or users("quinn")
+        db_path = kwargs.pop("db_path", None) or tmp_path / "quinn.db"
+        text = lab_config_text(imap_port=dovecot.port, smtp_port=smtp_lab.port, address=address,
+                               llm_url=llm_server.openai_base_url, db_path=db_path, extra=extra, **kwargs)  # fmt: skip
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        env = {"QUINN_TEST_IMAP_PASSWORD": dovecot.password, "QUINN_TEST_LLM_KEY": "test-key"}
+        return LabConfig(path=path, env=env, address=address, db_path=db_path)
+
+    return make
+
+
+@pytest.fixture
+def quinn_daemon(tmp_path: Path) -> Iterator[Callable[..., QuinnProcess]]:
+    """Start ``quinn run`` subprocesses; any still running after the test is killed."""
+    started: list[QuinnProcess] = []
+
+    def start(config: LabConfig, *args: str) -> QuinnProcess:
+        proc = QuinnProcess(config, tmp_path / f"quinn-{len(started)}.log", args=args or ("run",)).start()
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.kill()

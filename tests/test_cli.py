@@ -1,0 +1,84 @@
+"""The CLI against the lab: `quinn check` and the startup errors of `quinn run`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quinn(config, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    import os
+
+    full_env = {**os.environ, **config.env, **(env or {}), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "quinn", *args, "-c", str(config.path)], capture_output=True,
+                          text=True, timeout=timeout, env=full_env)  # fmt: skip
+
+
+def test_check_reports_all_ok(lab_config):
+    result = quinn(lab_config(), "check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["imap", "smtp", "llm", "database"]
+    assert all(line.split()[1] == "ok" for line in lines), result.stdout
+
+
+def test_check_reports_stopped_dovecot(make_dovecot, lab_config, tmp_path):
+    server = make_dovecot()
+    config = lab_config()
+    text = config.path.read_text().replace(f"port = {_imap_port(config)}", f"port = {server.port}")
+    config.path.write_text(text)
+    config.env["QUINN_TEST_IMAP_PASSWORD"] = server.password
+    server.stop()
+    result = quinn(config, "check")
+    assert result.returncode == 1
+    imap_line = next(line for line in result.stdout.splitlines() if line.startswith("imap"))
+    assert "FAILED" in imap_line
+    assert "refused" in imap_line.lower()
+    assert all(" ok " in f"{line} " for line in result.stdout.splitlines() if not line.startswith("imap"))
+
+
+def _imap_port(config) -> int:
+    import tomllib
+
+    return tomllib.loads(config.path.read_text())["imap"]["port"]
+
+
+def test_run_with_wrong_imap_password_is_one_line(lab_config):
+    config = lab_config()
+    result = quinn(config, "run", env={"QUINN_TEST_IMAP_PASSWORD": "wrong-password"}, timeout=60)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "IMAP login as" in lines[0]
+    assert "rejected" in lines[0]
+    assert "wrong-password" not in result.stderr
+
+
+def test_run_with_missing_key_is_one_line(lab_config):
+    config = lab_config()
+    config.path.write_text(config.path.read_text().replace('model = "openai/gpt-test"\n', ""))
+    result = quinn(config, "run")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "quinn: " + f"{config.path}: missing key llm.model (hint: add llm.model (see " \
+        "deploy/quinn.example.toml))"  # fmt: skip
+
+
+@pytest.mark.timeout(300)
+def test_wheel_ships_the_prompt_templates(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
+                             str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=280)  # fmt: skip
+    if result.returncode != 0 and "hatchling" in result.stderr:
+        result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+                                capture_output=True, text=True, timeout=280)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    [wheel] = tmp_path.glob("quinn-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for template in ("reply", "extract", "summarize", "consolidate", "reflect", "digest"):
+        assert f"quinn/_prompts/{template}.j2" in names
+    assert "quinn/memory/migrations/0001_initial.sql" in names
