@@ -16,6 +16,7 @@ from quinn.errors import MailParseError
 from quinn.mailbox import parse as parse_module
 from quinn.mailbox.message import Address, Attachment, InboundEmail
 from quinn.mailbox.parse import (
+    MAX_HTML_CHARS,
     MAX_MIME_DEPTH,
     MAX_REPLY_SCAN_CHARS,
     MAX_SCAN_LINE_CHARS,
@@ -96,6 +97,20 @@ def test_html_only_becomes_text_without_script_or_style() -> None:
     for hidden in ("tracking", "alert", "color: red", "<p>", "document.write"):
         assert hidden not in email.full_text
     assert "Chez Marie" in email.text
+
+
+def test_deeply_nested_html_lists_are_flattened() -> None:
+    # Unflattened, html2text indents each line by its depth: 10,000 levels give ~100 MB of text.
+    started = time.monotonic()
+    email = parse_email(simple("Content-Type: text/html\n", "<ul><li>item " * 10_000))
+    assert time.monotonic() - started < 10
+    assert email.full_text.startswith("* item") and len(email.full_text) < 1_000_000
+
+
+def test_huge_html_is_converted_up_to_the_limit() -> None:
+    email = parse_email(simple("Content-Type: text/html\n", "<p>" + "word " * (MAX_HTML_CHARS // 4)))
+    assert email.full_text.startswith("word word")
+    assert any(d.startswith(f"HTML longer than {MAX_HTML_CHARS}") for d in email.defects)
 
 
 def test_multipart_alternative_prefers_plain() -> None:
