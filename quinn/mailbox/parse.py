@@ -145,7 +145,11 @@ def _check_shape(msg: Message) -> None:
 
 def _library_defects(raw_defects: list[dict[str, list[str]]]) -> list[str]:
     """Flatten mail-parser's ``[{content_type: [defect, …]}, …]`` into strings."""
-    return [f"{where}: {_clean(item)}" for entry in raw_defects for where, items in entry.items() for item in items]
+    flat: list[str] = []
+    for entry in raw_defects:
+        for where, items in entry.items():
+            flat.extend(f"{where}: {_clean(str(item))}" for item in (items if isinstance(items, list) else [items]))
+    return flat
 
 
 # --- header decoding --------------------------------------------------------------------------------

@@ -29,13 +29,13 @@ LIST_HEADERS = ("List-Id", "List-Unsubscribe", "List-Post", "Feedback-ID")
 #: Fields set by vacation programs that do not send Auto-Submitted.
 AUTOREPLY_HEADERS = ("X-Autoreply", "X-Autorespond")
 
-# Local parts of robots (RFC 2142 §4 for postmaster/mailer-daemon; the rest is common practice), as a
+# Local parts of robots (postmaster: RFC 5321 §4.5.1; MAILER-DAEMON, no-reply, bounces: convention), as a
 # whole word of the local part: "noreply", "no-reply-orders", "github-noreply", "bounces+123".
 _ROBOT_WORDS = r"mailer-daemon|postmaster|no[-_.]?reply|do[-_.]?not[-_.]?reply|bounces?"
 _ROBOT_LOCAL = re.compile(rf"(?:^|[-_.+])(?:{_ROBOT_WORDS})(?:$|[-_.+])", re.IGNORECASE)
 # Reply and forward prefixes in English, German (AW, WG), Nordic (SV, VS), Dutch (Antw), French (TR),
 # Spanish/Italian (RV), including counted forms "Re[2]:" / "Re(2):" and a full-width colon.
-_PREFIX = re.compile(r"^\s*(?:(?:re|fwd?|fw|aw|wg|sv|vs|antw|tr|rv)\s*(?:\[\d+\]|\(\d+\))?\s*[:：]\s*)+", re.I)
+_PREFIX = re.compile(r"^\s*(?:(?:re|fwd?|aw|wg|sv|vs|antw|tr|rv)\s*(?:\[\d+\]|\(\d+\))?\s*[:：]\s*)+", re.I)
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,14 @@ class Rules:
     aliases: Mapping[str, Sequence[str]] = field(default_factory=dict)  # main address -> other addresses
     require_authentication: bool = False
     authserv_id: str | None = None  # our receiving server's id in Authentication-Results
-    unauthenticated: str = "no_memory"  # "no_memory" | "reject"
+    unauthenticated: Literal["no_memory", "reject"] = "no_memory"
     loop_header: str = "X-Quinn-Loop"
     own_message_id_domain: str | None = None  # None: recognise only Quinn's own "<quinn.…@own domain>" ids
 
     def __post_init__(self) -> None:
         if self.unauthenticated not in ("no_memory", "reject"):
-            raise ConfigError(f"policy.unauthenticated is {self.unauthenticated!r}", hint='use "no_memory" or "reject"')
+            hint = 'use "no_memory" or "reject"'
+            raise ConfigError(f"policy.unauthenticated is {self.unauthenticated!r}", hint=hint)
         if "@" not in self.own_address:
             raise ConfigError(f"own address {self.own_address!r} is not an email address")
 
