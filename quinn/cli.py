@@ -44,7 +44,8 @@ def setup_logging(level: str) -> None:
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else (
         "%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
-    for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient"):
+    for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient",
+                  "mailparser"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
