@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from quinn.memory.filters import memory_filter
 from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit, iso, utcnow
 
 if TYPE_CHECKING:
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RRF_K = 60
+# Re-ranking weights. With RRF_K = 60 neighbouring ranks differ by ~1.5% in fused score, so these let importance
+# and recency reorder memories of near-equal relevance (a few ranks) without overriding a clearly better match.
+IMPORTANCE_WEIGHT = 0.03
+RECENCY_WEIGHT = 0.01
 CANDIDATES = 50
 MAX_QUERY_CHUNKS = 6
 STABILITY_GROWTH = 1.2
@@ -69,8 +74,12 @@ def fts_query(text: str, max_terms: int = 32) -> str | None:
 
 
 def effective_importance(memory: Memory, now: datetime) -> float:
-    """importance × exp(-hours since last access / stability): memories fade unless they are used."""
-    last = memory.last_accessed_at or memory.valid_from or memory.created_at
+    """importance × exp(-hours since last access / stability): memories fade unless they are used.
+
+    A memory never retrieved counts from when it was stored (``created_at``), not from when it started to hold:
+    a fact learned today from an old email is fresh in memory.
+    """
+    last = memory.last_accessed_at or memory.created_at
     hours = max(0.0, (now - datetime.fromisoformat(last)).total_seconds() / 3600.0)
     return memory.importance * math.exp(-hours / max(memory.stability, 1.0))
 
@@ -84,17 +93,23 @@ def hybrid_search(
     touch: bool = True,
     **filters: Any,
 ) -> list[SearchHit]:
-    """The user's ``k`` best memories for ``query``; filters are those of ``store.memory_filter``."""
-    from quinn.memory.store import memory_filter
+    """The user's ``k`` best memories for ``query``, best first; filters are those of ``memory_filter``.
 
+    Only current, non-expired, active memories unless the filters ask otherwise (``as_of``,
+    ``include_inactive``). Vectors of another model than the store's embedder are never compared; without an
+    embedder the search is full-text only (logged once per store). ``touch`` counts the retrieval on each hit.
+    """
     where, params = memory_filter(user_id, **filters)
     chunks = query_chunks(query)
     if not chunks:
         return []
     vector_ranks: dict[int, tuple[int, float]] = {}
     if store.embedder is not None:
+        _say_stale_vectors_once(store)
         vectors = store.embedder.embed(chunks)
-        vector_ranks = _vector_ranks(store, where, params, vectors, store.embedder.model_id)
+        vector_ranks = _vector_ranks(store, where, params, vectors)
+    elif store.first_time("fts-only"):
+        log.warning("memory search runs on full-text only: no embedder is configured")
     fts_ranks = _fts_ranks(store, where, params, " ".join(chunks))
     fused: dict[int, float] = {}
     for mid, (rank, _sim) in vector_ranks.items():
@@ -107,11 +122,13 @@ def hybrid_search(
     rows = store.db.query(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
     now = utcnow()
     best = 2.0 / (RRF_K + 1)
+    top_weight = 1.0 + IMPORTANCE_WEIGHT + RECENCY_WEIGHT
     hits = []
     for row in rows:
         memory = Memory.from_row(row)
         relevance = fused[memory.id] / best
-        weight = 0.75 + 0.25 * effective_importance(memory, now) + 0.05 * _recency(memory, now)
+        weight = (1.0 + IMPORTANCE_WEIGHT * effective_importance(memory, now)
+                  + RECENCY_WEIGHT * _recency(memory, now)) / top_weight  # fmt: skip
         sim = vector_ranks.get(memory.id, (None, None))[1]
         hits.append(SearchHit(memory, relevance * weight, sim, fts_ranks.get(memory.id)))
     hits.sort(key=lambda h: (-h.score, -h.memory.id))
@@ -121,16 +138,35 @@ def hybrid_search(
     return hits
 
 
+def _say_stale_vectors_once(store: MemoryStore) -> None:
+    """Warn once per store when current memories carry no vector of the configured model (found by FTS only)."""
+    if store.embedder is None or not store.first_time("stale-vectors"):
+        return
+    stale = store.db.query_value(
+        "SELECT count(*) FROM memories WHERE active = 1 AND superseded_by IS NULL"
+        " AND (embedding_model IS NOT ? OR embedding IS NULL)",
+        (store.embedder.model_id,),
+    )
+    if stale:
+        log.warning(
+            "%d memories have no %s vector and are found by full-text only; run `quinn memory reembed`",
+            stale, store.embedder.model_id,
+        )  # fmt: skip
+
+
 def _vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, model_id: str
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray
 ) -> dict[int, tuple[int, float]]:
-    """Rank by best cosine similarity over the query chunks; only vectors of the current model count."""
+    """Rank by best cosine similarity over the query chunks; only vectors of the store's model are compared
+    (another model's vectors live in another space, and may differ in length, which the SQL function rejects)."""
+    assert store.embedder is not None
+    model_id, dim = store.embedder.model_id, store.embedder.dim
     best: dict[int, float] = {}
     for vector in vectors:
         rows = store.db.query(
             f"SELECT m.id, vector_distance_cos(m.embedding, ?) AS d FROM memories m WHERE {where}"
-            " AND m.embedding_model = ? ORDER BY d LIMIT ?",
-            [vector.astype(np.float32).tobytes(), *params, model_id, CANDIDATES],
+            " AND m.embedding_model = ? AND m.embedding IS NOT NULL AND length(m.embedding) = ? ORDER BY d LIMIT ?",
+            [np.asarray(vector, dtype=np.float32).tobytes(), *params, model_id, dim * 4, CANDIDATES],
         )
         for mid, distance in rows:
             if distance is None:
@@ -158,32 +194,32 @@ def _recency(memory: Memory, now: datetime) -> float:
 
 
 def strengthen(store: MemoryStore, memory_ids: Sequence[int], now: datetime | None = None) -> None:
-    """Retrieval strengthens memory: count the access and grow stability (capped), in one batched write."""
+    """Retrieval strengthens memory: count the access and grow stability (capped), in one statement."""
+    if not memory_ids:
+        return
     moment = iso(now or datetime.now(UTC))
-    with store.db.transaction() as tx:
-        tx.executemany(
-            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?,"
-            f" stability = min(stability * {STABILITY_GROWTH}, {STABILITY_CAP_H}) WHERE id = ?",
-            [(moment, mid) for mid in memory_ids],
-        )
+    store.db.execute(
+        "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?,"
+        f" stability = min(stability * {STABILITY_GROWTH}, {STABILITY_CAP_H})"
+        f" WHERE id IN ({','.join('?' * len(memory_ids))})",
+        [moment, *memory_ids],
+    )
 
 
 def find_similar(store: MemoryStore, user_id: str, content: str, threshold: float = 0.85) -> list[SearchHit]:
-    """Current memories of the user whose cosine similarity to ``content`` is at least ``threshold``."""
-    from quinn.memory.store import memory_filter
-
+    """Current memories of the user whose cosine similarity to ``content`` is at least ``threshold``, most
+    similar first (score = similarity). Empty without an embedder: near-duplicates need vectors."""
     if store.embedder is None:
         return []
     where, params = memory_filter(user_id)
     vector = store.embedder.embed([content])[0]
-    ranks = _vector_ranks(store, where, params, vector[None, :], store.embedder.model_id)
+    ranks = _vector_ranks(store, where, params, vector[None, :])
     ids = [mid for mid, (_rank, sim) in ranks.items() if sim >= threshold]
-    hits = []
-    for mid in ids:
-        memory = store.get(mid)
-        if memory is not None:
-            hits.append(SearchHit(memory, ranks[mid][1], ranks[mid][1], None))
-    return sorted(hits, key=lambda h: -h.score)
+    if not ids:
+        return []
+    rows = store.db.query(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
+    hits = [SearchHit(m, ranks[m.id][1], ranks[m.id][1], None) for m in map(Memory.from_row, rows)]
+    return sorted(hits, key=lambda h: (-h.score, h.memory.id))
 
 
 def estimate_tokens(text: str) -> int:
@@ -195,11 +231,12 @@ def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
     """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``."""
     lines: list[str] = []
     seen: set[str] = set()
+    shown: set[int] = set()
     used = 0
     for hit in hits:
         memory = hit.memory
         key = " ".join(memory.content.lower().split())
-        if key in seen:
+        if key in seen or memory.id in shown:
             continue
         date = memory.valid_from[:10]
         where = f"{memory.type}, {memory.domain}" if memory.domain else memory.type
@@ -208,6 +245,7 @@ def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
         if used + cost > token_budget:
             continue
         seen.add(key)
+        shown.add(memory.id)
         lines.append(line)
         used += cost
     return "\n".join(lines)
