@@ -27,6 +27,13 @@ MEMORY_COLUMNS = (
     "root_id, valid_from, valid_to, superseded_by, expires_at, active, immutable, access_count, "
     "last_accessed_at, stability, embedding_model, schema_version, uid, content_format"
 )
+
+
+def memory_columns(alias: str) -> str:
+    """``MEMORY_COLUMNS`` qualified with a table alias (for joins, where ``content`` is ambiguous)."""
+    return ", ".join(f"{alias}.{column}" for column in MEMORY_COLUMNS.split(", "))
+
+
 Content = str | dict[str, Any] | list[Any]
 """What a memory holds: a sentence, or a JSON object or array (stored as its JSON text)."""
 

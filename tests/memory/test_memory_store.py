@@ -259,10 +259,28 @@ def test_search_hits_carry_the_memory_and_strengthen_it(store: MemoryStore):
     hits = store.search(ALICE, "what is the name of Alice's dog?", k=2)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     store.search(ALICE, "Pixel the dog", k=1)
+    assert store.get(mid).access_count == 0  # type: ignore[union-attr]  # batched: no commit per search
+    assert store.flush_access() == 2
     after = store.get(mid)
     assert after is not None and after.access_count == 2
     assert after.stability == pytest.approx(24.0 * 1.2 * 1.2)
     assert after.last_accessed_at is not None
+    assert store.flush_access() == 0
+
+
+def test_retrieval_counts_are_written_in_batches_and_at_close(open_store):
+    store = open_store()
+    ids = store.add_many([NewMemory(ALICE, f"Alice note {i} about gardening") for i in range(70)])
+    store.record_access(ids[:63])
+    assert store.db.query_value("SELECT sum(access_count) FROM memories") == 0
+    store.record_access(ids[63:65])  # the 64th waiting memory triggers one batched write
+    assert store.db.query_value("SELECT sum(access_count) FROM memories") == 65
+    store.record_access([ids[0], ids[0]], now="2026-11-01T00:00:00Z")
+    store.close()
+    reopened = open_store()
+    first = reopened.get(ids[0])
+    assert first is not None and first.access_count == 3
+    assert first.stability == pytest.approx(24.0 * 1.2**3)
     assert store.search(ALICE, "  ", k=3) == []
 
 
