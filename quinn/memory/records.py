@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import date, datetime
 from functools import cache
 from importlib import resources
@@ -22,12 +23,13 @@ import yaml
 from quinn.errors import StoreError
 from quinn.memory.filters import normalise_user
 from quinn.memory.models import RECORD_SCHEMA_VERSION, content_text, iso, utcnow
-from quinn.memory.store import INSERT_CHUNK, insert_rows, log_changes, metadata_text, update_rows
+from quinn.memory.rows import INSERT_CHUNK, insert_rows, log_changes, metadata_text, update_rows
 
 if TYPE_CHECKING:
     from quinn.memory.store import MemoryStore
 
 FORMATS = ("json", "yaml")
+EMBED_BATCH = 64  # records embedded per call on import (and per progress report)
 _UID_NAMESPACE = uuid.UUID("6f1c0f55-6a8e-4b8e-9a57-2f1d3c7a9e41")  # fixed: derived uids must not change
 _NOTHING_WRITTEN = "fix the file and import it again; nothing was imported"
 
@@ -130,7 +132,10 @@ def _dates_as_text(node: Any) -> Any:
     return node
 
 
-def import_document(store: MemoryStore, document: Any, *, user_id: str | None = None) -> dict[str, int]:
+def import_document(
+    store: MemoryStore, document: Any, *, user_id: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, int]:  # fmt: skip
     """Write the records of a parsed document (or a bare list of records); see ``MemoryStore.import_``."""
     if isinstance(document, list):
         document = {"schema_version": RECORD_SCHEMA_VERSION, "memories": document}
@@ -157,10 +162,14 @@ def import_document(store: MemoryStore, document: Any, *, user_id: str | None = 
         found = store.db.query(f"SELECT uid, id FROM memories WHERE uid IN ({', '.join('?' * len(chunk))})", chunk)
         existing.update((uid, int(mid)) for uid, mid in found)
     fresh = [row for row in rows if row["uid"] not in existing]
-    vectors = store.vectors([row["content"] for row in fresh])
-    for index, row in enumerate(fresh):
-        row["embedding"] = vectors[index].tobytes() if vectors is not None else None
-        row["embedding_model"] = store.embedder.model_id if (vectors is not None and store.embedder) else None
+    for start in range(0, len(fresh), EMBED_BATCH):
+        batch = fresh[start : start + EMBED_BATCH]
+        vectors = store.vectors([row["content"] for row in batch])
+        for row, vector in zip(batch, vectors if vectors is not None else [None] * len(batch), strict=True):
+            row["embedding"] = vector.tobytes() if vector is not None else None
+            row["embedding_model"] = store.embedder.model_id if (vector is not None and store.embedder) else None
+        if progress is not None:
+            progress(start + len(batch), len(fresh))
     with store.db.transaction() as tx:
         new_ids = insert_rows(tx, [{k: v for k, v in row.items() if not k.startswith("_")} for row in fresh])
         db_id = dict(existing)

@@ -12,11 +12,9 @@ go through ``Database.run``.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -29,8 +27,6 @@ from quinn.memory.embed import Embedder
 from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import (
     MEMORY_COLUMNS,
-    SCHEMA_VERSION,
-    SCOPES,
     Change,
     Content,
     Memory,
@@ -39,6 +35,15 @@ from quinn.memory.models import (
     content_text,
     iso,
     utcnow,
+)
+from quinn.memory.rows import (
+    INSERT_CHUNK,
+    insert_rows,
+    log_changes,
+    marks,
+    moment,
+    row_for,
+    update_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -49,14 +54,7 @@ ACCESS_FLUSH_IDS = 64  # pending retrieval counts are written once this many mem
 ACCESS_FLUSH_S = 30.0  # ...or the oldest waited this long (checked at the next retrieval), and at close
 STABILITY_GROWTH = 1.2  # each retrieval multiplies a memory's stability (hours of decay) by this
 STABILITY_CAP_H = 24.0 * 365
-INSERT_CHUNK = 200  # rows per multi-row INSERT: 28 parameters each stays far below SQLite's 32,766 limit
 REEMBED_BATCH = 64
-_INSERT_COLUMNS = (
-    "user_id, scope, domain, type, content, content_format, tags, metadata, importance, created_at, updated_at, "
-    "version, root_id, valid_from, valid_to, superseded_by, expires_at, active, immutable, access_count, "
-    "last_accessed_at, stability, embedding, embedding_model, schema_version, uid"
-)
-_INSERT_PLACEHOLDERS = "(" + ", ".join("?" * len(_INSERT_COLUMNS.split(", "))) + ")"
 DEFAULT = "default"
 
 
@@ -144,7 +142,7 @@ class MemoryStore:
 
     def add_many(self, items: Sequence[NewMemory]) -> list[int]:
         """Store many memories: every input checked first, one batched embedding call, one transaction."""
-        rows = [_row_for(item, index) for index, item in enumerate(items)]
+        rows = [row_for(item, index) for index, item in enumerate(items)]
         if not rows:
             return []
         vectors = self.vectors([row["content"] for row in rows])
@@ -156,7 +154,7 @@ class MemoryStore:
             ids = insert_rows(tx, rows)
             for start in range(0, len(ids), INSERT_CHUNK):
                 chunk = ids[start : start + INSERT_CHUNK]
-                tx.execute(f"UPDATE memories SET root_id = id WHERE id IN ({_marks(chunk)})", chunk)
+                tx.execute(f"UPDATE memories SET root_id = id WHERE id IN ({marks(chunk)})", chunk)
                 log_changes(tx, chunk, "created", None, now)
         return ids
 
@@ -183,7 +181,7 @@ class MemoryStore:
         ``user_id``, when given, must own the memory: the agent always passes it. Returns the new id.
         """
         old = self._current_for_change(memory_id, user_id, allow_immutable, "update")
-        change_at = _time("valid_from", valid_from) or iso(utcnow())
+        change_at = moment("valid_from", valid_from) or iso(utcnow())
         if change_at < old.valid_from:  # a late-processed older email: never give the old row a negative span
             log.debug("memory %s: update valid_from %s before %s, using the latter", old.id, change_at, old.valid_from)
             change_at = old.valid_from
@@ -193,7 +191,7 @@ class MemoryStore:
             importance=old.importance if importance is None else importance, valid_from=change_at,
             expires_at=old.expires_at, immutable=old.immutable,
         )  # fmt: skip
-        row = _row_for(item, 0)
+        row = row_for(item, 0)
         vectors = self.vectors([row["content"]])
         now = iso(utcnow())
         row.update(created_at=now, updated_at=now, version=old.version + 1, root_id=old.root_id)
@@ -214,7 +212,7 @@ class MemoryStore:
         ]
         if not olds:
             raise StoreError("supersede needs at least one memory id to replace")
-        row = _row_for(by, 0)
+        row = row_for(by, 0)
         vectors = self.vectors([row["content"]])
         now = iso(utcnow())
         change_at = row["valid_from"] or now
@@ -232,7 +230,7 @@ class MemoryStore:
         ids = [old.id for old in olds]
         tx.execute(
             f"UPDATE memories SET valid_to = max(valid_from, ?), superseded_by = ?, updated_at = ?"
-            f" WHERE id IN ({_marks(ids)})",
+            f" WHERE id IN ({marks(ids)})",
             [at, new_id, now, *ids],
         )
         log_changes(tx, ids, "superseded", reason, now)
@@ -378,15 +376,16 @@ class MemoryStore:
 
     def import_(
         self, data: str | bytes | dict[str, Any] | list[Any], *, user_id: str | None = None,
-        format: str | None = None,
+        format: str | None = None, progress: Callable[[int, int], None] | None = None,
     ) -> dict[str, int]:  # fmt: skip
         """Import an export document (JSON or YAML text, or parsed); all or nothing. Records whose uid is already
         present are skipped, so importing a file twice adds nothing. ``user_id`` moves every record to that user.
-        Invalid records raise ``StoreError`` naming the record index and the field. Returns counts."""
+        Invalid records raise ``StoreError`` naming the record index and the field. ``progress(done, total)``
+        follows the embedding, the long part. Returns counts: imported, skipped."""
         from quinn.memory.records import import_document, load_document
 
         document = load_document(data, format) if isinstance(data, str | bytes) else data
-        return import_document(self, document, user_id=user_id)
+        return import_document(self, document, user_id=user_id, progress=progress)
 
     def reembed(self, *, batch_size: int = REEMBED_BATCH, progress: Callable[[int, int], None] | None = None) -> int:
         """Re-embed every row whose vector is missing or from another model than the configured one.
@@ -440,7 +439,7 @@ class MemoryStore:
                 ("memories", "user_id = ?", (user,)),
                 ("memory_versions", "user_id = ?", (user,)),
                 ("messages", "user_id = ?", (user,)),
-                ("session_ids", f"session_id IN ({_marks(sessions) or 'NULL'})", tuple(sessions)),
+                ("session_ids", f"session_id IN ({marks(sessions) or 'NULL'})", tuple(sessions)),
                 ("sessions", "user_id = ?", (user,)),
                 ("user_state", "user_id = ?", (user,)),
                 ("conversation_summaries", "user_id = ?", (user,)),
@@ -462,122 +461,3 @@ class MemoryStore:
         self.db.vacuum()
         log.info("purged user %s: %s", user, counts)
         return counts
-
-
-def insert_rows(tx: Transaction, rows: Sequence[dict[str, Any]]) -> list[int]:
-    """Insert full memory rows with multi-row INSERTs (few round trips to a remote server); returns their ids
-    in input order. Rows without a uid get a fresh one."""
-    columns = _INSERT_COLUMNS.split(", ")
-    ids: list[int] = []
-    for start in range(0, len(rows), INSERT_CHUNK):
-        chunk = rows[start : start + INSERT_CHUNK]
-        params: list[Any] = []
-        for row in chunk:
-            row.setdefault("uid", None)
-            row["uid"] = row["uid"] or uuid.uuid4().hex
-            params += [row.get(column, _DEFAULTS.get(column)) for column in columns]
-        # RETURNING order is unspecified in SQLite: map the new ids back by uid.
-        returned = dict(
-            (uid, int(mid))
-            for mid, uid in tx.query(
-                f"INSERT INTO memories ({_INSERT_COLUMNS}) VALUES {', '.join([_INSERT_PLACEHOLDERS] * len(chunk))}"
-                " RETURNING id, uid",
-                params,
-            )
-        )
-        ids += [returned[row["uid"]] for row in chunk]
-    return ids
-
-
-def update_rows(
-    tx: Transaction, set_sql: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], leading: Sequence[Any] = ()
-) -> None:
-    """Update many memory rows with one ``UPDATE ... FROM (VALUES ...)`` per chunk: a remote server gets one
-    request instead of one per row. ``set_sql`` names the new values ``v.<column>``; ``columns[0]`` is the id;
-    ``leading`` are parameters of ``set_sql`` itself (they come first in the statement)."""
-    select = ", ".join(f"column{i} AS {name}" for i, name in enumerate(columns, start=1))
-    row_marks = "(" + ", ".join("?" * len(columns)) + ")"
-    for start in range(0, len(rows), INSERT_CHUNK):
-        chunk = rows[start : start + INSERT_CHUNK]
-        tx.execute(
-            f"UPDATE memories SET {set_sql} FROM (SELECT {select} FROM (VALUES {', '.join([row_marks] * len(chunk))}))"
-            " AS v WHERE memories.id = v.id",
-            [*leading, *(value for row in chunk for value in row)],
-        )
-
-
-def log_changes(tx: Transaction, memory_ids: Sequence[int], change: str, reason: str | None, now: str) -> None:
-    """Append one audit entry per memory row, copied from the row in one statement."""
-    if not memory_ids:
-        return
-    tx.execute(
-        "INSERT INTO memory_versions (memory_id, root_id, user_id, version, change, content, metadata, reason,"
-        f" changed_at) SELECT id, coalesce(root_id, id), user_id, version, ?, content, metadata, ?, ?"
-        f" FROM memories WHERE id IN ({_marks(memory_ids)}) ORDER BY id",
-        [change, reason, now, *memory_ids],
-    )
-
-
-_DEFAULTS: dict[str, Any] = {
-    "version": 1, "root_id": None, "valid_to": None, "superseded_by": None, "active": 1, "immutable": 0,
-    "access_count": 0, "last_accessed_at": None, "stability": 24.0, "embedding": None, "embedding_model": None,
-    "schema_version": SCHEMA_VERSION,
-}  # fmt: skip
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" * len(values))
-
-
-def _row_for(item: NewMemory, index: int) -> dict[str, Any]:
-    """Check a new memory and turn it into column values; errors name the item and the field."""
-    where = f"memory #{index}"
-    try:
-        content, content_format = content_text(item.content)
-    except TypeError as exc:
-        raise StoreError(f"{where}: {exc}") from None
-    if not content.strip():
-        raise StoreError(f"{where}: content must not be empty")
-    if item.scope not in SCOPES:
-        raise StoreError(f"{where}: scope {item.scope!r} is not one of {', '.join(SCOPES)}")
-    if not isinstance(item.type, str) or not item.type or not item.type.replace("_", "").isalnum():
-        raise StoreError(f"{where}: type {item.type!r} must be a word like fact or preference")
-    if not isinstance(item.importance, int | float) or not 0.0 <= float(item.importance) <= 1.0:
-        raise StoreError(f"{where}: importance {item.importance!r} must be a number between 0 and 1")
-    if item.scope == "global" and item.user_id is not None:
-        raise StoreError(f"{where}: global memories have no user", "pass user_id=None for scope global")
-    if item.scope != "global" and not normalise_user(item.user_id):
-        raise StoreError(f"{where}: scope {item.scope} needs a user", "pass the user's address as user_id")
-    tags = item.tags if not isinstance(item.tags, str) else (item.tags,)
-    if not all(isinstance(tag, str) and tag.strip() for tag in tags):
-        raise StoreError(f"{where}: tags must be non-empty strings, got {list(tags)!r}")
-    return {
-        "user_id": normalise_user(item.user_id), "scope": item.scope, "domain": item.domain, "type": item.type,
-        "content": content, "content_format": content_format,
-        "tags": json.dumps(sorted(set(tags)), ensure_ascii=False), "metadata": metadata_text(item.metadata, where),
-        "importance": float(item.importance), "valid_from": _time(f"{where}: valid_from", item.valid_from),
-        "expires_at": _time(f"{where}: expires_at", item.expires_at), "immutable": int(bool(item.immutable)),
-    }  # fmt: skip
-
-
-def metadata_text(metadata: Any, where: str) -> str:
-    """Metadata as JSON text, refused unless it reads back equal (string keys, no tuples, no NaN)."""
-    if not isinstance(metadata, dict):
-        raise StoreError(f"{where}: metadata must be a JSON object (a dict), got {type(metadata).__name__}")
-    try:
-        text = json.dumps(metadata, ensure_ascii=False, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StoreError(
-            f"{where}: metadata is not JSON: {exc}", "store only str, numbers, bools, lists, dicts"
-        ) from None
-    if json.loads(text) != metadata:
-        # e.g. an int key or a tuple would come back changed: the caller would not get their metadata back.
-        raise StoreError(f"{where}: metadata would not round-trip as JSON", "use string keys and lists, not tuples")
-    return text
-
-
-def _time(name: str, value: datetime | str | None) -> str | None:
-    try:
-        return iso(value)
-    except (TypeError, ValueError):
-        raise StoreError(f"{name} {value!r} is not a date", "use ISO 8601, e.g. 2026-07-01T09:00:00+00:00") from None

@@ -110,27 +110,49 @@ def _plant(store: MemoryStore, user: str, marker: str, uid: int) -> None:
     db, t = store.db, "2026-11-01T10:00:00+00:00"
     with db.transaction() as tx:
         sid = f"session-{marker}"
-        tx.execute("INSERT INTO sessions (id, user_id, subject, created_at, last_message_at, summary)"
-                   " VALUES (?, ?, ?, ?, ?, ?)", (sid, user, f"{marker} subject", t, t, f"{marker} summary"))
+        tx.execute(
+            "INSERT INTO sessions (id, user_id, subject, created_at, last_message_at, summary)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (sid, user, f"{marker} subject", t, t, f"{marker} summary"),
+        )
         tx.execute("INSERT INTO session_ids (message_id, session_id) VALUES (?, ?)", (f"<{marker}@x>", sid))
-        tx.execute("INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr, sent_at,"
-                   " body, full_text, created_at) VALUES (?, ?, 'in', ?, ?, ?, ?, ?, ?, ?)",
-                   (sid, user, f"<{marker}@x>", f"{marker} subject", user, t, f"{marker} body text",
-                    f"{marker} full text", t))
-        tx.execute("INSERT INTO user_state (user_id, user_info, updated_at) VALUES (?, ?, ?)",
-                   (user, f"{marker} user info", t))
-        tx.execute("INSERT INTO conversation_summaries (session_id, user_id, summary, created_at)"
-                   " VALUES (?, ?, ?, ?)", (sid, user, f"{marker} conversation summary", t))
-        tx.execute("INSERT INTO entities (user_id, name, kind, created_at) VALUES (?, ?, 'person', ?)",
-                   (user, f"{marker} entity", t))
-        tx.execute("INSERT INTO relationships (user_id, source_id, relation, target_id, created_at)"
-                   " VALUES (?, 1, ?, 1, ?)", (user, f"{marker} relation", t))
-        tx.execute("INSERT INTO outbox (message_id, in_reply_to, user_id, session_id, recipients, raw, state,"
-                   " created_at) VALUES (?, ?, ?, ?, ?, ?, 'sent', ?)",
-                   (f"<reply-{marker}@x>", f"<{marker}@x>", user, sid, f'["{user}"]',
-                    f"To: {user}\\r\\n\\r\\n{marker} reply".encode(), t))
-        tx.execute("INSERT INTO llm_usage (at, model, purpose, user_id, message_id) VALUES (?, 'm', 'reply', ?, ?)",
-                   (t, user, f"<{marker}@x>"))
+        tx.execute(
+            "INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr, sent_at,"
+            " body, full_text, created_at) VALUES (?, ?, 'in', ?, ?, ?, ?, ?, ?, ?)",
+            (sid, user, f"<{marker}@x>", f"{marker} subject", user, t, f"{marker} body text", f"{marker} full text", t),
+        )
+        tx.execute(
+            "INSERT INTO user_state (user_id, user_info, updated_at) VALUES (?, ?, ?)", (user, f"{marker} user info", t)
+        )
+        tx.execute(
+            "INSERT INTO conversation_summaries (session_id, user_id, summary, created_at) VALUES (?, ?, ?, ?)",
+            (sid, user, f"{marker} conversation summary", t),
+        )
+        tx.execute(
+            "INSERT INTO entities (user_id, name, kind, created_at) VALUES (?, ?, 'person', ?)",
+            (user, f"{marker} entity", t),
+        )
+        tx.execute(
+            "INSERT INTO relationships (user_id, source_id, relation, target_id, created_at) VALUES (?, 1, ?, 1, ?)",
+            (user, f"{marker} relation", t),
+        )
+        tx.execute(
+            "INSERT INTO outbox (message_id, in_reply_to, user_id, session_id, recipients, raw, state,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, 'sent', ?)",
+            (
+                f"<reply-{marker}@x>",
+                f"<{marker}@x>",
+                user,
+                sid,
+                f'["{user}"]',
+                f"To: {user}\\r\\n\\r\\n{marker} reply".encode(),
+                t,
+            ),
+        )
+        tx.execute(
+            "INSERT INTO llm_usage (at, model, purpose, user_id, message_id) VALUES (?, 'm', 'reply', ?, ?)",
+            (t, user, f"<{marker}@x>"),
+        )
         tx.execute("INSERT INTO mail_state (folder, uidvalidity, uid, message_id, state, user_id, session_id,"
                    " received_at, updated_at) VALUES ('INBOX', 1, ?, '', 'replied', ?, ?, ?, ?)",
                    (uid, user, sid, t, t))  # fmt: skip
