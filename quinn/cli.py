@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from quinn import __version__
+from quinn.commands import memory as memory_commands
 from quinn.config import Config, load_config
 from quinn.errors import QuinnError
 
 log = logging.getLogger("quinn")
-GROUPS: list[Any] = []  # command-group modules from quinn.commands, each with register(subparsers, with_config)
+# Command-group modules from quinn.commands, each with register(subparsers, with_config).
+GROUPS: list[Any] = [memory_commands]
 DEFAULT_CONFIG = "quinn.toml"
 
 

@@ -138,6 +138,21 @@ from tests.lab.daemon import LabConfig, QuinnProcess  # noqa: E402
 from tests.lab.llm_server import ScriptedLLM  # noqa: E402
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--long``: also run the long variants of the proof suites (tests marked ``long``)."""
+    parser.addoption("--long", action="store_true", default=False, help="also run tests marked long")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``--long``, tests marked ``long`` are skipped (CI's default run stays fast)."""
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long variant: run with --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def llm_server() -> Iterator[ScriptedLLM]:
     """The scripted OpenAI-compatible model for this test; every request is recorded."""

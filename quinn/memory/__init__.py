@@ -1,6 +1,20 @@
 """Long-term memory: the libSQL store, versioned memories and hybrid retrieval."""
 
-from quinn.memory.models import Memory, NewMemory, SearchHit
+from quinn.memory.db import Database
+from quinn.memory.filters import memory_filter
+from quinn.memory.models import Change, Memory, NewMemory, SearchHit
+from quinn.memory.search import context_block, find_similar, hybrid_search
 from quinn.memory.store import MemoryStore
 
-__all__ = ["Memory", "MemoryStore", "NewMemory", "SearchHit"]
+__all__ = [
+    "Change",
+    "Database",
+    "Memory",
+    "MemoryStore",
+    "NewMemory",
+    "SearchHit",
+    "context_block",
+    "find_similar",
+    "hybrid_search",
+    "memory_filter",
+]

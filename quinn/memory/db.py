@@ -113,19 +113,30 @@ class Database:
                     self._conn = None
         self._executor.shutdown(wait=True)
 
-    def migrate(self) -> int:
-        """Apply every migration newer than ``PRAGMA user_version``; returns the resulting version."""
+    def migrate(self, target: int | None = None) -> int:
+        """Apply every migration newer than ``PRAGMA user_version`` (up to ``target``); returns the version.
+
+        A database written by a newer Quinn is refused rather than used: its schema may hold what this code
+        would silently drop.
+        """
+        available = migrations()
+        latest = available[-1][0] if available else 0
         with self._lock:
-            current = self.query_value("PRAGMA user_version") or 0
-            for version, sql in migrations():
-                if version <= current:
+            current = int(self.query_value("PRAGMA user_version") or 0)
+            if current > latest:
+                raise StoreError(
+                    f"database {self.redacted_url} has schema version {current}, newer than this Quinn's {latest}",
+                    "upgrade quinn, or restore a backup made before the upgrade",
+                )
+            for version, sql in available:
+                if version <= current or (target is not None and version > target):
                     continue
                 log.info("database %s: applying migration %04d", self.redacted_url, version)
                 # executescript: over a remote connection, execute() of vector-index DDL builds an empty index.
                 self._conn.executescript(f"{sql}\nPRAGMA user_version = {version};")
                 self._conn.commit()
                 current = version
-            return int(current)
+            return current
 
     # -- statements ------------------------------------------------------------------------------------
 

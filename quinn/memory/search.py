@@ -11,12 +11,13 @@ import logging
 import math
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit, iso, utcnow
+from quinn.memory.filters import memory_filter
+from quinn.memory.models import Memory, SearchHit, memory_columns, utcnow
 
 if TYPE_CHECKING:
     from quinn.memory.store import MemoryStore
@@ -24,12 +25,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RRF_K = 60
+# Re-ranking weights. With RRF_K = 60 neighbouring ranks differ by ~1.5% in fused score, so these let importance
+# and recency reorder memories of near-equal relevance (a few ranks) without overriding a clearly better match.
+IMPORTANCE_WEIGHT = 0.03
+RECENCY_WEIGHT = 0.01
 CANDIDATES = 50
 MAX_QUERY_CHUNKS = 6
-STABILITY_GROWTH = 1.2
-STABILITY_CAP_H = 24.0 * 365
+CHUNK_WEIGHT_DECAY = 0.95
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n{2,}")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_PARAGRAPH = re.compile(r"\n\s*\n")
+_REQUEST = re.compile(
+    r"\b(?:could|can|would|will) you\b|\b(?:please|remind|remember|recall|let me know|tell me)\b", re.IGNORECASE
+)
 STOPWORDS = frozenset(
     (
         "a an and are as at be but by can could did do does for from had has have hi hello how i i'm if in "
@@ -41,18 +49,34 @@ STOPWORDS = frozenset(
 
 
 def query_chunks(text: str, limit: int = MAX_QUERY_CHUNKS) -> list[str]:
-    """Split a long email into its most informative sentences (embedding a whole mail blurs it).
+    """Split a long email into its most informative sentences, most informative first.
 
-    Short text is returned whole; longer text is split into sentences, and the ``limit`` sentences with the
-    most distinct content words are kept, in their original order.
+    Embedding a whole mail blurs it into an average of small talk; cutting it keeps only its start. Short text
+    (up to 300 characters) is returned whole. Longer text is split into paragraphs and sentences; repeats and
+    fragments without two content words (greetings, sign-offs) are dropped; questions and requests come first,
+    since they are what a reply must answer, then sentences with more distinct content words.
     """
-    text = " ".join(text.split())
-    if len(text) <= 300:
-        return [text] if text else []
-    sentences = [s.strip() for s in _SENTENCE.split(text) if len(s.strip()) > 3]
-    scored = sorted(range(len(sentences)), key=lambda i: -len(content_words(sentences[i])))
-    keep = sorted(scored[:limit])
-    return [sentences[i][:500] for i in keep]
+    flat = " ".join(text.split())
+    if len(flat) <= 300:
+        return [flat] if flat else []
+    sentences: list[str] = []
+    seen: set[str] = set()
+    for paragraph in _PARAGRAPH.split(text):
+        for sentence in _SENTENCE.split(" ".join(paragraph.split())):
+            key = sentence.lower()
+            if len(content_words(sentence)) < 2 or key in seen:
+                continue
+            seen.add(key)
+            sentences.append(sentence[:500])
+    if not sentences:
+        return [flat[:500]]
+
+    def priority(index: int) -> tuple[int, int]:
+        sentence = sentences[index]
+        asks = 6 if "?" in sentence else 3 if _REQUEST.search(sentence) else 0
+        return (-(asks + len(content_words(sentence))), index)
+
+    return [sentences[i] for i in sorted(range(len(sentences)), key=priority)[:limit]]
 
 
 def content_words(text: str) -> set[str]:
@@ -60,17 +84,26 @@ def content_words(text: str) -> set[str]:
     return {w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS and len(w) > 1}
 
 
-def fts_query(text: str, max_terms: int = 32) -> str | None:
-    """An FTS5 MATCH expression: the content words OR-ed, each quoted (no user text becomes FTS syntax)."""
-    words = sorted(content_words(text), key=len, reverse=True)[:max_terms]
+def fts_query(text: str, max_terms: int = 48) -> str | None:
+    """An FTS5 MATCH expression: the first ``max_terms`` distinct content words OR-ed, each quoted (no user
+    text becomes FTS syntax). Words are taken in order of appearance, so the leading chunks count most."""
+    words: list[str] = []
+    for match in _WORD.finditer(text):
+        word = match.group(0).lower()
+        if word not in STOPWORDS and len(word) > 1 and word not in words:
+            words.append(word)
     if not words:
         return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words[:max_terms])
 
 
 def effective_importance(memory: Memory, now: datetime) -> float:
-    """importance × exp(-hours since last access / stability): memories fade unless they are used."""
-    last = memory.last_accessed_at or memory.valid_from or memory.created_at
+    """importance × exp(-hours since last access / stability): memories fade unless they are used.
+
+    A memory never retrieved counts from when it was stored (``created_at``), not from when it started to hold:
+    a fact learned today from an old email is fresh in memory.
+    """
+    last = memory.last_accessed_at or memory.created_at
     hours = max(0.0, (now - datetime.fromisoformat(last)).total_seconds() / 3600.0)
     return memory.importance * math.exp(-hours / max(memory.stability, 1.0))
 
@@ -84,18 +117,25 @@ def hybrid_search(
     touch: bool = True,
     **filters: Any,
 ) -> list[SearchHit]:
-    """The user's ``k`` best memories for ``query``; filters are those of ``store.memory_filter``."""
-    from quinn.memory.store import memory_filter
+    """The user's ``k`` best memories for ``query``, best first; filters are those of ``memory_filter``.
 
+    Only current, non-expired, active memories unless the filters ask otherwise (``as_of``,
+    ``include_inactive``). Vectors of another model than the store's embedder are never compared; without an
+    embedder the search is full-text only (logged once per store). ``touch`` counts the retrieval on each hit.
+    """
     where, params = memory_filter(user_id, **filters)
     chunks = query_chunks(query)
     if not chunks:
         return []
     vector_ranks: dict[int, tuple[int, float]] = {}
+    found: dict[int, Memory] = {}  # both rankings read whole rows: no third round trip to fetch them
     if store.embedder is not None:
+        _say_stale_vectors_once(store)
         vectors = store.embedder.embed(chunks)
-        vector_ranks = _vector_ranks(store, where, params, vectors, store.embedder.model_id)
-    fts_ranks = _fts_ranks(store, where, params, " ".join(chunks))
+        vector_ranks = _vector_ranks(store, where, params, vectors, found)
+    elif store.first_time("fts-only"):
+        log.warning("memory search runs on full-text only: no embedder is configured")
+    fts_ranks = _fts_ranks(store, where, params, " ".join(chunks), found)
     fused: dict[int, float] = {}
     for mid, (rank, _sim) in vector_ranks.items():
         fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank)
@@ -103,15 +143,15 @@ def hybrid_search(
         fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank)
     if not fused:
         return []
-    ids = sorted(fused, key=lambda i: -fused[i])[: max(k * 3, CANDIDATES)]
-    rows = store.db.query(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({','.join('?' * len(ids))})", ids)
     now = utcnow()
     best = 2.0 / (RRF_K + 1)
+    top_weight = 1.0 + IMPORTANCE_WEIGHT + RECENCY_WEIGHT
     hits = []
-    for row in rows:
-        memory = Memory.from_row(row)
+    for mid in sorted(fused, key=lambda i: -fused[i])[: max(k * 3, CANDIDATES)]:
+        memory = found[mid]
         relevance = fused[memory.id] / best
-        weight = 0.75 + 0.25 * effective_importance(memory, now) + 0.05 * _recency(memory, now)
+        weight = (1.0 + IMPORTANCE_WEIGHT * effective_importance(memory, now)
+                  + RECENCY_WEIGHT * _recency(memory, now)) / top_weight  # fmt: skip
         sim = vector_ranks.get(memory.id, (None, None))[1]
         hits.append(SearchHit(memory, relevance * weight, sim, fts_ranks.get(memory.id)))
     hits.sort(key=lambda h: (-h.score, -h.memory.id))
@@ -121,35 +161,69 @@ def hybrid_search(
     return hits
 
 
+def _say_stale_vectors_once(store: MemoryStore) -> None:
+    """Warn once per store when current memories carry no vector of the configured model (found by FTS only)."""
+    if store.embedder is None or not store.first_time("stale-vectors"):
+        return
+    stale = store.db.query_value(
+        "SELECT count(*) FROM memories WHERE active = 1 AND superseded_by IS NULL"
+        " AND (embedding_model IS NOT ? OR embedding IS NULL)",
+        (store.embedder.model_id,),
+    )
+    if stale:
+        log.warning(
+            "%d memories have no %s vector and are found by full-text only; run `quinn memory reembed`",
+            stale, store.embedder.model_id,
+        )  # fmt: skip
+
+
 def _vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, model_id: str
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory]
 ) -> dict[int, tuple[int, float]]:
-    """Rank by best cosine similarity over the query chunks; only vectors of the current model count."""
+    """Rank by best (priority-weighted) cosine similarity over the query chunks; the reported similarity is the
+    raw best one. Only vectors of the store's model are compared
+    (another model's vectors live in another space, and may differ in length, which the SQL function rejects)."""
+    assert store.embedder is not None
+    model_id, dim = store.embedder.model_id, store.embedder.dim
     best: dict[int, float] = {}
-    for vector in vectors:
+    ranking: dict[int, float] = {}
+    for position, vector in enumerate(vectors):
+        # Chunks come most informative first: a later chunk's match counts slightly less.
+        weight = CHUNK_WEIGHT_DECAY**position
         rows = store.db.query(
-            f"SELECT m.id, vector_distance_cos(m.embedding, ?) AS d FROM memories m WHERE {where}"
-            " AND m.embedding_model = ? ORDER BY d LIMIT ?",
-            [vector.astype(np.float32).tobytes(), *params, model_id, CANDIDATES],
+            f"SELECT vector_distance_cos(m.embedding, ?) AS d, {memory_columns('m')} FROM memories m WHERE {where}"
+            " AND m.embedding_model = ? AND m.embedding IS NOT NULL AND length(m.embedding) = ? ORDER BY d LIMIT ?",
+            [np.asarray(vector, dtype=np.float32).tobytes(), *params, model_id, dim * 4, CANDIDATES],
         )
-        for mid, distance in rows:
+        for distance, *columns in rows:
             if distance is None:
                 continue
-            best[mid] = max(best.get(mid, -1.0), 1.0 - float(distance))
-    ordered = sorted(best, key=lambda i: -best[i])
+            mid = int(columns[0])
+            if mid not in found:
+                found[mid] = Memory.from_row(tuple(columns))
+            similarity = 1.0 - float(distance)
+            best[mid] = max(best.get(mid, -1.0), similarity)
+            ranking[mid] = max(ranking.get(mid, -1.0), similarity * weight)
+    ordered = sorted(ranking, key=lambda i: -ranking[i])
     return {mid: (rank, best[mid]) for rank, mid in enumerate(ordered, start=1)}
 
 
-def _fts_ranks(store: MemoryStore, where: str, params: Sequence[Any], text: str) -> dict[int, int]:
+def _fts_ranks(
+    store: MemoryStore, where: str, params: Sequence[Any], text: str, found: dict[int, Memory]
+) -> dict[int, int]:
     match = fts_query(text)
     if match is None:
         return {}
     rows = store.db.query(
-        "SELECT m.id FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid"
+        f"SELECT {memory_columns('m')} FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid"
         f" WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
         [match, *params, CANDIDATES],
     )
-    return {row[0]: rank for rank, row in enumerate(rows, start=1)}
+    ranks: dict[int, int] = {}
+    for rank, row in enumerate(rows, start=1):
+        memory = found.setdefault(int(row[0]), Memory.from_row(row))
+        ranks[memory.id] = rank
+    return ranks
 
 
 def _recency(memory: Memory, now: datetime) -> float:
@@ -158,32 +232,22 @@ def _recency(memory: Memory, now: datetime) -> float:
 
 
 def strengthen(store: MemoryStore, memory_ids: Sequence[int], now: datetime | None = None) -> None:
-    """Retrieval strengthens memory: count the access and grow stability (capped), in one batched write."""
-    moment = iso(now or datetime.now(UTC))
-    with store.db.transaction() as tx:
-        tx.executemany(
-            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?,"
-            f" stability = min(stability * {STABILITY_GROWTH}, {STABILITY_CAP_H}) WHERE id = ?",
-            [(moment, mid) for mid in memory_ids],
-        )
+    """Retrieval strengthens memory: count the access and grow stability (written in batches by the store)."""
+    if memory_ids:
+        store.record_access(memory_ids, now)
 
 
 def find_similar(store: MemoryStore, user_id: str, content: str, threshold: float = 0.85) -> list[SearchHit]:
-    """Current memories of the user whose cosine similarity to ``content`` is at least ``threshold``."""
-    from quinn.memory.store import memory_filter
-
+    """Current memories of the user whose cosine similarity to ``content`` is at least ``threshold``, most
+    similar first (score = similarity). Empty without an embedder: near-duplicates need vectors."""
     if store.embedder is None:
         return []
     where, params = memory_filter(user_id)
     vector = store.embedder.embed([content])[0]
-    ranks = _vector_ranks(store, where, params, vector[None, :], store.embedder.model_id)
-    ids = [mid for mid, (_rank, sim) in ranks.items() if sim >= threshold]
-    hits = []
-    for mid in ids:
-        memory = store.get(mid)
-        if memory is not None:
-            hits.append(SearchHit(memory, ranks[mid][1], ranks[mid][1], None))
-    return sorted(hits, key=lambda h: -h.score)
+    found: dict[int, Memory] = {}
+    ranks = _vector_ranks(store, where, params, vector[None, :], found)
+    hits = [SearchHit(found[mid], sim, sim, None) for mid, (_rank, sim) in ranks.items() if sim >= threshold]
+    return sorted(hits, key=lambda h: (-h.score, h.memory.id))
 
 
 def estimate_tokens(text: str) -> int:
@@ -195,11 +259,12 @@ def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
     """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``."""
     lines: list[str] = []
     seen: set[str] = set()
+    shown: set[int] = set()
     used = 0
     for hit in hits:
         memory = hit.memory
         key = " ".join(memory.content.lower().split())
-        if key in seen:
+        if key in seen or memory.id in shown:
             continue
         date = memory.valid_from[:10]
         where = f"{memory.type}, {memory.domain}" if memory.domain else memory.type
@@ -208,6 +273,7 @@ def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
         if used + cost > token_budget:
             continue
         seen.add(key)
+        shown.add(memory.id)
         lines.append(line)
         used += cost
     return "\n".join(lines)

@@ -1,16 +1,21 @@
-"""MemoryStore: create, read, version, forget and purge memories; search lives in ``search.py``.
+"""MemoryStore: create, read, version, forget and purge memories; search lives in ``search.py``, export and
+import in ``records.py``.
 
 Memories are never overwritten: ``update`` writes version n+1 as a new row and closes the old one
 (``valid_to``, ``superseded_by``); ``forget`` makes a memory inactive but keeps it in history; only ``purge``
-deletes, and then it removes every trace of the user.
+deletes, and then it removes every trace of the user. Immutable memories refuse ``update``, ``supersede`` and
+``forget`` unless the caller is an operator who says so (``allow_immutable=True``); the agent never does.
+
+Every method is synchronous and runs on the caller's thread under the database's one lock; from the event loop,
+go through ``Database.run``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,18 +24,38 @@ import numpy as np
 from quinn.errors import StoreError
 from quinn.memory.db import Database, Transaction
 from quinn.memory.embed import Embedder
+from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import (
     MEMORY_COLUMNS,
-    SCHEMA_VERSION,
-    SCOPES,
+    Change,
+    Content,
     Memory,
     NewMemory,
     SearchHit,
+    content_text,
     iso,
     utcnow,
 )
+from quinn.memory.rows import (
+    INSERT_CHUNK,
+    insert_rows,
+    log_changes,
+    marks,
+    moment,
+    row_for,
+    update_rows,
+)
 
 log = logging.getLogger(__name__)
+
+__all__ = ["MemoryStore", "memory_filter"]
+
+ACCESS_FLUSH_IDS = 64  # pending retrieval counts are written once this many memories wait...
+ACCESS_FLUSH_S = 30.0  # ...or the oldest waited this long (checked at the next retrieval), and at close
+STABILITY_GROWTH = 1.2  # each retrieval multiplies a memory's stability (hours of decay) by this
+STABILITY_CAP_H = 24.0 * 365
+REEMBED_BATCH = 64
+DEFAULT = "default"
 
 
 class MemoryStore:
@@ -39,41 +64,63 @@ class MemoryStore:
     def __init__(self, db: Database, embedder: Embedder | None) -> None:
         self.db = db
         self.embedder = embedder
-        if embedder is None:
-            log.warning("memory search runs on full-text only: no embedder is configured")
+        self._done_once: set[str] = set()
+        self._access_lock = threading.Lock()
+        self._pending_access: dict[int, tuple[int, str]] = {}  # memory id -> (retrievals, last moment)
+        self._pending_since: float | None = None
 
     @classmethod
-    def open(cls, database_url: str, *, embedder: Embedder | str | None = "default", auth_token: str | None = None):
-        """Open (and migrate) the database at ``database_url``; the default embedder is the local model."""
-        if embedder == "default":
-            from quinn.memory.embed import LocalEmbedder
+    def open(
+        cls, database_url: str, *, embedder: Embedder | str | None = DEFAULT, auth_token: str | None = None
+    ) -> MemoryStore:
+        """Open (and migrate) the database at ``database_url`` (a file path, or an http(s)/libsql URL).
 
-            embedder = LocalEmbedder()
-        assert not isinstance(embedder, str)
+        Without an ``embedder`` argument the default one is used: the local all-MiniLM-L6-v2 when the ``local``
+        extra is installed, else none (search is then full-text only). Pass ``embedder=None`` for none.
+        """
+        if isinstance(embedder, str):
+            if embedder != DEFAULT:
+                raise StoreError(f"embedder {embedder!r} is not an Embedder", "pass an Embedder, None or 'default'")
+            from quinn.memory.embed import default_embedder
+
+            embedder = default_embedder()
         return cls(Database.open(database_url, auth_token), embedder)
 
     def close(self) -> None:
-        """Close the database."""
-        self.db.close()
+        """Write pending retrieval counts and close the database."""
+        try:
+            self.flush_access()
+        finally:
+            self.db.close()
+
+    def first_time(self, key: str) -> bool:
+        """True the first time ``key`` is asked for on this store: for things said once (e.g. "FTS only")."""
+        if key in self._done_once:
+            return False
+        self._done_once.add(key)
+        return True
 
     # -- writing ---------------------------------------------------------------------------------------
 
-    def _vectors(self, texts: Sequence[str]) -> np.ndarray | None:
+    def vectors(self, texts: Sequence[str]) -> np.ndarray | None:
+        """Embed ``texts`` (batched) and check the shape: F32_BLOB accepts any length, so nothing else would."""
         if self.embedder is None or not texts:
             return None
         vectors = self.embedder.embed(list(texts))
         if vectors.shape != (len(texts), self.embedder.dim) or vectors.dtype != np.float32:
-            # F32_BLOB accepts blobs of any length: a wrong shape would silently corrupt search.
             raise StoreError(
                 f"embedder {self.embedder.model_id} returned shape {vectors.shape} {vectors.dtype}, "
-                f"expected ({len(texts)}, {self.embedder.dim}) float32"
+                f"expected ({len(texts)}, {self.embedder.dim}) float32",
+                "check embeddings.model and embeddings.dimensions",
             )
+        if not np.isfinite(vectors).all():
+            raise StoreError(f"embedder {self.embedder.model_id} returned NaN or infinite values")
         return vectors
 
     def add(
         self,
         user_id: str | None,
-        content: str,
+        content: Content,
         *,
         scope: str = "profile",
         type: str = "fact",
@@ -85,7 +132,7 @@ class MemoryStore:
         expires_at: datetime | str | None = None,
         immutable: bool = False,
     ) -> int:
-        """Store one memory and return its id."""
+        """Store one memory (text, or a JSON object/array) and return its id."""
         item = NewMemory(
             user_id=user_id, content=content, scope=scope, type=type, domain=domain, tags=tuple(tags),
             metadata=dict(metadata or {}), importance=importance, valid_from=valid_from, expires_at=expires_at,
@@ -94,145 +141,145 @@ class MemoryStore:
         return self.add_many([item])[0]
 
     def add_many(self, items: Sequence[NewMemory]) -> list[int]:
-        """Store many memories: one batched embedding call and one transaction."""
-        for index, item in enumerate(items):
-            _check_new(item, index)
-        vectors = self._vectors([item.content for item in items])
+        """Store many memories: every input checked first, one batched embedding call, one transaction."""
+        rows = [row_for(item, index) for index, item in enumerate(items)]
+        if not rows:
+            return []
+        vectors = self.vectors([row["content"] for row in rows])
         now = iso(utcnow())
-        ids: list[int] = []
+        for index, row in enumerate(rows):
+            row.update(created_at=now, updated_at=now, valid_from=row["valid_from"] or now)
+            self._attach_vector(row, vectors[index] if vectors is not None else None)
         with self.db.transaction() as tx:
-            for index, item in enumerate(items):
-                vector = vectors[index].tobytes() if vectors is not None else None
-                ids.append(self._insert(tx, item, vector, now, version=1, root_id=None))
+            ids = insert_rows(tx, rows)
+            for start in range(0, len(ids), INSERT_CHUNK):
+                chunk = ids[start : start + INSERT_CHUNK]
+                tx.execute(f"UPDATE memories SET root_id = id WHERE id IN ({marks(chunk)})", chunk)
+                log_changes(tx, chunk, "created", None, now)
         return ids
 
-    def _insert(
-        self, tx: Transaction, item: NewMemory, vector: bytes | None, now: str | None, *, version: int,
-        root_id: int | None,
-    ) -> int:  # fmt: skip
-        metadata = json.dumps(item.metadata, ensure_ascii=False, sort_keys=True)
-        new_id = tx.execute(
-            "INSERT INTO memories (user_id, scope, domain, type, content, tags, metadata, importance, created_at,"
-            " updated_at, version, root_id, valid_from, expires_at, immutable, embedding, embedding_model,"
-            " schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                _norm_user(item.user_id), item.scope, item.domain, item.type, item.content,
-                json.dumps(sorted(set(item.tags)), ensure_ascii=False), metadata, float(item.importance), now,
-                now, version, root_id, iso(item.valid_from) or now, iso(item.expires_at), int(item.immutable),
-                vector, self.embedder.model_id if (self.embedder and vector is not None) else None,
-                SCHEMA_VERSION,
-            ),
-        )  # fmt: skip
-        if root_id is None:
-            root_id = new_id
-            tx.execute("UPDATE memories SET root_id = ? WHERE id = ?", (new_id, new_id))
-        _record_version(tx, new_id, root_id, item.user_id, version, "created" if version == 1 else "updated",
-                        item.content, metadata, None, now)  # fmt: skip
-        return new_id
+    def _attach_vector(self, row: dict[str, Any], vector: np.ndarray | None) -> None:
+        row["embedding"] = vector.tobytes() if vector is not None else None
+        row["embedding_model"] = self.embedder.model_id if (self.embedder and vector is not None) else None
 
     def update(
         self,
         memory_id: int,
-        content: str,
+        content: Content,
         *,
         user_id: str | None = None,
         reason: str | None = None,
         valid_from: datetime | str | None = None,
         metadata: dict[str, Any] | None = None,
         importance: float | None = None,
+        tags: Iterable[str] | None = None,
         allow_immutable: bool = False,
     ) -> int:
-        """Write version n+1 of a current memory; the old row is closed at ``valid_from`` (default now).
+        """Write version n+1 of a current memory; the old row keeps its content and is closed at ``valid_from``
+        (default now) with ``valid_to`` and ``superseded_by``. Metadata keys given are merged into the old ones.
 
         ``user_id``, when given, must own the memory: the agent always passes it. Returns the new id.
         """
         old = self._current_for_change(memory_id, user_id, allow_immutable, "update")
-        change_at = iso(valid_from) or iso(utcnow())
-        merged_meta = {**old.metadata, **(metadata or {})}
+        change_at = moment("valid_from", valid_from) or iso(utcnow())
+        if change_at < old.valid_from:  # a late-processed older email: never give the old row a negative span
+            log.debug("memory %s: update valid_from %s before %s, using the latter", old.id, change_at, old.valid_from)
+            change_at = old.valid_from
         item = NewMemory(
             user_id=old.user_id, content=content, scope=old.scope, type=old.type, domain=old.domain,
-            tags=old.tags, metadata=merged_meta, importance=old.importance if importance is None else importance,
-            valid_from=change_at, expires_at=old.expires_at, immutable=old.immutable,
+            tags=old.tags if tags is None else tuple(tags), metadata={**old.metadata, **(metadata or {})},
+            importance=old.importance if importance is None else importance, valid_from=change_at,
+            expires_at=old.expires_at, immutable=old.immutable,
         )  # fmt: skip
-        _check_new(item, 0)
-        vectors = self._vectors([content])
+        row = row_for(item, 0)
+        vectors = self.vectors([row["content"]])
         now = iso(utcnow())
+        row.update(created_at=now, updated_at=now, version=old.version + 1, root_id=old.root_id)
+        self._attach_vector(row, vectors[0] if vectors is not None else None)
         with self.db.transaction() as tx:
-            new_id = self._insert(tx, item, vectors[0].tobytes() if vectors is not None else None, now,
-                                  version=old.version + 1, root_id=old.root_id)  # fmt: skip
-            tx.execute(
-                "UPDATE memories SET valid_to = ?, superseded_by = ?, updated_at = ? WHERE id = ?",
-                (change_at, new_id, now, old.id),
-            )
-            _record_version(tx, old.id, old.root_id, old.user_id, old.version, "superseded", old.content,
-                            json.dumps(old.metadata, sort_keys=True), reason, now)  # fmt: skip
+            [new_id] = insert_rows(tx, [row])
+            log_changes(tx, [new_id], "updated", reason, now)
+            self._close(tx, [old], new_id, change_at, reason, now)
         return new_id
 
-    def supersede(self, memory_ids: Sequence[int], by: NewMemory, *, reason: str | None = None) -> int:
-        """Replace several current memories with one new memory (consolidation, contradiction)."""
-        olds = [self._current_for_change(mid, by.user_id, False, "supersede") for mid in memory_ids]
-        _check_new(by, 0)
-        vectors = self._vectors([by.content])
+    def supersede(
+        self, memory_ids: Sequence[int], by: NewMemory, *, reason: str | None = None, allow_immutable: bool = False
+    ) -> int:
+        """Replace several current memories of one user with one new memory (consolidation, contradiction)."""
+        owner = normalise_user(by.user_id)
+        olds = [
+            self._current_for_change(mid, owner, allow_immutable, "supersede", owner_known=True) for mid in memory_ids
+        ]
+        if not olds:
+            raise StoreError("supersede needs at least one memory id to replace")
+        row = row_for(by, 0)
+        vectors = self.vectors([row["content"]])
         now = iso(utcnow())
-        change_at = iso(by.valid_from) or now
+        change_at = row["valid_from"] or now
+        row.update(created_at=now, updated_at=now, valid_from=change_at)
+        self._attach_vector(row, vectors[0] if vectors is not None else None)
         with self.db.transaction() as tx:
-            new_id = self._insert(tx, replace(by, valid_from=change_at),
-                                  vectors[0].tobytes() if vectors is not None else None, now, version=1,
-                                  root_id=None)  # fmt: skip
-            for old in olds:
-                tx.execute(
-                    "UPDATE memories SET valid_to = ?, superseded_by = ?, updated_at = ? WHERE id = ?",
-                    (change_at, new_id, now, old.id),
-                )
-                _record_version(tx, old.id, old.root_id, old.user_id, old.version, "superseded", old.content,
-                                json.dumps(old.metadata, sort_keys=True), reason, now)  # fmt: skip
+            [new_id] = insert_rows(tx, [row])
+            tx.execute("UPDATE memories SET root_id = id WHERE id = ?", (new_id,))
+            log_changes(tx, [new_id], "created", reason, now)
+            self._close(tx, olds, new_id, change_at, reason, now)
         return new_id
 
-    def forget(self, memory_id: int, *, user_id: str | None = None, reason: str | None = None,
-               allow_immutable: bool = False) -> None:  # fmt: skip
-        """Soft-delete: the memory leaves retrieval but stays in history."""
+    @staticmethod
+    def _close(tx: Transaction, olds: Sequence[Memory], new_id: int, at: str, reason: str | None, now: str) -> None:
+        ids = [old.id for old in olds]
+        tx.execute(
+            f"UPDATE memories SET valid_to = max(valid_from, ?), superseded_by = ?, updated_at = ?"
+            f" WHERE id IN ({marks(ids)})",
+            [at, new_id, now, *ids],
+        )
+        log_changes(tx, ids, "superseded", reason, now)
+
+    def forget(
+        self, memory_id: int, *, user_id: str | None = None, reason: str | None = None, allow_immutable: bool = False
+    ) -> None:
+        """Soft-delete: the memory leaves retrieval (also ``as_of``) but stays in history until a purge."""
         old = self._current_for_change(memory_id, user_id, allow_immutable, "forget")
         now = iso(utcnow())
         with self.db.transaction() as tx:
             tx.execute("UPDATE memories SET active = 0, updated_at = ? WHERE id = ?", (now, old.id))
-            _record_version(tx, old.id, old.root_id, old.user_id, old.version, "forgotten", old.content,
-                            json.dumps(old.metadata, sort_keys=True), reason, now)  # fmt: skip
+            log_changes(tx, [old.id], "forgotten", reason, now)
 
-    def _current_for_change(self, memory_id: int, user_id: str | None, allow_immutable: bool, verb: str) -> Memory:
-        memory = self.get(memory_id)
-        if memory is None or (user_id is not None and memory.user_id != _norm_user(user_id)):
+    def _current_for_change(
+        self, memory_id: int, user_id: str | None, allow_immutable: bool, verb: str, *, owner_known: bool = False
+    ) -> Memory:
+        memory = self.get(memory_id, user_id=user_id)
+        if memory is not None and owner_known and memory.user_id != user_id:
+            memory = None  # a global supersede must not reach into a user's memories, nor the reverse
+        if memory is None:
             # The same answer for "missing" and "someone else's": no probing other users' ids.
             raise StoreError(f"memory {memory_id} not found")
         if not memory.current:
-            raise StoreError(f"memory {memory_id} is not current (superseded or forgotten); cannot {verb} it")
+            raise StoreError(
+                f"memory {memory_id} is not current (superseded or forgotten); cannot {verb} it",
+                f"{verb} the current version: see its history",
+            )
         if memory.immutable and not allow_immutable:
-            raise StoreError(f"memory {memory_id} is immutable; only an operator can change it")
+            raise StoreError(f"memory {memory_id} is immutable; only an operator can {verb} it")
         return memory
 
     # -- reading ---------------------------------------------------------------------------------------
 
-    def get(self, memory_id: int) -> Memory | None:
-        """One memory row by id (any version, any state), or None."""
+    def get(self, memory_id: int, *, user_id: str | None = None) -> Memory | None:
+        """One memory row by id (any version, any state), or None; with ``user_id``, only that user's."""
         row = self.db.query_one(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (int(memory_id),))
-        return Memory.from_row(row) if row else None
+        memory = Memory.from_row(row) if row else None
+        if memory is not None and user_id is not None and memory.user_id != normalise_user(user_id):
+            return None
+        return memory
 
-    def get_all(
-        self,
-        user_id: str | None,
-        *,
-        scope: str | None = None,
-        domain: str | None = None,
-        type: str | None = None,
-        include_inactive: bool = False,
-        as_of: datetime | str | None = None,
-        limit: int | None = None,
-    ) -> list[Memory]:
-        """The user's memories (current ones unless asked otherwise), newest first."""
-        where, params = memory_filter(user_id, scope=scope, domain=domain, type=type,
-                                      include_inactive=include_inactive, as_of=as_of)  # fmt: skip
+    def get_all(self, user_id: str | None, *, limit: int | None = None, **filters: Any) -> list[Memory]:
+        """The user's memories (current ones unless asked otherwise), newest first; filters as ``memory_filter``."""
+        where, params = memory_filter(user_id, **filters)
         sql = f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE {where} ORDER BY m.valid_from DESC, m.id DESC"
         if limit:
-            sql += f" LIMIT {int(limit)}"
+            sql += " LIMIT ?"
+            params.append(int(limit))
         return [Memory.from_row(r) for r in self.db.query(sql, params)]
 
     def history(self, memory_id: int) -> list[Memory]:
@@ -244,6 +291,18 @@ class MemoryStore:
             f"SELECT {MEMORY_COLUMNS} FROM memories WHERE root_id = ? ORDER BY version, id", (memory.root_id,)
         )
         return [Memory.from_row(r) for r in rows]
+
+    def changes(self, memory_id: int) -> list[Change]:
+        """The audit log of the memory that ``memory_id`` belongs to (created, updated, superseded, ...)."""
+        memory = self.get(memory_id)
+        if memory is None:
+            return []
+        rows = self.db.query(
+            "SELECT memory_id, version, change, content, reason, changed_at FROM memory_versions"
+            " WHERE root_id = ? ORDER BY id",
+            (memory.root_id,),
+        )
+        return [Change(int(r[0]), int(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def users(self) -> list[str]:
         """Every user with at least one memory or message."""
@@ -258,15 +317,121 @@ class MemoryStore:
 
         return hybrid_search(self, user_id, query, k=k, **filters)
 
+    def find_similar(self, user_id: str, content: Content, threshold: float = 0.85) -> list[SearchHit]:
+        """The user's current memories at least ``threshold`` cosine-similar to ``content`` (dedupe on extraction)."""
+        from quinn.memory.search import find_similar
+
+        return find_similar(self, user_id, content_text(content)[0], threshold)
+
+    def record_access(self, memory_ids: Sequence[int], now: datetime | str | None = None) -> None:
+        """Count one retrieval of each memory: access_count + 1, last_accessed_at, stability × 1.2 (capped).
+
+        Retrieval strengthens memory, but a commit per search would cost more than the search (an fsync): the
+        counts wait in memory and are written in one batch when ``ACCESS_FLUSH_IDS`` memories wait, when the
+        oldest waited ``ACCESS_FLUSH_S``, at ``flush_access`` and at ``close``. A crash loses at most those.
+        """
+        moment = iso(now or utcnow())
+        assert moment is not None
+        with self._access_lock:
+            for mid in memory_ids:
+                count, _last = self._pending_access.get(int(mid), (0, moment))
+                self._pending_access[int(mid)] = (count + 1, moment)
+            if self._pending_since is None:
+                self._pending_since = time.monotonic()
+            due = len(self._pending_access) >= ACCESS_FLUSH_IDS or (
+                time.monotonic() - self._pending_since >= ACCESS_FLUSH_S
+            )
+        if due:
+            try:
+                self.flush_access()
+            except Exception as exc:  # access statistics are soft: a failed write must not fail the search
+                log.warning("could not write retrieval counts (%s): %s", exc.__class__.__name__, exc)
+
+    def flush_access(self) -> int:
+        """Write the waiting retrieval counts in one transaction; returns how many memories were updated."""
+        with self._access_lock:
+            pending, self._pending_access, self._pending_since = self._pending_access, {}, None
+        if not pending:
+            return 0
+        with self.db.transaction() as tx:
+            update_rows(
+                tx,
+                "access_count = memories.access_count + v.n, stability = min(memories.stability * v.growth, ?),"
+                " last_accessed_at = max(coalesce(memories.last_accessed_at, ''), v.last)",
+                ("id", "n", "growth", "last"),
+                [(mid, n, STABILITY_GROWTH**n, last) for mid, (n, last) in pending.items()],
+                (STABILITY_CAP_H,),
+            )
+        return len(pending)
+
+    # -- export, import, re-embedding ------------------------------------------------------------------
+
+    def export(self, user_id: str, *, format: str = "json") -> str:
+        """Every memory row of the user (all versions, forgotten ones too) as a JSON or YAML document that
+        validates against ``memory.schema.json``."""
+        from quinn.memory.records import dump_document, export_document
+
+        self.flush_access()
+        return dump_document(export_document(self, user_id), format)
+
+    def import_(
+        self, data: str | bytes | dict[str, Any] | list[Any], *, user_id: str | None = None,
+        format: str | None = None, progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, int]:  # fmt: skip
+        """Import an export document (JSON or YAML text, or parsed); all or nothing. Records whose uid is already
+        present are skipped, so importing a file twice adds nothing. ``user_id`` moves every record to that user.
+        Invalid records raise ``StoreError`` naming the record index and the field. ``progress(done, total)``
+        follows the embedding, the long part. Returns counts: imported, skipped."""
+        from quinn.memory.records import import_document, load_document
+
+        document = load_document(data, format) if isinstance(data, str | bytes) else data
+        return import_document(self, document, user_id=user_id, progress=progress)
+
+    def reembed(self, *, batch_size: int = REEMBED_BATCH, progress: Callable[[int, int], None] | None = None) -> int:
+        """Re-embed every row whose vector is missing or from another model than the configured one.
+
+        Each batch is committed on its own, so an interrupted run resumes where it stopped. ``progress(done,
+        total)`` is called after each batch. Returns the number of rows re-embedded.
+        """
+        if self.embedder is None:
+            raise StoreError("reembed needs an embedder", "set [embeddings] backend to local or openai")
+        model, dim = self.embedder.model_id, self.embedder.dim
+        stale = "(embedding IS NULL OR embedding_model IS NOT ? OR length(embedding) != ?)"
+        total = int(self.db.query_value(f"SELECT count(*) FROM memories WHERE {stale}", (model, dim * 4)) or 0)
+        done = 0
+        last_id = 0
+        while True:
+            rows = self.db.query(
+                f"SELECT id, content FROM memories WHERE id > ? AND {stale} ORDER BY id LIMIT ?",
+                (last_id, model, dim * 4, max(1, int(batch_size))),
+            )
+            if not rows:
+                break
+            vectors = self.vectors([r[1] for r in rows])
+            assert vectors is not None
+            with self.db.transaction() as tx:
+                update_rows(
+                    tx, "embedding = v.embedding, embedding_model = ?", ("id", "embedding"),
+                    [(rows[i][0], vectors[i].tobytes()) for i in range(len(rows))], (model,),
+                )  # fmt: skip
+            done += len(rows)
+            last_id = int(rows[-1][0])
+            if progress is not None:
+                progress(done, max(total, done))
+        log.info("re-embedded %d memories with %s", done, model)
+        return done
+
     # -- purge -----------------------------------------------------------------------------------------
 
     def purge(self, user_id: str) -> dict[str, int]:
         """Delete every trace of a user: memories, history, messages, sessions, state, summaries, outbox, graph.
 
-        Full-text indexes are merged and the file vacuumed, so the user's text leaves the file's bytes.
+        Full-text indexes are merged and a local file is vacuumed, so the user's text leaves the file's bytes.
         Returns the number of rows removed per table.
         """
-        user = _norm_user(user_id)
+        user = normalise_user(user_id)
+        if not user:
+            raise StoreError("purge needs a user id", "name the user's address")
         counts: dict[str, int] = {}
         with self.db.transaction() as tx:
             sessions = [r[0] for r in tx.query("SELECT id FROM sessions WHERE user_id = ?", (user,))]
@@ -274,7 +439,7 @@ class MemoryStore:
                 ("memories", "user_id = ?", (user,)),
                 ("memory_versions", "user_id = ?", (user,)),
                 ("messages", "user_id = ?", (user,)),
-                ("session_ids", f"session_id IN ({','.join('?' * len(sessions)) or 'NULL'})", tuple(sessions)),
+                ("session_ids", f"session_id IN ({marks(sessions) or 'NULL'})", tuple(sessions)),
                 ("sessions", "user_id = ?", (user,)),
                 ("user_state", "user_id = ?", (user,)),
                 ("conversation_summaries", "user_id = ?", (user,)),
@@ -296,96 +461,3 @@ class MemoryStore:
         self.db.vacuum()
         log.info("purged user %s: %s", user, counts)
         return counts
-
-
-def memory_filter(
-    user_id: str | None,
-    *,
-    scope: str | None = None,
-    domain: str | None = None,
-    type: str | None = None,
-    tags: Sequence[str] | None = None,
-    tags_mode: str = "any",
-    since: datetime | str | None = None,
-    until: datetime | str | None = None,
-    min_importance: float | None = None,
-    include_inactive: bool = False,
-    include_global: bool = False,
-    as_of: datetime | str | None = None,
-    alias: str = "m",
-) -> tuple[str, list[Any]]:
-    """A parameterised WHERE clause for one user's memories; filters compose with AND."""
-    a = alias
-    clauses: list[str] = []
-    params: list[Any] = []
-    if user_id is None:
-        clauses.append(f"{a}.user_id IS NULL")
-    elif include_global:
-        clauses.append(f"({a}.user_id = ? OR {a}.user_id IS NULL)")
-        params.append(_norm_user(user_id))
-    else:
-        clauses.append(f"{a}.user_id = ?")
-        params.append(_norm_user(user_id))
-    if as_of is not None:
-        moment = iso(as_of)
-        clauses.append(f"{a}.valid_from <= ? AND ({a}.valid_to IS NULL OR {a}.valid_to > ?)")
-        params += [moment, moment]
-        if not include_inactive:
-            clauses.append(f"{a}.active = 1")
-    elif not include_inactive:
-        clauses.append(
-            f"{a}.active = 1 AND {a}.superseded_by IS NULL AND {a}.valid_to IS NULL"
-            f" AND ({a}.expires_at IS NULL OR {a}.expires_at > ?)"
-        )
-        params.append(iso(utcnow()))
-    for column, value in (("scope", scope), ("domain", domain), ("type", type)):
-        if value is not None:
-            clauses.append(f"{a}.{column} = ?")
-            params.append(value)
-    if tags:
-        joiner = " AND " if tags_mode == "all" else " OR "
-        clauses.append(
-            "(" + joiner.join(f"EXISTS (SELECT 1 FROM json_each({a}.tags) WHERE value = ?)" for _ in tags) + ")"
-        )
-        params += list(tags)
-    if since is not None:
-        clauses.append(f"{a}.valid_from >= ?")
-        params.append(iso(since))
-    if until is not None:
-        clauses.append(f"{a}.valid_from < ?")
-        params.append(iso(until))
-    if min_importance is not None:
-        clauses.append(f"{a}.importance >= ?")
-        params.append(float(min_importance))
-    return " AND ".join(clauses), params
-
-
-def _norm_user(user_id: str | None) -> str | None:
-    return user_id.strip().lower() if user_id else None
-
-
-def _check_new(item: NewMemory, index: int) -> None:
-    where = f"memory #{index}"
-    if not isinstance(item.content, str) or not item.content.strip():
-        raise StoreError(f"{where}: content must be non-empty text")
-    if item.scope not in SCOPES:
-        raise StoreError(f"{where}: scope {item.scope!r} is not one of {', '.join(SCOPES)}")
-    if not item.type or not item.type.replace("_", "").isalnum():
-        raise StoreError(f"{where}: type {item.type!r} must be a word like fact or preference")
-    if not 0.0 <= float(item.importance) <= 1.0:
-        raise StoreError(f"{where}: importance {item.importance} must be between 0 and 1")
-    if item.scope == "global" and item.user_id is not None:
-        raise StoreError(f"{where}: global memories have no user")
-    if item.scope != "global" and item.user_id is None:
-        raise StoreError(f"{where}: scope {item.scope} needs a user")
-
-
-def _record_version(
-    tx: Transaction, memory_id: int, root_id: int, user_id: str | None, version: int, change: str, content: str,
-    metadata: str, reason: str | None, now: str | None,
-) -> None:  # fmt: skip
-    tx.execute(
-        "INSERT INTO memory_versions (memory_id, root_id, user_id, version, change, content, metadata, reason,"
-        " changed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (memory_id, root_id, _norm_user(user_id), version, change, content, metadata, reason, now),
-    )

@@ -1,0 +1,76 @@
+"""Embedders: the OpenAI-compatible endpoint against the scripted server, the local model, the config switch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from quinn.errors import ConfigError, ConnectError
+from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder, build_embedder
+from quinn.memory.store import MemoryStore
+from tests.lab.llm_server import ScriptedLLM
+from tests.lab.ports import free_port
+
+
+def test_openai_embedder_batches_and_keeps_order(llm_server: ScriptedLLM):
+    embedder = OpenAIEmbedder("nomic-embed-text", llm_server.openai_base_url, "test-key")
+    assert (embedder.model_id, embedder.dim) == ("openai/nomic-embed-text", 384)  # found by a probe request
+    texts = [f"text number {i}" for i in range(150)] + [""]
+    llm_server.reset()
+    vectors = embedder.embed(texts)
+    requests = llm_server.requests_of("embeddings")
+    assert [len(r.body_json["input"]) for r in requests] == [64, 64, 23]  # batched, never one call per text
+    assert all(r.body_json["model"] == "nomic-embed-text" for r in requests)
+    assert requests[0].path == "/v1/embeddings"
+    assert vectors.shape == (151, 384) and vectors.dtype == np.float32
+    assert np.allclose(vectors[7], np.array(llm_server.embed("text number 7"), dtype=np.float32), atol=1e-6)
+    assert np.allclose(vectors[150], np.array(llm_server.embed(" "), dtype=np.float32), atol=1e-6)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert embedder.embed([]).shape == (0, 384)
+
+
+def test_openai_embedder_with_configured_dimensions_is_its_own_model(llm_server: ScriptedLLM):
+    embedder = build_embedder("openai", "text-embedding-3-small", llm_server.openai_base_url, "k", dimensions=256)
+    assert embedder is not None
+    assert (embedder.model_id, embedder.dim) == ("openai/text-embedding-3-small@256", 256)
+    assert embedder.embed(["hello"]).shape == (1, 256)
+    assert llm_server.requests_of("embeddings")[-1].body_json["dimensions"] == 256
+
+
+def test_openai_embedder_store_round_trip(llm_server: ScriptedLLM, tmp_path):
+    embedder = OpenAIEmbedder("scripted", llm_server.openai_base_url, "k")
+    store = MemoryStore.open(str(tmp_path / "m.db"), embedder=embedder)
+    try:
+        mid = store.add("alice@example.test", "Alice keeps bees")
+        hit = store.search("alice@example.test", "Alice keeps bees", k=1)[0]
+        assert hit.id == mid and hit.vector_similarity == pytest.approx(1.0, abs=1e-5)
+        assert store.get(mid).embedding_model == "openai/scripted"  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_unreachable_embeddings_endpoint_is_a_connect_error():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ConnectError) as info:
+        OpenAIEmbedder("nomic-embed-text", url, "k", max_retries=0, timeout_s=5)
+    assert f"embeddings endpoint {url}" in str(info.value)
+    assert "check embeddings.base_url" in str(info.value)
+
+
+def test_build_embedder_choices(embedder: LocalEmbedder):
+    assert build_embedder("none", "whatever") is None
+    with pytest.raises(ConfigError, match=r"embeddings\.backend 'magic' is unknown"):
+        build_embedder("magic", "m")
+    with pytest.raises(ConfigError, match=r"embeddings\.model 'no-such-model' is not on this machine"):
+        build_embedder("local", "no-such-model")
+    assert (embedder.model_id, embedder.dim) == ("local/all-MiniLM-L6-v2", 384)
+    a, b, c = embedder.embed(["Project Alpha deadline is June 30", "The Alpha project is due end of June", "Pizza"])
+    assert float(a @ b) > 0.6 > float(a @ c)  # the real model, not a hash: paraphrases are near
+
+
+def test_store_open_uses_the_local_model_by_default(tmp_path):
+    store = MemoryStore.open(str(tmp_path / "default.db"))
+    try:
+        assert isinstance(store.embedder, LocalEmbedder) and store.embedder.model_id == "local/all-MiniLM-L6-v2"
+    finally:
+        store.close()

@@ -1,0 +1,87 @@
+"""Numbered migrations, applied at open: each one from the version before it, with data in the database."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from quinn.memory.db import Database, migrations
+from quinn.memory.embed import LocalEmbedder
+from quinn.memory.store import MemoryStore
+
+ALICE = "alice@example.test"
+LATEST = migrations()[-1][0]
+
+
+def test_migrations_are_numbered_from_one():
+    assert [v for v, _ in migrations()] == list(range(1, LATEST + 1))
+    assert LATEST >= 2
+
+
+@pytest.mark.parametrize("version", range(1, LATEST + 1))
+def test_each_migration_applies_to_the_version_before(database_url: str, version: int):
+    db = Database.open(database_url, migrate=False)
+    try:
+        assert db.migrate(target=version - 1) == version - 1
+        assert db.migrate(target=version) == version
+        assert db.query_value("PRAGMA user_version") == version
+        assert db.migrate() == LATEST
+        assert db.migrate() == LATEST  # idempotent: nothing newer to apply
+    finally:
+        db.close()
+
+
+def _v1_row(db: Database, content: str, vector: np.ndarray, *, valid_from: str, version: int = 1,
+            root_id: int | None = None) -> int:  # fmt: skip
+    """A memory row exactly as the version-1 store wrote it (no uid, no content_format)."""
+    with db.transaction() as tx:
+        mid = tx.execute(
+            "INSERT INTO memories (user_id, scope, domain, type, content, tags, metadata, importance, created_at,"
+            " updated_at, version, root_id, valid_from, embedding, embedding_model, schema_version)"
+            " VALUES (?, 'domain', 'work', 'fact', ?, '[\"work\"]', '{\"source\": \"v1\"}', 0.6, ?, ?, ?, ?, ?, ?,"
+            " 'local/all-MiniLM-L6-v2', 1)",
+            (ALICE, content, valid_from, valid_from, version, root_id, valid_from, vector.tobytes()),
+        )
+        if root_id is None:
+            tx.execute("UPDATE memories SET root_id = ? WHERE id = ?", (mid, mid))
+        tx.execute(
+            "INSERT INTO memory_versions (memory_id, root_id, user_id, version, change, content, changed_at)"
+            " VALUES (?, ?, ?, ?, 'created', ?, ?)",
+            (mid, root_id or mid, ALICE, version, content, valid_from),
+        )
+    return mid
+
+
+def test_version_1_with_data_migrates_to_2(database_url: str, embedder: LocalEmbedder):
+    db = Database.open(database_url, migrate=False)
+    assert db.migrate(target=1) == 1
+    texts = ["Project Alpha deadline is June 30", "Project Alpha deadline moved to July 15", "Alice uses Linux"]
+    vectors = embedder.embed(texts)
+    old = _v1_row(db, texts[0], vectors[0], valid_from="2026-05-01T00:00:00+00:00")
+    new = _v1_row(db, texts[1], vectors[1], valid_from="2026-06-10T00:00:00+00:00", version=2, root_id=old)
+    db.execute("UPDATE memories SET valid_to = ?, superseded_by = ? WHERE id = ?", ("2026-06-10T00:00:00+00:00",
+               new, old))  # fmt: skip
+    linux = _v1_row(db, texts[2], vectors[2], valid_from="2026-04-01T00:00:00+00:00")
+    db.execute("INSERT INTO sessions (id, user_id, created_at, last_message_at) VALUES ('s1', ?, 'x', 'x')", (ALICE,))
+    db.close()
+
+    store = MemoryStore.open(database_url, embedder=embedder)  # open migrates
+    try:
+        assert store.db.query_value("PRAGMA user_version") == LATEST
+        uids = [r[0] for r in store.db.query("SELECT uid FROM memories ORDER BY id")]
+        assert len(uids) == len(set(uids)) == 3 and all(re.fullmatch(r"[0-9a-f]{32}", u) for u in uids)
+        assert {r[0] for r in store.db.query("SELECT content_format FROM memories")} == {"text"}
+        assert store.db.query_value("SELECT count(*) FROM sessions") == 1  # other tables keep their rows
+        # The old rows work with the new code: reads, versions, vector and full-text search, updates.
+        assert [m.id for m in store.get_all(ALICE)] == [new, linux]
+        assert [m.content for m in store.history(old)] == texts[:2]
+        hits = store.search(ALICE, "When is the Project Alpha deadline?", k=2)
+        assert hits[0].id == new and hits[0].vector_similarity is not None and hits[0].bm25_rank == 1
+        newest = store.update(linux, "Alice uses Linux and FreeBSD", user_id=ALICE)
+        assert store.get(newest).version == 2  # type: ignore[union-attr]
+        assert [h.id for h in store.search(ALICE, "FreeBSD", k=1)] == [newest]
+        assert store.export(ALICE).count('"uid"') == 4
+    finally:
+        store.close()
