@@ -119,7 +119,7 @@ async def test_explicit_registration_wins_over_the_router_key(srv: ScriptedLLM, 
 
 
 def test_openai_compatible_prefix_needs_a_base_url(srv: ScriptedLLM) -> None:
-    with pytest.raises(ConfigError, match="llm.base_url"):
+    with pytest.raises(ConfigError, match=r"llm\.base_url"):
         make_llm(srv, "ollama/llama3.2", key=False, base=None)
 
 
