@@ -121,7 +121,7 @@ def load_cases(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             case = json.loads(line)
-            case["id"], case["email"]["text"]  # noqa: B018 - both are required
+            _required = (case["id"], case["email"]["text"])
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path}:{number}: not a case ({exc})", "each line needs id and email.text") from None
         cases.append(case)
