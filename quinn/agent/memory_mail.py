@@ -26,7 +26,10 @@ FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must c
 PURGE_CONFIRM_TEMPLATE = "purge_confirm"
 PURGE_DONE_TEMPLATE = "purge_done"
 
-_LEAD = r"(?:^|(?<=[.!?\n,;:]))\s*(?:(?:hi|hello|hey|dear)\s+\w+\s*[,!]?\s*)?(?:(?:please|pls|kindly)\s*,?\s+)?"
+_LEAD = (
+    r"(?:^|(?<=[.!?\n,;:]))\s*(?:(?:hi|hello|hey|dear)\s+\w+\s*[,!]?\s*)?(?:(?:also|and|then|now)\s*,?\s+)?"
+    r"(?:(?:please|pls|kindly)\s*,?\s+)?"
+)
 _PATTERNS: tuple[tuple[RequestKind, re.Pattern[str]], ...] = (
     ("purge", re.compile(
         r"\b(?:delete|erase|remove|forget|wipe)\s+(?:absolutely\s+)?(?:everything|all)\s+(?:that\s+)?"
