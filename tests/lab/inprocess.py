@@ -13,9 +13,9 @@ import email.policy
 import itertools
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from email.message import EmailMessage
 from email.utils import format_datetime
-from datetime import datetime
 from typing import Any
 
 from quinn.app import Quinn
