@@ -90,11 +90,21 @@ def versions(quinn: LabQuinn, user: str, like: str) -> list[tuple[Any, ...]]:
 async def test_formal_spanish_then_casual_is_fine(make_quinn, mail_lab, brain: Brain) -> None:
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn()
-    brain.learn["formal Spanish"] = {**NOTHING, "new": [
-        {"content": "Alice wants formal answers in Spanish.", "type": "preference", "importance": 0.8}]}
-    brain.learn["casual is fine"] = lambda r: {**NOTHING, "updated": [{
-        "id": memory_id(r, "Alice wants formal answers in Spanish."),
-        "content": "Alice prefers casual answers in Spanish.", "type": "preference", "importance": 0.8}]}
+    brain.learn["formal Spanish"] = {
+        **NOTHING,
+        "new": [{"content": "Alice wants formal answers in Spanish.", "type": "preference", "importance": 0.8}],
+    }
+    brain.learn["casual is fine"] = lambda r: {
+        **NOTHING,
+        "updated": [
+            {
+                "id": memory_id(r, "Alice wants formal answers in Spanish."),
+                "content": "Alice prefers casual answers in Spanish.",
+                "type": "preference",
+                "importance": 0.8,
+            }
+        ],
+    }
     await quinn.send(alice, "Hola", "Please always answer me in formal Spanish.", date=DAY0)
     second = DAY0 + timedelta(days=30)
     await quinn.send(alice, "Estilo", "By the way, casual is fine now.", date=second)
@@ -116,8 +126,10 @@ async def test_formal_spanish_then_casual_is_fine(make_quinn, mail_lab, brain: B
 async def test_python_on_linux_then_moved_to_node_on_docker(make_quinn, mail_lab, brain: Brain) -> None:
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn()
-    brain.learn["Python on Linux"] = {**NOTHING, "new": [
-        {"content": "Alice builds with Python on Linux.", "type": "fact", "tags": ["stack"]}]}
+    brain.learn["Python on Linux"] = {
+        **NOTHING,
+        "new": [{"content": "Alice builds with Python on Linux.", "type": "fact", "tags": ["stack"]}],
+    }
     brain.learn["Node on Docker"] = lambda r: {**NOTHING, "contradicted": [{
         "id": memory_id(r, "Alice builds with Python on Linux."), "content": "Alice builds with Node on Docker.",
         "type": "fact"}]}  # fmt: skip
@@ -158,8 +170,12 @@ async def test_birthday_remembered_then_recalled_weeks_later(make_quinn, mail_la
 async def test_be_concise_shapes_every_later_prompt(make_quinn, mail_lab, brain: Brain) -> None:
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn()
-    brain.learn["be concise"] = {**NOTHING, "new": [
-        {"content": "Alice wants concise answers without extra detail.", "type": "feedback", "importance": 0.9}]}
+    brain.learn["be concise"] = {
+        **NOTHING,
+        "new": [
+            {"content": "Alice wants concise answers without extra detail.", "type": "feedback", "importance": 0.9}
+        ],
+    }
     await quinn.send(alice, "Re: Logs", "Too much detail in your last answer, please be concise.", date=DAY0)
     for day, question in enumerate(["How do I rotate logs?", "What is a good cron syntax checker?"], start=1):
         await quinn.send(alice, f"Question {day}", question, date=DAY0 + timedelta(days=day))
@@ -171,8 +187,10 @@ async def test_be_concise_shapes_every_later_prompt(make_quinn, mail_lab, brain:
 async def test_dog_named_rex_recalled_in_an_unrelated_thread(make_quinn, mail_lab, brain: Brain) -> None:
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn()
-    brain.learn["dog Rex"] = {**NOTHING, "new": [
-        {"content": "Alice has a dog named Rex.", "type": "personal", "importance": 0.7}]}
+    brain.learn["dog Rex"] = {
+        **NOTHING,
+        "new": [{"content": "Alice has a dog named Rex.", "type": "personal", "importance": 0.7}],
+    }
     await quinn.send(alice, "Saturday", "I'm offline Saturday, taking my dog Rex to the beach.", date=DAY0)
     await quinn.send(alice, "Ideas", "Any ideas for a relaxed Sunday afternoon?", date=DAY0 + timedelta(days=9))
     quinn.replies(alice, 2)
@@ -195,10 +213,14 @@ keywords = ["physio"]
 async def test_project_alpha_deadline_change_within_the_work_domain(make_quinn, mail_lab, brain: Brain) -> None:
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn(DOMAINS)
-    brain.learn["physio"] = {**NOTHING, "new": [
-        {"content": "Alice sees a physio every Tuesday for her knee.", "type": "fact", "domain": "health"}]}
-    brain.learn["due on March 1"] = {**NOTHING, "new": [
-        {"content": "Project Alpha is due on March 1.", "type": "fact", "domain": "Work"}]}
+    brain.learn["physio"] = {
+        **NOTHING,
+        "new": [{"content": "Alice sees a physio every Tuesday for her knee.", "type": "fact", "domain": "health"}],
+    }
+    brain.learn["due on March 1"] = {
+        **NOTHING,
+        "new": [{"content": "Project Alpha is due on March 1.", "type": "fact", "domain": "Work"}],
+    }
     brain.learn["moved to March 15"] = lambda r: {**NOTHING, "updated": [{
         "id": memory_id(r, "Project Alpha is due on March 1."), "content": "Project Alpha is due on March 15.",
         "type": "fact", "domain": "work"}]}  # fmt: skip
@@ -243,8 +265,10 @@ async def test_two_users_with_similar_mail_never_see_each_other(make_quinn, mail
 async def test_cc_colleague_never_receives_alices_private_memory(make_quinn, mail_lab, brain: Brain) -> None:
     alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
     quinn = await make_quinn()
-    brain.learn["expecting"] = {**NOTHING, "new": [
-        {"content": "Alice is expecting a baby in May.", "type": "personal", "importance": 0.9}]}
+    brain.learn["expecting"] = {
+        **NOTHING,
+        "new": [{"content": "Alice is expecting a baby in May.", "type": "personal", "importance": 0.9}],
+    }
     await quinn.send(alice, "News", "Personal news: I'm expecting a baby in May.", date=DAY0)
     # A leaky model: it pastes everything it was shown into the reply.
     brain.reply = lambda request: Text("Here is everything I know:\n" + request.text)
