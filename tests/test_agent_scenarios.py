@@ -9,75 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
+from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain, memory_id
 from tests.lab.inprocess import LabQuinn
-from tests.lab.llm_server import Json, RecordedRequest, ScriptedLLM, Text
+from tests.lab.llm_server import Text
 
-EXTRACT_MARK = "long-term memory of an email assistant"
 DAY0 = datetime(2026, 9, 1, 9, 0, tzinfo=UTC)
-NOTHING = {"new": [], "updated": [], "contradicted": []}
-
-
-def memory_id(request: RecordedRequest, content: str) -> int:
-    """The id the extraction prompt shows for an existing memory with ``content``."""
-    match = re.search(r"- \[(\d+)\] \([^)]*\) " + re.escape(content), request.text)
-    assert match, f"{content!r} not among the existing memories in the prompt:\n{request.text}"
-    return int(match.group(1))
-
-
-class Brain:
-    """The scripted model: ``learn[trigger]`` answers extraction of a mail containing ``trigger``."""
-
-    def __init__(self, server: ScriptedLLM) -> None:
-        self.server = server
-        self.learn: dict[str, Callable[[RecordedRequest], dict[str, Any]] | dict[str, Any]] = {}
-        self.reply: Callable[[RecordedRequest], Any] = lambda request: Text("Noted, thank you.")
-        server.responder = self
-
-    def __call__(self, request: RecordedRequest) -> Any:
-        if EXTRACT_MARK in request.text:
-            new_mail = request.text.split("New email from", 1)[-1]
-            for trigger, answer in self.learn.items():
-                if trigger in new_mail:
-                    return Json(answer(request) if callable(answer) else answer)
-            return Json(NOTHING)
-        return self.reply(request)
-
-    def prompts(self, containing: str) -> list[str]:
-        """Texts of reply requests (not extraction) whose new email contains ``containing``."""
-        return [r.text for r in self.server.requests
-                if EXTRACT_MARK not in r.text and containing in r.text.split("New email from", 1)[-1]]  # fmt: skip
-
-    def prompt(self, containing: str) -> str:
-        found = self.prompts(containing)
-        assert found, f"no reply prompt for a mail containing {containing!r}"
-        return found[-1]
-
-
-@pytest.fixture
-async def make_quinn(lab_config, mail_lab) -> AsyncIterator[Callable[..., Any]]:
-    started: list[LabQuinn] = []
-
-    async def make(extra: str = "") -> LabQuinn:
-        quinn = LabQuinn(lab_config(extra=extra), mail_lab)
-        started.append(quinn)
-        return await quinn.start()
-
-    try:
-        yield make
-    finally:
-        for quinn in started:
-            await quinn.close()
-
-
-@pytest.fixture
-def brain(llm_server: ScriptedLLM) -> Brain:
-    return Brain(llm_server)
 
 
 def versions(quinn: LabQuinn, user: str, like: str) -> list[tuple[Any, ...]]:

@@ -95,6 +95,11 @@ class LabQuinn:
         assert self.app.store is not None
         return self.app.store.db.query(sql, params)
 
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """Change the daemon's database (only to stand for time passing, e.g. a backoff elapsing)."""
+        assert self.app.store is not None
+        return self.app.store.db.execute(sql, params)
+
 
 def body_of(message: email.message.EmailMessage) -> str:
     """The plain-text body of a reply."""
