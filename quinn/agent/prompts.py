@@ -60,6 +60,27 @@ def template_location(exc: BaseException) -> str | None:
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
 
 
+def _blocks(template: jinja2.Template, variables: dict[str, Any]) -> tuple[str, str]:
+    """The rendered system and user blocks, through the whole inheritance chain."""
+    context = template.new_context(dict(variables))
+    try:
+        # Rendering the root runs {% extends %}, which puts the whole inheritance chain into context.blocks:
+        # an admin template that overrides only "system" still has the default's "user" block.
+        for _chunk in template.root_render_func(context):
+            pass
+        missing = {"system", "user"} - set(context.blocks)
+        if missing:
+            raise TemplateError(f"{template.filename}: template must define the blocks {', '.join(sorted(missing))}")
+        system = "".join(context.blocks["system"][0](context)).strip()
+        user = "".join(context.blocks["user"][0](context)).strip()
+    except TemplateError:
+        raise
+    except Exception:
+        # Called outside Template.render, so map the compiled frames back to template lines as render() does.
+        template.environment.handle_exception()
+    return system, user
+
+
 class PromptStore:
     """Finds, compiles, caches and renders the prompt templates."""
 
@@ -99,9 +120,6 @@ class PromptStore:
         try:
             self.env.cache.clear() if self.env.cache is not None else None
             template = self.env.get_template(f"{name}{SUFFIX}")
-            missing = {"system", "user"} - set(template.blocks)
-            if missing:
-                raise TemplateError(f"{paths[0]}: template must define the blocks {', '.join(sorted(missing))}")
             sample = self.samples().get(name) if self.samples is not None else None
             if sample is not None:
                 self._render_blocks(template, sample, f"{name}@new")
@@ -132,10 +150,9 @@ class PromptStore:
     @staticmethod
     def _render_blocks(template: jinja2.Template, variables: dict[str, Any], version: str) -> tuple[str, str]:
         try:
-            context = template.new_context(dict(variables))
-            system = "".join(template.blocks["system"](context)).strip()
-            context = template.new_context(dict(variables))
-            user = "".join(template.blocks["user"](context)).strip()
+            system, user = _blocks(template, variables)
+        except TemplateError:
+            raise
         except jinja2.UndefinedError as exc:
             where = template_location(exc) or version
             raise TemplateError(f"{where}: {exc.message}", "see prompts/README.md for the variables") from None
