@@ -18,7 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from quinn.agent.context import ThreadMessage
 from quinn.agent.llm import LLM
-from quinn.agent.memory_mail import PURGE_CONFIRM_TEMPLATE
+from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_CONFIRM_TEMPLATE
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.agent.respond import Agent
 from quinn.agent.samples import sample_variables
@@ -304,7 +304,12 @@ class Quinn:
 
     async def _learn(self, user: str, email: InboundEmail) -> None:
         """Extract memories from the mail; a failure here never affects the reply already sent."""
-        assert self.agent is not None
+        assert self.agent is not None and self.store is not None
+        reply_id = reply_message_id(email.message_id, self.config.smtp.from_address)
+        template = await self._db(Outbox(self.store.db).template_of, reply_id)
+        if template in NO_LEARNING_TEMPLATES:  # a purge question or its answer: nothing may be learnt from it
+            log.info("mail %s: no extraction after %s", email.message_id, template)
+            return
         try:
             await self.agent.learn(user, email)
         except QuinnError as exc:

@@ -85,7 +85,8 @@ class LlmConfig(Section):
     model: str = Field(description='Model as "provider/model", e.g. "openai/gpt-4.1-mini" or "ollama/llama3.2".')
     base_url: str | None = Field(
         default=None,
-        description="Endpoint for the provider; OpenAI-compatible servers end in /v1 (Ollama: http://host:11434/v1).",
+        description="Endpoint for the provider; OpenAI-compatible servers end in /v1 (Ollama: http://host:11434/v1); "
+        "anthropic/ and google/ take the bare host.",
     )
     api_key_env: str | None = Field(
         default=None, description="Name of the environment variable holding the API key (none for local servers)."

@@ -79,8 +79,9 @@ async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab
     quinn.replies(alice, 3)
     assert current(quinn, alice) == ["Alice lives in Lisbon."]
 
-    await quinn.send(alice, "Re: Privacy", "YES, delete it all.", in_reply_to=question["Message-ID"],
-                     date=DAY0 + timedelta(days=3))  # fmt: skip
+    brain.learn["Monday"] = {**NOTHING, "new": [{"content": "Alice leaves on Monday.", "type": "fact"}]}
+    await quinn.send(alice, "Re: Privacy", "YES, delete it all. I'm leaving for Berlin on Monday, my new job.",
+                     in_reply_to=question["Message-ID"], date=DAY0 + timedelta(days=3))  # fmt: skip
     done = body(quinn.replies(alice, 4)[3])
     assert done.startswith("Done: I deleted everything I knew about you")
     for table in ("memories", "memory_versions", "messages", "sessions", "llm_usage", "outbox"):

@@ -25,6 +25,7 @@ RequestKind = Literal["remember", "forget", "digest", "export", "purge"]
 FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten
 PURGE_CONFIRM_TEMPLATE = "purge_confirm"
 PURGE_DONE_TEMPLATE = "purge_done"
+NO_LEARNING_TEMPLATES = frozenset({PURGE_CONFIRM_TEMPLATE, PURGE_DONE_TEMPLATE})
 
 _LEAD = (
     r"(?:^|(?<=[.!?\n,;:]))\s*(?:(?:hi|hello|hey|dear)\s+\w+\s*[,!]?\s*)?(?:(?:also|and|then|now)\s*,?\s+)?"

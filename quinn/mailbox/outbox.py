@@ -83,3 +83,7 @@ class Outbox:
             " AND user_id = ? AND state IN ('sent', 'drafted') LIMIT 1",
             (*ids, template, user_id),
         )
+
+    def template_of(self, message_id: str) -> str | None:
+        """The template a reply of ours was made with (``reply``, ``digest``, ``purge_done``, …), or None."""
+        return self.db.query_value("SELECT template FROM outbox WHERE message_id = ?", (message_id,))
