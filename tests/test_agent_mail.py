@@ -169,7 +169,7 @@ async def test_template_syntax_in_mail_reaches_the_model_literally(make_quinn, m
     assert version == quinn.app.prompts.load("reply").version
 
 
-async def test_token_usage_recorded_per_user_and_email(make_quinn, mail_lab, brain: Brain) -> None:
+async def test_token_usage_recorded_per_user_and_email(make_quinn, mail_lab, brain: Brain, caplog) -> None:
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn()
     brain.learn["Rust"] = {**NOTHING, "new": [{"content": "Alice writes Rust.", "type": "fact"}]}
@@ -181,3 +181,9 @@ async def test_token_usage_recorded_per_user_and_email(make_quinn, mail_lab, bra
     for _purpose, model, user, message_id, tokens_in, tokens_out, calls in rows:
         assert (model, user, message_id, calls) == ("openai/gpt-test", alice, mid, 1)
         assert tokens_in > 0 and tokens_out > 0
+    # A trivial mail costs a reply but no extraction call; the gate's decision is logged with its reason.
+    with caplog.at_level(logging.INFO, logger="quinn.agent.respond"):
+        thanks = await quinn.send(alice, "Re: Hi", "thanks!", date=DAY0 + timedelta(days=1))
+    quinn.replies(alice, 2)
+    assert [r[0] for r in quinn.query("SELECT purpose FROM llm_usage WHERE message_id = ?", (thanks,))] == ["reply"]
+    assert any(f"mail {thanks}: sensory gate: skip (small talk only)" in r.getMessage() for r in caplog.records)

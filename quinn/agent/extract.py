@@ -11,8 +11,9 @@ mail of the user (policy) and after the sensory gate (``gate.py``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -23,7 +24,7 @@ from quinn.agent.prompts import PromptStore
 from quinn.agent.tools import scope_for
 from quinn.errors import StoreError
 from quinn.mailbox.message import InboundEmail
-from quinn.memory.models import NewMemory
+from quinn.memory.models import Memory, NewMemory
 from quinn.memory.search import find_similar
 from quinn.memory.store import MemoryStore
 
@@ -67,7 +68,9 @@ class ExtractionOutcome:
     usage: Usage | None
 
 
-def extract_variables(user_id: str, email: InboundEmail, existing: list, domains: list[dict[str, str]]) -> dict:
+def extract_variables(
+    user_id: str, email: InboundEmail, existing: Sequence[Memory], domains: Sequence[dict[str, str]]
+) -> dict[str, Any]:
     """The extract template's variables; ``email.text`` is the mail's own text only, never the quoted part."""
     variables = email_variables(email)
     variables["text"] = email.text
@@ -75,7 +78,7 @@ def extract_variables(user_id: str, email: InboundEmail, existing: list, domains
         "user": {"address": user_id},
         "email": variables,
         "existing": [{"id": m.id, "type": m.type, "content": m.content, "domain": m.domain} for m in existing],
-        "domains": domains,
+        "domains": list(domains),
     }
 
 
