@@ -92,9 +92,7 @@ class PromptStore:
         if admin_dir is not None and not admin_dir.is_dir():
             raise TemplateError(f"prompts.dir {admin_dir} is not a directory", "create it or remove prompts.dir")
         main = [str(admin_dir)] if admin_dir else []
-        loader = jinja2.PrefixLoader(
-            {"default": jinja2.FileSystemLoader(str(self.default_dir))}, delimiter="/"
-        )
+        loader = jinja2.PrefixLoader({"default": jinja2.FileSystemLoader(str(self.default_dir))}, delimiter="/")
         self.env = ImmutableSandboxedEnvironment(
             loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader([*main, str(self.default_dir)]), loader]),
             undefined=jinja2.StrictUndefined,
