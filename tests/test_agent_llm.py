@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from quinn.agent.llm import LLM
 from quinn.config import LlmConfig, parse_config, resolve_secrets
 from quinn.errors import ConfigError, RetryLater
-from tests.lab.llm_server import Error, Json, ScriptedLLM, Text, ToolCall, count_tokens
+from tests.lab.llm_server import Delay, Error, Json, ScriptedLLM, Text, ToolCall, count_tokens
 
 # Anthropic structured output goes through the SDK's deprecated beta `output_format` (Mirascope 2.8.2): the SDK
 # warns about it, and so does pydantic when Mirascope dumps the parsed block. Both happen against the real API too.
@@ -189,3 +189,11 @@ async def test_a_model_that_never_stops_calling_tools_is_retried_later(srv: Scri
 def test_llm_config_rejects_a_model_without_provider() -> None:
     with pytest.raises(ValueError, match="provider/model"):
         LlmConfig(model="gpt-4")
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-x", "anthropic/claude-x", "google/gemini-x", "ollama/m"])
+async def test_timeout_s_bounds_a_hung_request(srv: ScriptedLLM, model: str) -> None:
+    srv.script(Delay(5, Text("too late")))
+    with pytest.raises(RetryLater, match=model.split("/")[0] if model != "ollama/m" else "ollama/m"):
+        await make_llm(srv, model, timeout_s=0.5).text("s", "u")
+    assert len(srv.requests) == 1  # max_retries = 0: the timeout is not retried behind our back

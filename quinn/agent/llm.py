@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+import httpx
 from mirascope import llm
 from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAICompletionsProvider
 from openai import AsyncOpenAI, OpenAI
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
 NATIVE = ("openai", "anthropic", "google")
+# Mirascope wraps the OpenAI/Anthropic SDK errors, but google-genai lets httpx's timeouts and connection errors
+# through unwrapped: those are transient like any other provider's.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
 
 
 class OpenAICompatibleProvider(BaseOpenAICompletionsProvider):
@@ -197,7 +201,7 @@ class LLM:
                 rounds += 1
                 response = await (response.resume(ctx, outputs) if ctx is not None else response.resume(outputs))
                 usage += _usage(response, model.model_id)
-        except llm.Error as exc:
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise _translate(exc, model.model_id) from exc
         text = response.text().strip()
         if not text:
@@ -220,14 +224,14 @@ class LLM:
                 return response.parse(), usage
         except llm.ParseError as exc:
             raise RetryLater(f"model {model.model_id} gave no valid {format.__name__}: {exc}") from exc
-        except llm.Error as exc:
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise _translate(exc, model.model_id) from exc
 
     async def check(self) -> str:
         """One tiny request to the main model, for ``quinn check``; returns the model id."""
         try:
             await self._model(False).call_async(self._messages("Answer with OK.", "ping"))
-        except llm.Error as exc:
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise ConnectError(f"LLM {self.model_id}: {_translate(exc, self.model_id)}") from exc
         return self.model_id
 
