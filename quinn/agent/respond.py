@@ -26,7 +26,7 @@ from quinn.agent.tools import MEMORY_TOOLS, MemoryChange, MemoryDeps
 from quinn.agent.usage import record_usage
 from quinn.clock import utcnow
 from quinn.config import Config
-from quinn.errors import RetryLater, TemplateError
+from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
@@ -124,12 +124,15 @@ class Agent:
     ) -> Answer:  # fmt: skip
         """The reply to ``email``: memory commands first, then the model (with memory tools when memory is on).
 
-        A template that cannot render is the admin's to fix: the mail waits (``RetryLater``) with the reason.
+        A template that cannot render is the admin's to fix, and a store error is not the mail's fault: the mail
+        waits (``RetryLater``) with the reason, as for a model that is down.
         """
         try:
             return await self._answer(email, user, use_memory, thread, summary, confirming_purge)
         except TemplateError as exc:
             raise RetryLater(f"prompt template cannot render: {exc.message}", exc.hint) from exc
+        except StoreError as exc:  # the memory store refused a command's change: retried, then quarantined
+            raise RetryLater(f"memory store: {exc.message}", exc.hint) from exc
 
     async def _answer(
         self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage],
