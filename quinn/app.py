@@ -264,7 +264,8 @@ class Quinn:
             answer = await self.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
                                              confirming_purge=confirming)  # fmt: skip
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
-            await self.agent.record(answer.template, answer.usage, user if keep else None, email.message_id)
+            # Cost is counted per sender even without memory; after a purge the user's name stays out of it.
+            await self.agent.record(answer.template, answer.usage, None if answer.purged else user, email.message_id)
             files = [(a.filename, a.content_type, a.data) for a in answer.attachments]
             reply = compose_reply(email, answer.body, own_address=own, own_name=self.config.smtp.from_name,
                                   attachments=files)  # fmt: skip
