@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from quinn.agent.context import ReplyInputs, ThreadMessage, reply_variables
-from quinn.agent.extract import extract_memories
-from quinn.agent.llm import LLM, Usage
+from quinn.agent.context import ThreadMessage
+from quinn.agent.llm import LLM
+from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_CONFIRM_TEMPLATE
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
-from quinn.agent.respond import draft_reply
+from quinn.agent.respond import Agent
+from quinn.agent.samples import sample_variables
 from quinn.clock import iso, utcnow
 from quinn.config import Config
 from quinn.errors import ConnectError, MailParseError, QuinnError, RetryLater
@@ -34,7 +35,6 @@ from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_mes
 from quinn.mailbox.threads import Sessions
 from quinn.memory.db import Database
 from quinn.memory.embed import build_embedder
-from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Quinn:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.prompts = PromptStore(config.prompts.dir)
+        self.prompts = PromptStore(config.prompts.dir, samples=sample_variables)
         for name in TEMPLATE_NAMES:  # a broken template is a startup error, not a failure on the first mail
             self.prompts.load(name)
         self.rules = Rules(
@@ -72,6 +72,7 @@ class Quinn:
         self.mailbox = ImapMailbox(config.imap)
         self.db: Database | None = None
         self.store: MemoryStore | None = None
+        self.agent: Agent | None = None
         self._imap_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-imap")
         self._stop = threading.Event()
         self._in_flight: asyncio.Task[Any] | None = None
@@ -90,6 +91,7 @@ class Quinn:
             c.embeddings.secret("api_key"), c.embeddings.dimensions,
         )  # fmt: skip
         self.store = MemoryStore(self.db, embedder)
+        self.agent = Agent(c, self.llm, self.prompts, self.store)
         log.info("quinn started: %s, folder %s, uidvalidity %s, %s", self.mailbox.where, c.imap.folder,
                  self.mailbox.uidvalidity, "IDLE" if self.mailbox.can_idle else "polling")  # fmt: skip
 
@@ -255,14 +257,22 @@ class Quinn:
             await self._db(sessions.store_inbound, session_id, user, email)
         item = await self._db(outbox.get, message_id)
         if item is None:
-            variables = await self._db(self._reply_inputs, email, user, session_id, decision.use_memory)
-            drafted = await draft_reply(self.llm, self.prompts, variables)
-            await self._record_usage("reply", drafted.usage, user, email.message_id)
-            reply = compose_reply(email, drafted.body, own_address=own, own_name=self.config.smtp.from_name)
-            item = await self._db(outbox.put, reply.message_id, email.message_id, user if decision.use_memory else None,
-                                  session_id, reply.recipients, reply.raw, template="reply",
-                                  prompt_version=drafted.prompt_version)  # fmt: skip
-            if session_id is not None:
+            assert self.agent is not None
+            thread, summary = await self._db(self._thread, email, session_id)
+            confirming = decision.use_memory and bool(await self._db(
+                outbox.ours_with_template, email.thread_ids, PURGE_CONFIRM_TEMPLATE, user))  # fmt: skip
+            answer = await self.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
+                                             confirming_purge=confirming)  # fmt: skip
+            keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
+            # Cost is counted per sender even without memory; after a purge the user's name stays out of it.
+            await self.agent.record(answer.template, answer.usage, None if answer.purged else user, email.message_id)
+            files = [(a.filename, a.content_type, a.data) for a in answer.attachments]
+            reply = compose_reply(email, answer.body, own_address=own, own_name=self.config.smtp.from_name,
+                                  attachments=files)  # fmt: skip
+            item = await self._db(outbox.put, reply.message_id, email.message_id, user if keep else None,
+                                  session_id if keep else None, reply.recipients, reply.raw,
+                                  template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
+            if session_id is not None and keep:
                 await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
                                reply.subject, own, reply.recipients, reply.body)  # fmt: skip
                 await self._db(sessions.link, session_id, reply.message_id)
@@ -283,48 +293,35 @@ class Quinn:
         await self._db(outbox.mark, item.message_id, "sent")
         return "replied"
 
-    def _reply_inputs(self, email: InboundEmail, user: str, session_id: str | None, use_memory: bool) -> dict:
-        """Gather memory and thread for the reply prompt (runs on the DB thread)."""
+    def _thread(self, email: InboundEmail, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
+        """The thread buffer and rolling summary of the mail's session (runs on the DB thread)."""
         assert self.store is not None
-        store = self.store
-        persona, profile, hits, thread, summary = [], [], [], [], None
-        if use_memory:
-            persona = store.get_all(None, scope="global", type="persona")
-            profile = store.get_all(user, scope="profile", limit=50)
-            query = f"{email.subject}\n{email.text or email.full_text}"
-            hits = hybrid_search(store, user, query, k=self.config.memory.search_k)
-            if session_id is not None:
-                sessions = Sessions(store.db)
-                thread = [
-                    ThreadMessage(m.from_addr, m.sent_at, m.body)
-                    for m in sessions.thread(session_id, limit=12)
-                    if m.message_id != email.message_id
-                ]
-                summary = sessions.summary(session_id)
-        inputs = ReplyInputs(
-            email=email, user_id=user, assistant_name=self.config.smtp.from_name,
-            assistant_address=self.config.smtp.from_address, today=utcnow().date().isoformat(),
-            memory_enabled=use_memory, persona=persona, profile=profile, hits=hits, thread=thread,
-            thread_summary=summary, token_budget=self.config.memory.token_budget,
-        )  # fmt: skip
-        return reply_variables(inputs)
+        if session_id is None:
+            return [], None
+        sessions = Sessions(self.store.db)
+        thread = [ThreadMessage(m.from_addr, m.sent_at, m.body) for m in sessions.thread(session_id, limit=12)
+                  if m.message_id != email.message_id]  # fmt: skip
+        return thread, sessions.summary(session_id)
 
     async def _learn(self, user: str, email: InboundEmail) -> None:
         """Extract memories from the mail; a failure here never affects the reply already sent."""
-        assert self.store is not None
+        assert self.agent is not None and self.store is not None
+        reply_id = reply_message_id(email.message_id, self.config.smtp.from_address)
+        template = await self._db(Outbox(self.store.db).template_of, reply_id)
+        if template in NO_LEARNING_TEMPLATES:  # a purge question or its answer: nothing may be learnt from it
+            log.info("mail %s: no extraction after %s", email.message_id, template)
+            return
         try:
-            outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db)
-            if outcome.usage is not None:
-                await self._record_usage("extract", outcome.usage, user, email.message_id)
+            await self.agent.learn(user, email)
         except QuinnError as exc:
             log.warning("memory extraction for %s failed: %s", email.message_id, exc)
 
-    async def _record_usage(self, purpose: str, usage: Usage, user: str | None, message_id: str | None) -> None:
-        assert self.store is not None
-        await self._db(
-            self.store.db.execute,
-            "INSERT INTO llm_usage (at, model, purpose, user_id, message_id, input_tokens, output_tokens, calls)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (iso(utcnow()), usage.model, purpose, user, message_id, usage.input_tokens, usage.output_tokens,
-             usage.calls),
-        )  # fmt: skip
+    def reload(self) -> None:
+        """SIGHUP: read the prompt templates again; a broken one is rejected and the last good one kept."""
+        self.prompts.reload()
+        for name in TEMPLATE_NAMES:
+            try:
+                self.prompts.load(name)
+            except QuinnError as exc:  # only when there was never a good version: keep running on the others
+                log.error("prompt %s cannot be loaded: %s", name, exc)
+        log.info("prompts reloaded: %s", ", ".join(self.prompts.load(n).version for n in TEMPLATE_NAMES))

@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from quinn import __version__
+from quinn.commands import evaluate as eval_commands
 from quinn.commands import memory as memory_commands
+from quinn.commands import prompts as prompts_commands
 from quinn.config import Config, load_config
 from quinn.errors import QuinnError
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [memory_commands]
+GROUPS: list[Any] = [memory_commands, prompts_commands, eval_commands]
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -87,6 +89,7 @@ def run(config: Config) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _on_signal, app, sig)
+        loop.add_signal_handler(signal.SIGHUP, _on_hangup, app)
         await app.run()
 
     asyncio.run(serve())
@@ -96,6 +99,11 @@ def run(config: Config) -> int:
 def _on_signal(app: object, sig: signal.Signals) -> None:
     log.info("received %s: finishing the mail in flight, then stopping", sig.name)
     app.stop()  # type: ignore[attr-defined]
+
+
+def _on_hangup(app: object) -> None:
+    log.info("received SIGHUP: reloading prompt templates")
+    app.reload()  # type: ignore[attr-defined]
 
 
 async def check(config: Config) -> int:

@@ -85,7 +85,8 @@ class LlmConfig(Section):
     model: str = Field(description='Model as "provider/model", e.g. "openai/gpt-4.1-mini" or "ollama/llama3.2".')
     base_url: str | None = Field(
         default=None,
-        description="Endpoint for the provider; OpenAI-compatible servers end in /v1 (Ollama: http://host:11434/v1).",
+        description="Endpoint for the provider; OpenAI-compatible servers end in /v1 (Ollama: http://host:11434/v1); "
+        "anthropic/ and google/ take the bare host.",
     )
     api_key_env: str | None = Field(
         default=None, description="Name of the environment variable holding the API key (none for local servers)."
@@ -177,8 +178,25 @@ class PolicyConfig(Section):
 class MemoryConfig(Section):
     """How much memory goes into a prompt."""
 
-    token_budget: int = Field(default=1200, ge=0, description="Tokens of retrieved memories per prompt, at most.")
+    token_budget: int = Field(
+        default=1200, ge=0, description="Tokens of memory (profile and retrieved memories) per prompt, at most."
+    )
     search_k: int = Field(default=10, ge=1, le=100, description="Memories retrieved per email before budgeting.")
+    domain_min_similarity: float = Field(
+        default=0.35, ge=0, le=1,
+        description="An email belongs to a domain when its text is at least this similar (cosine) to the "
+        "domain's description, or when it contains one of the domain's keywords.",
+    )  # fmt: skip
+
+
+class DomainConfig(Section):
+    """A subject area (work, health, a project): memories are tagged with it and retrieved within it."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="Short lower-case name stored on memories.")
+    description: str = Field(description="What the domain covers; compared with each email by embedding similarity.")
+    keywords: list[str] = Field(
+        default_factory=list, description="Words or phrases that put an email in this domain when they appear."
+    )
 
 
 class SchedulerConfig(Section):
@@ -201,6 +219,7 @@ class Config(BaseModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    domains: list[DomainConfig] = Field(default_factory=list, description="Subject areas, as [[domains]] tables.")
     log_level: Annotated[str, Field(pattern="^(DEBUG|INFO|WARNING|ERROR)$")] = Field(
         default="INFO", description="Log level: DEBUG, INFO, WARNING or ERROR."
     )
@@ -211,6 +230,8 @@ SECTIONS: dict[str, type[Section]] = {
     for name, field in Config.model_fields.items()
     if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
 }
+
+LIST_SECTIONS: dict[str, type[Section]] = {"domains": DomainConfig}  # [[name]] arrays of tables
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:

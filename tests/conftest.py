@@ -134,6 +134,9 @@ def sqld() -> Iterator[Sqld]:
 # ======================================================================================================
 
 
+from collections.abc import AsyncIterator  # noqa: E402
+
+from tests.lab.brain import Brain  # noqa: E402
 from tests.lab.daemon import LabConfig, QuinnProcess  # noqa: E402
 from tests.lab.llm_server import ScriptedLLM  # noqa: E402
 
@@ -235,3 +238,28 @@ def quinn_daemon(tmp_path: Path) -> Iterator[Callable[..., QuinnProcess]]:
     finally:
         for proc in started:
             proc.kill()
+
+
+@pytest.fixture
+async def make_quinn(lab_config, mail_lab) -> AsyncIterator[Callable[..., Any]]:
+    """Start in-process Quinns against the lab: ``quinn = await make_quinn(extra_toml)``; closed after the test."""
+    from tests.lab.inprocess import LabQuinn
+
+    started: list[LabQuinn] = []
+
+    async def make(extra: str = "") -> LabQuinn:
+        quinn = LabQuinn(lab_config(extra=extra), mail_lab)
+        started.append(quinn)
+        return await quinn.start()
+
+    try:
+        yield make
+    finally:
+        for quinn in started:
+            await quinn.close()
+
+
+@pytest.fixture
+def brain(llm_server: ScriptedLLM) -> Brain:
+    """The scripted model as a stand-in brain: ``brain.learn[trigger] = extraction``, ``brain.reply = fn``."""
+    return Brain(llm_server)

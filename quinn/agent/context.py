@@ -1,11 +1,19 @@
-"""Context assembly: what the model sees for one email. Pure: data in, template variables out."""
+"""Context assembly: what the model sees for one email. Pure: data in, template variables out.
+
+One token budget covers the whole memory block: the always-present profile takes at most ``PROFILE_SHARE`` of
+it, retrieved memories the rest. Memories that are superseded, forgotten or expired never appear; neither do
+private ones (personal details, PII) when anyone but the user is on From/To/Cc. When domains were detected for
+the email, retrieved memories are kept to those domains, to memories without a domain, and to global ones.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from quinn.clock import iso
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.models import Memory, SearchHit
 from quinn.memory.search import context_block, estimate_tokens
@@ -39,6 +47,9 @@ class ReplyInputs:
     thread: Sequence[ThreadMessage] = ()
     thread_summary: str | None = None
     token_budget: int = 1200
+    domains: Sequence[str] = ()
+    now: datetime | None = None
+    actions: Sequence[str] = ()
 
 
 def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> list[str]:
@@ -47,9 +58,21 @@ def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> lis
     return sorted(seen - {user_id, own_address})
 
 
-def visible(memories: Sequence[Memory], private_ok: bool) -> list[Memory]:
-    """Current memories, without private ones when others are on the thread."""
-    return [m for m in memories if m.current and (private_ok or not m.private)]
+def visible(memories: Sequence[Memory], private_ok: bool, now: datetime | None = None) -> list[Memory]:
+    """Current, unexpired memories, without private ones when others are on the thread."""
+    moment = iso(now) if now is not None else None
+    return [
+        m
+        for m in memories
+        if m.current
+        and (private_ok or not m.private)
+        and not (moment is not None and m.expires_at is not None and m.expires_at <= moment)
+    ]
+
+
+def in_domains(memory: Memory, domains: Sequence[str]) -> bool:
+    """Within the detected domains: no domains detected, a global memory, no domain, or one of them."""
+    return not domains or memory.user_id is None or memory.domain is None or memory.domain in domains
 
 
 def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
@@ -59,12 +82,20 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
     profile_text = ""
     memories_text = ""
     if inputs.memory_enabled:
-        profile = visible(inputs.profile, private_ok)
+        profile = visible(inputs.profile, private_ok, inputs.now)
         profile_budget = int(inputs.token_budget * PROFILE_SHARE)
         profile_text = context_block([SearchHit(m, 1.0) for m in profile], profile_budget)
         shown = {m.id for m in profile if f"[memory:{m.id}]" in profile_text}
-        hits = [h for h in inputs.hits if h.memory.id not in shown and h.memory in visible([h.memory], private_ok)]
-        memories_text = context_block(hits, inputs.token_budget - estimate_tokens(profile_text or " "))
+        hits = [
+            h
+            for h in inputs.hits
+            if h.memory.id not in shown
+            and h.memory.type != "persona"
+            and in_domains(h.memory, inputs.domains)
+            and visible([h.memory], private_ok, inputs.now)
+        ]
+        remaining = inputs.token_budget - (estimate_tokens(profile_text) if profile_text else 0)
+        memories_text = context_block(hits, remaining)
     persona = "\n".join(m.content for m in inputs.persona if m.current)
     state = "\n".join(f"{key.replace('_', ' ')}: {value}" for key, value in inputs.state.items() if value)
     return {
@@ -80,6 +111,8 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
         "thread_summary": inputs.thread_summary or "",
         "email": email_variables(email),
         "others_on_thread": not private_ok,
+        "domains": list(inputs.domains),
+        "actions": list(inputs.actions),
     }
 
 

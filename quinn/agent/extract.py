@@ -1,30 +1,36 @@
 """Memory extraction: after a reply, one structured call finds what is worth remembering; we store it.
 
 New memories are deduplicated against the user's current ones (``find_similar`` above 0.85 updates the
-existing memory instead); updates and contradictions write a new version valid from the email's Date.
+existing memory instead); updates and contradictions write a new version valid from the email's Date, and the
+old version is closed at that moment (``valid_to``), so it never reaches a prompt again but stays in history.
+Only the mail's own text is used: quoted replies (other people's words) and the signature were stripped by
+the parser, and a mail with no text of its own teaches nothing. The caller only extracts from authenticated
+mail of the user (policy) and after the sensory gate (``gate.py``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from quinn.agent.context import email_variables
+from quinn.agent.domains import DomainDetector
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
+from quinn.agent.tools import scope_for
 from quinn.errors import StoreError
 from quinn.mailbox.message import InboundEmail
-from quinn.memory.models import NewMemory
+from quinn.memory.models import Memory, NewMemory
 from quinn.memory.search import find_similar
 from quinn.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
 
 MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedback", "personal"]
-PROFILE_TYPES = frozenset({"preference", "personal"})
 DUPLICATE_SIMILARITY = 0.85
 
 
@@ -62,24 +68,38 @@ class ExtractionOutcome:
     usage: Usage | None
 
 
-def scope_for(memory: ExtractedMemory) -> str:
-    """Preferences and personal details form the always-present profile; the rest is retrieved by search."""
-    if memory.type in PROFILE_TYPES:
-        return "profile"
-    return "domain" if memory.domain else "episodic"
+def extract_variables(
+    user_id: str, email: InboundEmail, existing: Sequence[Memory], domains: Sequence[dict[str, str]]
+) -> dict[str, Any]:
+    """The extract template's variables; ``email.text`` is the mail's own text only, never the quoted part."""
+    variables = email_variables(email)
+    variables["text"] = email.text
+    return {
+        "user": {"address": user_id},
+        "email": variables,
+        "existing": [{"id": m.id, "type": m.type, "content": m.content, "domain": m.domain} for m in existing],
+        "domains": list(domains),
+    }
 
 
 async def extract_memories(
-    llm: LLM, prompts: PromptStore, store: MemoryStore, user_id: str, email: InboundEmail, run_db
-) -> ExtractionOutcome:
+    llm: LLM, prompts: PromptStore, store: MemoryStore, user_id: str, email: InboundEmail, run_db,
+    domains: DomainDetector | None = None,
+) -> ExtractionOutcome:  # fmt: skip
     """Ask the background model what ``email`` teaches about ``user_id`` and store it. ``run_db`` runs DB work."""
+    if not email.text.strip():
+        log.info("extraction for %s: nothing of their own in %s", user_id, email.message_id)
+        return ExtractionOutcome([], [], None)
     existing = await run_db(store.get_all, user_id, limit=200)
-    rendered = prompts.render("extract", {
-        "user": {"address": user_id},
-        "email": email_variables(email),
-        "existing": [{"id": m.id, "type": m.type, "content": m.content} for m in existing],
-    })  # fmt: skip
+    known = [{"name": d.name, "description": d.description} for d in (domains.domains if domains else [])]
+    rendered = prompts.render("extract", extract_variables(user_id, email, existing, known))
     extraction, usage = await llm.structured(rendered.system, rendered.user, Extraction)
+    if domains is not None:
+        for item in (*extraction.new, *extraction.updated, *extraction.contradicted):
+            item.domain = domains.normalise(item.domain)
+    else:
+        for item in (*extraction.new, *extraction.updated, *extraction.contradicted):
+            item.domain = None
     source = {
         "source": {
             "message_id": email.message_id, "subject": email.subject,
@@ -97,11 +117,15 @@ def _apply(
     valid_from = email.date
     created: list[int] = []
     updated: list[int] = []
-    for change in [*extraction.updated, *extraction.contradicted]:
+    changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
+    for change, kind in changes:
+        metadata = {**source, "confidence": change.confidence}
+        if kind == "contradicted":
+            metadata["contradicts"] = change.id  # the email wins: the old memory is closed at the email's Date
         try:
             updated.append(store.update(change.id, change.content, user_id=user_id, valid_from=valid_from,
-                                        metadata={**source, "confidence": change.confidence},
-                                        importance=change.importance, reason=f"extraction {version}"))  # fmt: skip
+                                        metadata=metadata, importance=change.importance,
+                                        reason=f"{kind} by {email.message_id} ({version})"))  # fmt: skip
         except StoreError as exc:  # the model named a memory that is not this user's current one
             log.info("extraction: cannot update memory %s: %s", change.id, exc)
     fresh: list[NewMemory] = []
@@ -114,7 +138,7 @@ def _apply(
                                             reason="near-duplicate restated"))  # fmt: skip
             continue
         fresh.append(NewMemory(
-            user_id=user_id, content=memory.content, scope=scope_for(memory), type=memory.type,
+            user_id=user_id, content=memory.content, scope=scope_for(memory.type, memory.domain), type=memory.type,
             domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
             metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
         ))  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+import httpx
 from mirascope import llm
 from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAICompletionsProvider
 from openai import AsyncOpenAI, OpenAI
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
 NATIVE = ("openai", "anthropic", "google")
+# Mirascope wraps the OpenAI/Anthropic SDK errors, but google-genai lets httpx's timeouts and connection errors
+# through unwrapped: those are transient like any other provider's.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
 
 
 class OpenAICompatibleProvider(BaseOpenAICompletionsProvider):
@@ -77,16 +81,44 @@ def provider_prefix(model: str) -> str:
     return model.split("/", 1)[0]
 
 
-def _tune(provider: Any, timeout_s: float, retries: int) -> None:
-    """Give every SDK client inside a Mirascope provider our timeout and retry count (one retry layer)."""
-    for name in ("client", "async_client"):
-        client = getattr(provider, name, None)
-        if client is not None and hasattr(client, "with_options"):
-            setattr(provider, name, client.with_options(timeout=timeout_s, max_retries=retries))
-    for name in ("_completions_provider", "_responses_provider"):
-        inner = getattr(provider, name, None)
-        if inner is not None:
-            _tune(inner, timeout_s, retries)
+def _tune(provider: Any, timeout_s: float, retries: int, seen: set[int] | None = None) -> None:
+    """Give every SDK client inside a Mirascope provider our timeout and retry count (one retry layer).
+
+    Mirascope 2.8 builds its OpenAI/Anthropic clients with the SDK defaults (600 s, 2 retries) and nests
+    providers (OpenAI's completions/responses routes, Anthropic's beta provider for structured output), so the
+    whole object graph is visited.
+    """
+    seen = set() if seen is None else seen
+    if id(provider) in seen or not hasattr(provider, "__dict__"):
+        return
+    seen.add(id(provider))
+    for name, value in list(vars(provider).items()):
+        module = type(value).__module__
+        if module.startswith(("openai", "anthropic")) and hasattr(value, "with_options"):
+            setattr(provider, name, value.with_options(timeout=timeout_s, max_retries=retries))
+        elif module.startswith("mirascope.llm.providers"):
+            _tune(value, timeout_s, retries, seen)
+
+
+def _google_client(api_key: str | None, base_url: str | None, timeout_s: float, retries: int) -> Any:
+    """A google-genai client with our timeout and retries (its own default is no timeout and no retry)."""
+    from google.genai import Client
+    from google.genai.types import HttpOptions, HttpRetryOptions
+
+    options = HttpOptions(timeout=int(timeout_s * 1000), retry_options=HttpRetryOptions(attempts=retries + 1))
+    if base_url:
+        # Mirascope sends the key as a bearer token to a custom endpoint (a proxy); keep that behaviour.
+        options.base_url = base_url
+        options.headers = {"Authorization": f"Bearer {api_key}"}
+    return Client(api_key=api_key, http_options=options)
+
+
+def missing_key_hint(prefix: str) -> str:
+    """How to give a native provider its key, naming the variable its SDK documents."""
+    var = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "google": "GOOGLE_API_KEY"}.get(
+        prefix, "LLM_API_KEY"
+    )
+    return f'set llm.api_key_env = "{var}" and export {var}=... (or set llm.base_url for a keyless local endpoint)'
 
 
 class LLM:
@@ -106,15 +138,20 @@ class LLM:
         api_key = c.secret("api_key")
         if prefix in NATIVE:
             if api_key is None and c.base_url is None:
-                raise ConfigError(
-                    f"llm.model {model} needs an API key", "set llm.api_key_env to the variable holding it"
-                )
+                # Without a key, Mirascope would fall back to its hosted router when MIRASCOPE_API_KEY is set
+                # (FACTS.md): a missing key is the operator's mistake, said at startup, before any request.
+                raise ConfigError(f"llm: model {model} needs an API key and llm.api_key_env is not set",
+                                  missing_key_hint(prefix))  # fmt: skip
             try:
                 provider = llm.register_provider(prefix, f"{prefix}/", api_key=api_key or "unused",
                                                  base_url=c.base_url)  # fmt: skip
             except ImportError as exc:
-                raise ConfigError(f"llm.model {model}: the {prefix} SDK is not installed ({exc})") from None
-            _tune(provider, c.timeout_s, c.max_retries)
+                raise ConfigError(f"llm.model {model}: the {prefix} SDK is not installed ({exc})",
+                                  "pip install 'mirascope[openai,anthropic,google]'") from None  # fmt: skip
+            if prefix == "google":
+                provider.client = _google_client(api_key or "unused", c.base_url, c.timeout_s, c.max_retries)
+            else:
+                _tune(provider, c.timeout_s, c.max_retries)
             return
         if c.base_url is None:
             raise ConfigError(
@@ -139,7 +176,11 @@ class LLM:
     async def text(
         self, system: str, user: str, *, tools: Sequence[Any] = (), ctx: Any = None, background: bool = False
     ) -> TextResult:
-        """A text answer; tool calls are executed and resumed up to ``max_tool_rounds`` times."""
+        """A text answer; tool calls are executed and resumed up to ``max_tool_rounds`` times.
+
+        When the bound is reached and the model still asks for tools, the calls are answered with a refusal that
+        tells it to write its answer now; a model that still gives no text is retried later (``RetryLater``).
+        """
         model = self._model(background)
         usage = Usage(model.model_id)
         rounds = 0
@@ -149,12 +190,18 @@ class LLM:
             else:
                 response = await model.call_async(self._messages(system, user), tools=list(tools) or None)
             usage += _usage(response, model.model_id)
-            while response.tool_calls and rounds < self.config.max_tool_rounds:
+            while response.tool_calls:
+                if rounds >= self.config.max_tool_rounds:
+                    if rounds > self.config.max_tool_rounds:
+                        break
+                    log.warning("model %s hit the tool limit (%d rounds)", model.model_id, rounds)
+                    outputs = [_refused(call, self.config.max_tool_rounds) for call in response.tool_calls]
+                else:
+                    outputs = await (response.execute_tools(ctx) if ctx is not None else response.execute_tools())
                 rounds += 1
-                outputs = await (response.execute_tools(ctx) if ctx is not None else response.execute_tools())
                 response = await (response.resume(ctx, outputs) if ctx is not None else response.resume(outputs))
                 usage += _usage(response, model.model_id)
-        except llm.Error as exc:
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise _translate(exc, model.model_id) from exc
         text = response.text().strip()
         if not text:
@@ -177,16 +224,22 @@ class LLM:
                 return response.parse(), usage
         except llm.ParseError as exc:
             raise RetryLater(f"model {model.model_id} gave no valid {format.__name__}: {exc}") from exc
-        except llm.Error as exc:
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise _translate(exc, model.model_id) from exc
 
     async def check(self) -> str:
         """One tiny request to the main model, for ``quinn check``; returns the model id."""
         try:
             await self._model(False).call_async(self._messages("Answer with OK.", "ping"))
-        except llm.Error as exc:
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise ConnectError(f"LLM {self.model_id}: {_translate(exc, self.model_id)}") from exc
         return self.model_id
+
+
+def _refused(call: Any, limit: int) -> Any:
+    """The answer to a tool call past the bound: not executed, and the model is told to answer now."""
+    message = f"Not executed: the limit of {limit} tool rounds is reached. Write your reply now, without tools."
+    return llm.ToolOutput(id=call.id, name=call.name, result=message)
 
 
 def _usage(response: Any, model: str) -> Usage:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -52,18 +54,45 @@ class _Loaded:
     mtimes: tuple[float, ...]
 
 
+def template_location(exc: BaseException) -> str | None:
+    """``file:line`` of the innermost template frame of a render error (Jinja maps its frames to .j2 lines)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(SUFFIX)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
+def _blocks(template: jinja2.Template, variables: dict[str, Any]) -> tuple[str, str]:
+    """The rendered system and user blocks, through the whole inheritance chain."""
+    context = template.new_context(dict(variables))
+    try:
+        # Rendering the root runs {% extends %}, which puts the whole inheritance chain into context.blocks:
+        # an admin template that overrides only "system" still has the default's "user" block.
+        for _chunk in template.root_render_func(context):
+            pass
+        missing = {"system", "user"} - set(context.blocks)
+        if missing:
+            raise TemplateError(f"{template.filename}: template must define the blocks {', '.join(sorted(missing))}")
+        system = "".join(context.blocks["system"][0](context)).strip()
+        user = "".join(context.blocks["user"][0](context)).strip()
+    except TemplateError:
+        raise
+    except Exception:
+        # Called outside Template.render, so map the compiled frames back to template lines as render() does.
+        template.environment.handle_exception()
+    return system, user
+
+
 class PromptStore:
     """Finds, compiles, caches and renders the prompt templates."""
 
-    def __init__(self, admin_dir: Path | None = None) -> None:
+    def __init__(self, admin_dir: Path | None = None, samples: Callable[[], dict[str, dict[str, Any]]] | None = None):
+        """``samples`` gives sample variables per template: an edit is trial-rendered with them before use."""
         self.admin_dir = admin_dir
+        self.samples = samples
         self.default_dir = packaged_dir()
         if admin_dir is not None and not admin_dir.is_dir():
             raise TemplateError(f"prompts.dir {admin_dir} is not a directory", "create it or remove prompts.dir")
         main = [str(admin_dir)] if admin_dir else []
-        loader = jinja2.PrefixLoader(
-            {"default": jinja2.FileSystemLoader(str(self.default_dir))}, delimiter="/"
-        )
+        loader = jinja2.PrefixLoader({"default": jinja2.FileSystemLoader(str(self.default_dir))}, delimiter="/")
         self.env = ImmutableSandboxedEnvironment(
             loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader([*main, str(self.default_dir)]), loader]),
             undefined=jinja2.StrictUndefined,
@@ -89,19 +118,19 @@ class PromptStore:
         try:
             self.env.cache.clear() if self.env.cache is not None else None
             template = self.env.get_template(f"{name}{SUFFIX}")
-            missing = {"system", "user"} - set(template.blocks)
-            if missing:
-                raise TemplateError(f"{paths[0]}: template must define the blocks {', '.join(sorted(missing))}")
+            sample = self.samples().get(name) if self.samples is not None else None
+            if sample is not None:
+                self._render_blocks(template, sample, f"{name}@new")
         except jinja2.TemplateSyntaxError as exc:
             error = TemplateError(f"{exc.filename or paths[0]}:{exc.lineno}: {exc.message}")
             if cached is None:
                 raise error from None
             log.error("prompt %s rejected, keeping the last good version: %s", name, error)
             return cached
-        except TemplateError:
+        except TemplateError as exc:
             if cached is None:
                 raise
-            log.error("prompt %s rejected, keeping the last good version", name, exc_info=True)
+            log.error("prompt %s rejected, keeping the last good version: %s", name, exc)
             return cached
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:12]
         loaded = _Loaded(template, f"{name}@{digest}", paths, mtimes)
@@ -113,17 +142,29 @@ class PromptStore:
     def render(self, name: str, variables: dict[str, Any]) -> RenderedPrompt:
         """Render ``name``'s system and user blocks with ``variables`` (email text goes in as data only)."""
         loaded = self.load(name)
-        template = loaded.template
-        try:
-            context = template.new_context(dict(variables))
-            system = "".join(template.blocks["system"](context)).strip()
-            context = template.new_context(dict(variables))
-            user = "".join(template.blocks["user"](context)).strip()
-        except jinja2.UndefinedError as exc:
-            raise TemplateError(f"prompt {loaded.version}: {exc.message}", "see prompts/README.md") from None
-        except jinja2.TemplateError as exc:
-            raise TemplateError(f"prompt {loaded.version}: {exc}") from None
+        system, user = self._render_blocks(loaded.template, variables, loaded.version)
         return RenderedPrompt(name, system, user, loaded.version)
+
+    @staticmethod
+    def _render_blocks(template: jinja2.Template, variables: dict[str, Any], version: str) -> tuple[str, str]:
+        try:
+            system, user = _blocks(template, variables)
+        except TemplateError:
+            raise
+        except jinja2.UndefinedError as exc:
+            where = template_location(exc) or version
+            raise TemplateError(f"{where}: {exc.message}", "see prompts/README.md for the variables") from None
+        except (jinja2.TemplateError, TypeError, ValueError, AttributeError) as exc:
+            # Sandbox violations are jinja2.SecurityError; filters on wrong types raise TypeError/ValueError.
+            raise TemplateError(f"{template_location(exc) or version}: {exc}") from None
+        return system, user
+
+    def source_of(self, name: str) -> Path:
+        """The file ``name`` is read from: the admin's copy when there is one, else the packaged default."""
+        paths = self._paths(name)
+        if not paths:
+            raise TemplateError(f"prompt template {name}{SUFFIX} not found in {self.admin_dir or self.default_dir}")
+        return paths[0]
 
     def reload(self) -> None:
         """Forget compiled templates (SIGHUP); the next render reads the files again."""

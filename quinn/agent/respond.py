@@ -1,25 +1,245 @@
-"""The reply pipeline: render the reply template with the assembled context and ask the model."""
+"""The agent: from an email and what Quinn remembers to the reply, and from the reply to new memories.
+
+``Agent`` is owned by the app and holds the LLM seam, the prompt store, the memory store and the domain
+detector. For one email it (1) gathers memory into ``ReplyInputs`` (on the DB thread), (2) carries out memory
+commands written in the mail, (3) asks the model, which has the memory tools, and (4) after the reply, learns
+from the mail (sensory gate, then the extraction call). Every memory change is reported in the reply.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from mirascope import llm as mirascope_llm
+
+from quinn.agent import memory_mail
+from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
+from quinn.agent.domains import DomainDetector
+from quinn.agent.extract import ExtractionOutcome, extract_memories
+from quinn.agent.gate import sensory_gate
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
+from quinn.agent.tools import MEMORY_TOOLS, MemoryChange, MemoryDeps
+from quinn.agent.usage import record_usage
+from quinn.clock import utcnow
+from quinn.config import Config
+from quinn.errors import RetryLater, StoreError, TemplateError
+from quinn.mailbox.message import InboundEmail
+from quinn.memory.search import hybrid_search
+from quinn.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+RunDb = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True)
-class DraftedReply:
-    """The model's reply text, the template version that produced it, and its cost."""
+class Attachment:
+    """A file attached to a reply."""
+
+    filename: str
+    content_type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The reply body and everything the app needs to file it."""
 
     body: str
+    template: str
     prompt_version: str
-    usage: Usage
+    usage: Usage | None = None
+    attachments: tuple[Attachment, ...] = ()
+    changes: tuple[MemoryChange, ...] = ()
+    purged: bool = False  # the user's memory is gone: store nothing more about them
 
 
-async def draft_reply(llm: LLM, prompts: PromptStore, variables: dict[str, Any]) -> DraftedReply:
-    """Render ``reply`` with ``variables`` and get the reply body from the main model."""
-    rendered = prompts.render("reply", variables)
-    result = await llm.text(rendered.system, rendered.user)
-    return DraftedReply(result.text, rendered.version, result.usage)
+@dataclass
+class _Work:
+    """Memory commands carried out before the model writes the reply."""
+
+    actions: list[str] = field(default_factory=list)
+    changes: list[MemoryChange] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+def source_of(email: InboundEmail) -> dict[str, Any]:
+    """The ``source`` metadata every memory learnt from ``email`` carries."""
+    return {"source": {"message_id": email.message_id, "subject": email.subject,
+                       "date": email.date.isoformat() if email.date else None}}  # fmt: skip
+
+
+class Agent:
+    """Reply and learn for one mailbox; built once the store is open."""
+
+    def __init__(self, config: Config, llm: LLM, prompts: PromptStore, store: MemoryStore) -> None:
+        self.config = config
+        self.llm = llm
+        self.prompts = prompts
+        self.store = store
+        self.domains = DomainDetector(config.domains, store.embedder, config.memory.domain_min_similarity)
+
+    async def _db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await self.store.db.run(fn, *args, **kwargs)
+
+    # -- 1. what the model sees ------------------------------------------------------------------------
+
+    def reply_inputs(
+        self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage] = (),
+        summary: str | None = None, actions: Sequence[str] = (), *, touch: bool = True,
+    ) -> ReplyInputs:  # fmt: skip
+        """Persona, profile, domains and retrieved memories for ``email`` (runs on the DB thread).
+
+        ``touch`` counts the retrieval as an access (strengthening the memories); a preview passes False.
+        """
+        store = self.store
+        c = self.config
+        persona, profile, hits, domains = [], [], [], []
+        if use_memory:
+            persona = store.get_all(None, scope="global", type="persona")
+            profile = store.get_all(user, scope="profile", limit=50)
+            query = f"{email.subject}\n{email.text or email.full_text}"
+            matches = self.domains.detect(query)
+            domains = [m.name for m in matches]
+            if matches:
+                log.info("mail %s: domains %s", email.message_id, ", ".join(f"{m.name} ({m.reason})" for m in matches))
+            # Twice k: memories of other domains are dropped after search, in context assembly.
+            hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=touch)
+        return ReplyInputs(
+            email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
+            today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
+            hits=hits, thread=list(thread), thread_summary=summary, token_budget=c.memory.token_budget,
+            domains=domains, now=utcnow(), actions=list(actions),
+        )  # fmt: skip
+
+    # -- 2 and 3. the answer ---------------------------------------------------------------------------
+
+    async def answer(
+        self, email: InboundEmail, user: str, use_memory: bool, *, thread: Sequence[ThreadMessage] = (),
+        summary: str | None = None, confirming_purge: bool = False,
+    ) -> Answer:  # fmt: skip
+        """The reply to ``email``: memory commands first, then the model (with memory tools when memory is on).
+
+        A template that cannot render is the admin's to fix, and a store error is not the mail's fault: the mail
+        waits (``RetryLater``) with the reason, as for a model that is down.
+        """
+        try:
+            return await self._answer(email, user, use_memory, thread, summary, confirming_purge)
+        except TemplateError as exc:
+            raise RetryLater(f"prompt template cannot render: {exc.message}", exc.hint) from exc
+        except StoreError as exc:  # the memory store refused a command's change: retried, then quarantined
+            raise RetryLater(f"memory store: {exc.message}", exc.hint) from exc
+
+    async def _answer(
+        self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage],
+        summary: str | None, confirming_purge: bool,
+    ) -> Answer:  # fmt: skip
+        if not use_memory:
+            inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
+            return await self._model_reply(inputs, None, _Work())
+        private_ok = not others_on_thread(email, user, self.config.smtp.from_address)
+        if confirming_purge:
+            return await self._purge(email, user)
+        requests = memory_mail.parse_requests(email.text)
+        kinds = {r.kind for r in requests}
+        if "purge" in kinds:
+            log.info("mail %s: %s asks for a purge; asking for confirmation", email.message_id, user)
+            return Answer(memory_mail.purge_question(user), memory_mail.PURGE_CONFIRM_TEMPLATE, "")
+        work = await self._db(self._carry_out, email, user, requests, private_ok)
+        if "digest" in kinds:
+            return await self._digest(email, user, private_ok, work)
+        inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions)
+        deps = MemoryDeps(
+            store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
+            domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
+            valid_from=email.date, changes=work.changes,
+        )  # fmt: skip
+        return await self._model_reply(inputs, deps, work)
+
+    def _carry_out(
+        self, email: InboundEmail, user: str, requests: Sequence[memory_mail.MemoryRequest], private_ok: bool
+    ) -> _Work:
+        """Remember, forget and export (DB thread); each change becomes an action line and a footer line."""
+        work = _Work()
+        name = (email.from_.name if email.from_ and email.from_.name else user).split()[0]
+        for request in requests:
+            if request.kind == "remember":
+                change = memory_mail.remember(self.store, user, name, request.argument, source_of(email), email.date)
+                work.changes.append(change)
+                work.actions.append(f"Saved, as asked: {change.content} [memory:{change.memory_id}]")
+            elif request.kind == "forget":
+                forgotten = memory_mail.forget(self.store, user, request.argument, private_ok)
+                if forgotten is None:
+                    work.actions.append(f'Asked to forget "{request.argument}", but no memory clearly matches it: '
+                                        "nothing was forgotten; ask which memory they mean.")  # fmt: skip
+                else:
+                    work.changes.append(forgotten)
+                    work.actions.append(f"Forgotten, as asked: {forgotten.content} [memory:{forgotten.memory_id}]")
+            elif request.kind == "export":
+                every = self.store.get_all(user)
+                shown = visible(every, private_ok)
+                withheld = len(every) - len(shown)
+                data = memory_mail.export_json(user, shown, withheld)
+                work.attachments.append(Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json",
+                                                   "application/json", data))  # fmt: skip
+                note = f" ({withheld} private ones withheld because others are on this email)" if withheld else ""
+                work.actions.append(f"Attached their memory export as JSON: {len(shown)} memories{note}.")
+        return work
+
+    async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
+        rendered = self.prompts.render("reply", reply_variables(inputs))
+        if deps is None:
+            result = await self.llm.text(rendered.system, rendered.user)
+        else:
+            ctx = mirascope_llm.Context(deps=deps)
+            result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
+        changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
+        body = result.text + memory_mail.changes_footer(changes)
+        return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes)
+
+    async def _digest(self, email: InboundEmail, user: str, private_ok: bool, work: _Work) -> Answer:
+        memories = visible(await self._db(self.store.get_all, user), private_ok, utcnow())
+        groups = memory_mail.digest_groups(memories)
+        rendered = self.prompts.render("digest", {"user": {"address": user}, "groups": groups,
+                                                  "others_on_thread": not private_ok})  # fmt: skip
+        if not groups:
+            body = "I don't remember anything about you yet."
+            return Answer(body + memory_mail.changes_footer(work.changes), "digest", rendered.version, None,
+                          tuple(work.attachments), tuple(work.changes))  # fmt: skip
+        result = await self.llm.text(rendered.system, rendered.user)
+        body = result.text + memory_mail.changes_footer(work.changes)
+        return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes))
+
+    async def _purge(self, email: InboundEmail, user: str) -> Answer:
+        if not memory_mail.confirms_purge(email.text):
+            log.info("mail %s: purge not confirmed by %s; nothing deleted", email.message_id, user)
+            return Answer("Understood: I did not delete anything. Your memory stays as it was.",
+                          memory_mail.PURGE_DONE_TEMPLATE, "")  # fmt: skip
+        counts = await self._db(self.store.purge, user)
+        log.info("mail %s: purge confirmed by %s: %s", email.message_id, user, counts)
+        return Answer(memory_mail.purge_report(counts), memory_mail.PURGE_DONE_TEMPLATE, "", purged=True)
+
+    # -- 4. learning -----------------------------------------------------------------------------------
+
+    async def learn(self, user: str, email: InboundEmail) -> ExtractionOutcome | None:
+        """Extract memories from an answered mail of the authenticated user, unless the gate says it is trivial."""
+        if memory_mail.parse_requests(email.text):
+            log.info("mail %s: no extraction, the mail was a memory command", email.message_id)
+            return None
+        decision = sensory_gate(email.text)
+        log.info("mail %s: sensory gate: %s", email.message_id, decision)
+        if not decision.passed:
+            return None
+        outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db, self.domains)
+        if outcome.usage is not None:
+            await self.record("extract", outcome.usage, user, email.message_id)
+        return outcome
+
+    async def record(self, purpose: str, usage: Usage | None, user: str | None, message_id: str | None) -> None:
+        """Record a call chain's token usage (per user, per email, per job)."""
+        if usage is not None:
+            await self._db(record_usage, self.store.db, purpose, usage, user_id=user, message_id=message_id)

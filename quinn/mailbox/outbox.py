@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from quinn.clock import iso, utcnow
@@ -68,3 +69,21 @@ class Outbox:
         """Replies written but not yet delivered, oldest first."""
         rows = self.db.query("SELECT message_id FROM outbox WHERE state = 'pending' ORDER BY created_at")
         return [item for (mid,) in rows if (item := self.get(mid)) is not None]
+
+    def ours_with_template(self, message_ids: Sequence[str], template: str, user_id: str) -> str | None:
+        """The first of ``message_ids`` that is a reply of ours to ``user_id`` made with ``template``, or None.
+
+        Used to recognise an answer to a question Quinn asked (the purge confirmation).
+        """
+        ids = [m for m in message_ids if m]
+        if not ids:
+            return None
+        return self.db.query_value(
+            f"SELECT message_id FROM outbox WHERE message_id IN ({','.join('?' * len(ids))}) AND template = ?"
+            " AND user_id = ? AND state IN ('sent', 'drafted') LIMIT 1",
+            (*ids, template, user_id),
+        )
+
+    def template_of(self, message_id: str) -> str | None:
+        """The template a reply of ours was made with (``reply``, ``digest``, ``purge_done``, …), or None."""
+        return self.db.query_value("SELECT template FROM outbox WHERE message_id = ?", (message_id,))

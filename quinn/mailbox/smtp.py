@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import html
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.policy import SMTP
@@ -58,8 +59,14 @@ class Reply:
     raw: bytes
 
 
-def compose_reply(email: InboundEmail, body: str, *, own_address: str, own_name: str = "Quinn") -> Reply:
-    """The reply to ``email`` with ``body`` as plain text and a simple HTML alternative."""
+def compose_reply(
+    email: InboundEmail, body: str, *, own_address: str, own_name: str = "Quinn",
+    attachments: Sequence[tuple[str, str, bytes]] = (),
+) -> Reply:  # fmt: skip
+    """The reply to ``email`` with ``body`` as plain text and a simple HTML alternative.
+
+    ``attachments`` are (filename, content type, data); with any, the message becomes multipart/mixed.
+    """
     message_id = reply_message_id(email.message_id, own_address)
     recipients = reply_recipients(email)
     subject = reply_subject(email.subject)
@@ -77,6 +84,9 @@ def compose_reply(email: InboundEmail, body: str, *, own_address: str, own_name:
     msg.set_content(body)
     paragraphs = "".join(f"<p>{html.escape(p).replace(chr(10), '<br>')}</p>" for p in body.split("\n\n") if p.strip())
     msg.add_alternative(f"<!doctype html><html><body>{paragraphs}</body></html>", subtype="html")
+    for filename, content_type, data in attachments:
+        maintype, _, subtype = content_type.partition("/")
+        msg.add_attachment(data, maintype=maintype, subtype=subtype or "octet-stream", filename=filename)
     return Reply(message_id, recipients, subject, body, msg.as_bytes())
 
 

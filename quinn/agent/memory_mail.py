@@ -1,0 +1,163 @@
+"""Memory by email: the simple commands a user can write, and what they do to that user's memory.
+
+"remember …", "forget …", "what do you know about me?", "export my memory" and "delete everything you know
+about me" are recognised in the clean text of the mail (quotes and signature already stripped), so a quoted
+earlier mail never triggers one. Any other wording reaches the model, which has the memory tools. The purge
+needs a confirmation: Quinn answers with a question, and only a reply to that very message that starts with
+"yes" deletes anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from quinn.agent.tools import MemoryChange
+from quinn.clock import iso, utcnow
+from quinn.memory.models import Memory
+from quinn.memory.search import content_words, hybrid_search
+from quinn.memory.store import MemoryStore
+
+RequestKind = Literal["remember", "forget", "digest", "export", "purge"]
+FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten
+PURGE_CONFIRM_TEMPLATE = "purge_confirm"
+PURGE_DONE_TEMPLATE = "purge_done"
+NO_LEARNING_TEMPLATES = frozenset({PURGE_CONFIRM_TEMPLATE, PURGE_DONE_TEMPLATE})
+
+_LEAD = (
+    r"(?:^|(?<=[.!?\n,;:]))\s*(?:(?:hi|hello|hey|dear)\s+\w+\s*[,!]?\s*)?(?:(?:also|and|then|now)\s*,?\s+)?"
+    r"(?:(?:please|pls|kindly)\s*,?\s+)?"
+)
+_PATTERNS: tuple[tuple[RequestKind, re.Pattern[str]], ...] = (
+    ("purge", re.compile(
+        r"\b(?:delete|erase|remove|forget|wipe)\s+(?:absolutely\s+)?(?:everything|all)\s+(?:that\s+)?"
+        r"(?:you\s+(?:know|have|remember|store)(?:\s+about\s+me)?|about\s+me|of\s+my\s+data|my\s+(?:data|memor(?:y|ies)))",
+        re.IGNORECASE)),
+    ("digest", re.compile(
+        r"\bwhat\s+(?:do|did)\s+you\s+(?:know|remember|have\s+stored|store)\s+about\s+me\b", re.IGNORECASE)),
+    ("export", re.compile(r"\bexport\s+(?:all\s+(?:of\s+)?)?my\s+(?:memor(?:y|ies)|data)\b", re.IGNORECASE)),
+    ("remember", re.compile(_LEAD + r"remember\s+(?:that\s+)?(?P<what>[^.!?\n]{3,})", re.IGNORECASE)),
+    ("forget", re.compile(
+        _LEAD + r"forget\s+(?:that\s+|about\s+|what\s+i\s+said\s+about\s+)?(?P<what>[^.!?\n]{3,})", re.IGNORECASE)),
+)  # fmt: skip
+_YES = re.compile(r"^\s*(?:yes|yep|confirm(?:ed)?|delete\s+everything)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """One memory command found in a mail; ``argument`` is what to remember or forget."""
+
+    kind: RequestKind
+    argument: str = ""
+
+
+def parse_requests(text: str) -> list[MemoryRequest]:
+    """The memory commands in ``text`` (the mail without quotes), in a fixed order of precedence."""
+    found: list[MemoryRequest] = []
+    for kind, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            if kind == "forget" and any(r.kind == "purge" for r in found):
+                continue  # "forget everything you know about me" is the purge, not a forget
+            what = match.groupdict().get("what") or ""
+            found.append(MemoryRequest(kind, " ".join(what.split()).strip(" ,;:")))
+            if kind in ("purge", "digest", "export"):
+                break
+    return found
+
+
+def confirms_purge(text: str) -> bool:
+    """The reply to a purge question says yes in its first words (a quoted question never does)."""
+    return bool(_YES.match(text))
+
+
+def remember(store: MemoryStore, user_id: str, name: str, what: str, source: dict[str, Any],
+             valid_from: Any = None) -> MemoryChange:  # fmt: skip
+    """Save an explicit "remember …" as a profile fact (always in the prompt); idempotent per email."""
+    content = f"{name} asked to remember: {what}"
+    message_id = (source.get("source") or {}).get("message_id")
+    for memory in store.get_all(user_id, scope="profile", limit=500):
+        same_mail = (memory.metadata.get("source") or {}).get("message_id") == message_id
+        if same_mail and memory.content == content:  # a retry after a crash: already done
+            return MemoryChange("saved", memory.id, content)
+    memory_id = store.add(user_id, content, scope="profile", type="fact", importance=0.8,
+                          metadata={**source, "via": "remember", "confidence": "high"},
+                          valid_from=valid_from)  # fmt: skip
+    return MemoryChange("saved", memory_id, content)
+
+
+def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> MemoryChange | None:
+    """Forget the user's memory that best matches ``what``, if one clearly does; None when none does."""
+    wanted = content_words(what)
+    if not wanted:
+        return None
+    for hit in hybrid_search(store, user_id, what, k=5, touch=False):
+        memory = hit.memory
+        if memory.immutable or (memory.private and not private_ok):
+            continue
+        overlap = len(wanted & content_words(memory.content)) / len(wanted)
+        if overlap >= FORGET_MIN_OVERLAP:
+            store.forget(memory.id, user_id=user_id, reason=f'asked by email: "forget {what}"')
+            return MemoryChange("forgotten", memory.id, memory.content)
+    return None
+
+
+def digest_groups(memories: Sequence[Memory]) -> list[dict[str, Any]]:
+    """Memories grouped by type and domain, with dates and source emails, for the digest template."""
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    for memory in sorted(memories, key=lambda m: (m.type, m.domain or "", m.valid_from)):
+        source = memory.metadata.get("source") or {}
+        subject = source.get("subject")
+        date = (source.get("date") or "")[:10]
+        groups.setdefault((memory.type, memory.domain), []).append({
+            "id": memory.id, "content": memory.content, "since": memory.valid_from[:10],
+            "source": f"{subject}, {date}" if subject and date else subject or "",
+        })  # fmt: skip
+    return [
+        {"title": _title(type_, domain), "memories": items} for (type_, domain), items in sorted(groups.items(),
+                                                                                              key=lambda g: g[0][0])
+    ]  # fmt: skip
+
+
+def _title(type_: str, domain: str | None) -> str:
+    plural = {"personal": "Personal details", "feedback": "Feedback", "context": "Context"}.get(type_)
+    title = plural or f"{type_.capitalize()}s"
+    return f"{title} ({domain})" if domain else title
+
+
+def export_json(user_id: str, memories: Sequence[Memory], withheld: int = 0) -> bytes:
+    """The user's memories as a JSON document (the export form of ``Memory.to_record``)."""
+    document = {
+        "user": user_id, "exported_at": iso(utcnow()), "count": len(memories),
+        "withheld_private": withheld, "memories": [m.to_record() for m in memories],
+    }  # fmt: skip
+    return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
+
+
+def purge_question(address: str) -> str:
+    """The confirmation question; only a reply to it that starts with "yes" purges."""
+    return (
+        f"You asked me to delete everything I know about you ({address}): every memory, our past conversations "
+        "and their history. This cannot be undone.\n\n"
+        "To confirm, reply to this email with YES as the first word. If you did not mean it, ignore this email "
+        "and nothing will be deleted."
+    )
+
+
+def purge_report(counts: dict[str, int]) -> str:
+    """The answer after a purge, saying what was removed."""
+    removed = ", ".join(f"{n} {table.replace('_', ' ')}" for table, n in counts.items() if n)
+    return (
+        "Done: I deleted everything I knew about you"
+        + (f" ({removed})" if removed else "")
+        + ". I no longer remember anything about you; if you write again, I start from scratch."
+    )
+
+
+def changes_footer(changes: Sequence[MemoryChange]) -> str:
+    """The block appended to a reply that changed memory, so every change is reported."""
+    if not changes:
+        return ""
+    return "\n\n---\nChanges to what I remember about you:\n" + "\n".join(f"- {c.describe()}" for c in changes)

@@ -1,0 +1,67 @@
+"""Sample variables for every prompt template, built by the same functions that build the real ones.
+
+``quinn prompts check`` renders each template with these, and ``PromptStore`` trial-renders an edited template
+with them before putting it in use, so a misspelt variable is caught at the edit, not on the next email.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from quinn.agent.context import ReplyInputs, ThreadMessage, reply_variables
+from quinn.agent.extract import extract_variables
+from quinn.agent.memory_mail import digest_groups
+from quinn.mailbox.message import Address, InboundEmail
+from quinn.memory.models import Memory, SearchHit
+
+SAMPLE_USER = "alice@example.org"
+_WHEN = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+
+
+def sample_memory(memory_id: int, content: str, type_: str = "fact", domain: str | None = None) -> Memory:
+    """A current memory of the sample user."""
+    return Memory(
+        id=memory_id, user_id=SAMPLE_USER, scope="profile" if type_ in ("preference", "personal") else "episodic",
+        domain=domain, type=type_, content=content, tags=(), importance=0.6, created_at=_WHEN.isoformat(),
+        updated_at=_WHEN.isoformat(), version=1, root_id=memory_id, valid_from=_WHEN.isoformat(), valid_to=None,
+        superseded_by=None, expires_at=None, active=True, immutable=False, access_count=0, last_accessed_at=None,
+        stability=24.0, embedding_model=None, schema_version=1,
+        metadata={"source": {"message_id": "<m1@example.org>", "subject": "Hello", "date": _WHEN.isoformat()}},
+    )  # fmt: skip
+
+
+def sample_email(text: str = "Hi Quinn, can you remind me what I told you about Project Alpha?") -> InboundEmail:
+    """A plain mail from the sample user to Quinn."""
+    return InboundEmail(
+        message_id="<sample-1@example.org>", in_reply_to=None, references=(),
+        from_=Address("Alice Example", SAMPLE_USER), to=(Address("Quinn", "quinn@example.org"),), cc=(),
+        reply_to=(), subject="Project Alpha", date=_WHEN, text=text, full_text=text,
+    )  # fmt: skip
+
+
+def sample_variables() -> dict[str, dict[str, Any]]:
+    """Variables for each packaged template name."""
+    memories = [
+        sample_memory(1, "Alice prefers short answers in Spanish.", "preference"),
+        sample_memory(2, "Alice leads Project Alpha; its deadline is March 15.", "fact", "work"),
+    ]
+    email = sample_email()
+    reply = reply_variables(ReplyInputs(
+        email=email, user_id=SAMPLE_USER, assistant_name="Quinn", assistant_address="quinn@example.org",
+        today=_WHEN.date().isoformat(), persona=(), profile=memories[:1], hits=[SearchHit(memories[1], 1.0)],
+        state={"recent_goal_and_status": "ship Project Alpha"},
+        thread=[ThreadMessage(SAMPLE_USER, _WHEN.isoformat(), "Earlier message.")], thread_summary="Summary.",
+        domains=["work"], actions=["Saved, as asked: Alice asked to remember: the deadline [memory:3]"],
+    ))  # fmt: skip
+    messages = [{"sender": SAMPLE_USER, "date": _WHEN.isoformat(), "body": "Earlier message."}]
+    return {
+        "reply": reply,
+        "extract": extract_variables(SAMPLE_USER, email, memories, [{"name": "work", "description": "Work."}]),
+        "summarize": {"user": {"address": SAMPLE_USER}, "previous_summary": "Summary.", "messages": messages},
+        "consolidate": {"user": {"address": SAMPLE_USER}, "memories": [
+            {"id": m.id, "type": m.type, "content": m.content, "valid_from": m.valid_from} for m in memories]},
+        "reflect": {"user": {"address": SAMPLE_USER}, "episodes": [
+            {"id": m.id, "content": m.content, "date": m.valid_from[:10]} for m in memories]},
+        "digest": {"user": {"address": SAMPLE_USER}, "groups": digest_groups(memories), "others_on_thread": False},
+    }  # fmt: skip

@@ -1,0 +1,42 @@
+"""Token usage: what each call chain cost, recorded per user, per email and per job so cost is visible."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quinn.agent.llm import Usage
+from quinn.clock import iso, utcnow
+from quinn.memory.db import Database
+
+
+@dataclass(frozen=True)
+class UsageTotal:
+    """Summed usage of one group (a user, a purpose, a model)."""
+
+    key: str | None
+    input_tokens: int
+    output_tokens: int
+    calls: int
+
+
+def record_usage(
+    db: Database, purpose: str, usage: Usage, *, user_id: str | None = None, message_id: str | None = None
+) -> None:
+    """Write one row to ``llm_usage``. ``purpose`` is ``reply``, ``extract``, ``digest``, ``job:<name>``, …"""
+    db.execute(
+        "INSERT INTO llm_usage (at, model, purpose, user_id, message_id, input_tokens, output_tokens, calls)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (iso(utcnow()), usage.model, purpose, user_id, message_id, usage.input_tokens, usage.output_tokens,
+         usage.calls),
+    )  # fmt: skip
+
+
+def usage_totals(db: Database, by: str = "user_id") -> list[UsageTotal]:
+    """Usage summed by ``user_id``, ``purpose``, ``model`` or ``message_id``, largest first."""
+    if by not in ("user_id", "purpose", "model", "message_id"):
+        raise ValueError(f"cannot group usage by {by!r}")
+    rows = db.query(
+        f"SELECT {by}, sum(input_tokens), sum(output_tokens), sum(calls) FROM llm_usage GROUP BY {by}"
+        " ORDER BY sum(input_tokens) + sum(output_tokens) DESC"
+    )
+    return [UsageTotal(key, int(i or 0), int(o or 0), int(c or 0)) for key, i, o, c in rows]

@@ -1,0 +1,109 @@
+"""``quinn prompts check`` and ``quinn prompts render NAME --user ADDRESS``: for admins editing templates."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
+from quinn.config import Config
+from quinn.errors import ConfigError, TemplateError
+
+# The agent modules import Mirascope and the SDKs (a second or more): loaded only when a subcommand runs.
+
+
+def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]) -> None:
+    """Add ``quinn prompts check|render``."""
+    group = sub.add_parser("prompts", help="check and preview the prompt templates")
+    commands = group.add_subparsers(dest="prompts_command", metavar="SUBCOMMAND", required=True)
+    check = with_config(commands.add_parser("check", help="render every template with sample context"))
+    check.set_defaults(handler=check_command)
+    render = with_config(commands.add_parser("render", help="preview a template with a user's real memory"))
+    render.add_argument("name", choices=TEMPLATE_NAMES, help="the template to render")
+    render.add_argument("--user", required=True, help="the user's address (their memory is read, not changed)")
+    render.add_argument("--text", default="What do you remember about me?", help="the text of the sample email")
+    render.add_argument("--subject", default="Preview", help="the subject of the sample email")
+    render.set_defaults(handler=render_command)
+
+
+def check_templates(store: PromptStore) -> list[tuple[str, bool, str]]:
+    """(name, ok, detail) for every template: detail is the version and file, or the error with file:line."""
+    from quinn.agent.samples import sample_variables
+
+    samples = sample_variables()
+    results = []
+    for name in TEMPLATE_NAMES:
+        try:
+            rendered = store.render(name, samples[name])
+            results.append((name, True, f"{rendered.version}  {store.source_of(name)}"))
+        except TemplateError as exc:
+            results.append((name, False, str(exc)))
+    return results
+
+
+def check_command(args: argparse.Namespace, config: Config) -> int:
+    """Exit 0 when every template compiles and renders; each failure names the file and line."""
+    try:
+        store = PromptStore(config.prompts.dir)
+    except TemplateError as exc:
+        print(f"FAILED  {exc}")
+        return 1
+    results = check_templates(store)
+    for name, ok, detail in results:
+        print(f"{'ok' if ok else 'FAILED':7} {name:12} {detail}")
+    return 0 if all(ok for _n, ok, _d in results) else 1
+
+
+def render_command(args: argparse.Namespace, config: Config) -> int:
+    """Print the system and user messages ``name`` would get, with the user's real memory and a sample email."""
+    from dataclasses import replace
+
+    from quinn.agent.context import reply_variables, visible
+    from quinn.agent.extract import extract_variables
+    from quinn.agent.llm import LLM
+    from quinn.agent.memory_mail import digest_groups
+    from quinn.agent.respond import Agent
+    from quinn.agent.samples import sample_email, sample_variables
+    from quinn.mailbox.message import Address
+    from quinn.memory.db import Database
+    from quinn.memory.embed import build_embedder
+    from quinn.memory.store import MemoryStore
+
+    user = args.user.strip().lower()
+    if "@" not in user:
+        raise ConfigError(f"--user {args.user!r} is not an email address", "pass the address the user writes from")
+    store_prompts = PromptStore(config.prompts.dir, samples=sample_variables)
+    c = config
+    db = Database.open(c.database.url, c.database.secret("auth_token"))
+    try:
+        embedder = build_embedder(c.embeddings.backend, c.embeddings.model, c.embeddings.base_url,
+                                  c.embeddings.secret("api_key"), c.embeddings.dimensions)  # fmt: skip
+        store = MemoryStore(db, embedder)
+        agent = Agent(c, LLM(c.llm), store_prompts, store)
+        email = replace(sample_email(args.text), subject=args.subject, from_=Address("", user),
+                        to=(Address(c.smtp.from_name, c.smtp.from_address),))  # fmt: skip
+        memories = store.get_all(user)
+        if args.name == "reply":
+            variables = reply_variables(agent.reply_inputs(email, user, True, touch=False))
+        elif args.name == "extract":
+            known = [{"name": d.name, "description": d.description} for d in c.domains]
+            variables = extract_variables(user, email, memories, known)
+        elif args.name == "digest":
+            variables = {"user": {"address": user}, "groups": digest_groups(visible(memories, True)),
+                         "others_on_thread": False}  # fmt: skip
+        else:
+            variables = {**sample_variables()[args.name], "user": {"address": user}}
+            if args.name == "consolidate":
+                variables["memories"] = [{"id": m.id, "type": m.type, "content": m.content,
+                                          "valid_from": m.valid_from} for m in memories[:10]]  # fmt: skip
+            elif args.name == "reflect":
+                variables["episodes"] = [{"id": m.id, "content": m.content, "date": m.valid_from[:10]}
+                                         for m in memories if m.scope == "episodic"][:20]  # fmt: skip
+        rendered = store_prompts.render(args.name, variables)
+    finally:
+        db.close()
+    sys.stdout.write(f"# {rendered.version} ({store_prompts.source_of(args.name)}), user {user}\n")
+    sys.stdout.write(f"=== system ===\n{rendered.system}\n=== user ===\n{rendered.user}\n")
+    return 0

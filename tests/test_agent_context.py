@@ -1,0 +1,160 @@
+"""Context assembly, memory commands and the sensory gate: pure functions on plain data."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from quinn.agent.context import ReplyInputs, reply_variables
+from quinn.agent.gate import sensory_gate
+from quinn.agent.memory_mail import (
+    changes_footer,
+    confirms_purge,
+    digest_groups,
+    export_json,
+    parse_requests,
+    purge_report,
+)
+from quinn.agent.samples import SAMPLE_USER, sample_email, sample_memory, sample_variables
+from quinn.agent.tools import MemoryChange
+from quinn.mailbox.message import Address
+from quinn.memory.models import SearchHit
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def inputs(**kwargs) -> ReplyInputs:
+    base = {"email": sample_email(), "user_id": SAMPLE_USER, "assistant_name": "Quinn",
+            "assistant_address": "quinn@example.org", "today": "2026-11-22", "now": NOW}  # fmt: skip
+    return ReplyInputs(**{**base, **kwargs})
+
+
+def test_superseded_forgotten_and_expired_memories_never_appear() -> None:
+    current = sample_memory(1, "Alice runs Node on Docker.")
+    superseded = replace(sample_memory(2, "Alice runs Python on Linux."), superseded_by=1, valid_to=NOW.isoformat())
+    forgotten = replace(sample_memory(3, "Alice likes jazz."), active=False)
+    expired = replace(sample_memory(4, "Alice is in Berlin this week."), expires_at="2026-11-20T00:00:00+00:00")
+    later = replace(sample_memory(5, "Alice is in Rome next week."), expires_at="2026-11-30T00:00:00+00:00")
+    hits = [SearchHit(m, 1.0) for m in (current, superseded, forgotten, expired, later)]
+    text = reply_variables(inputs(hits=hits, profile=[superseded, expired]))
+    shown = text["memories"] + text["profile"]
+    assert "[memory:1]" in shown and "[memory:5]" in shown
+    for gone in ("[memory:2]", "[memory:3]", "[memory:4]"):
+        assert gone not in shown
+
+
+def test_private_memories_withheld_when_someone_else_is_on_the_thread() -> None:
+    private = sample_memory(1, "Alice is expecting a baby in May.", "personal")
+    pii = replace(sample_memory(2, "Alice's phone number is 555-0100."), metadata={"pii": True})
+    public = sample_memory(3, "Alice prefers short answers.", "preference")
+    alone = reply_variables(inputs(profile=[private, public], hits=[SearchHit(pii, 1.0)]))
+    assert "expecting a baby" in alone["profile"] and "555-0100" in alone["memories"]
+    assert alone["others_on_thread"] is False
+    cc = replace(sample_email(), cc=(Address("Bob", "bob@example.org"),))
+    shared = reply_variables(inputs(email=cc, profile=[private, public], hits=[SearchHit(pii, 1.0)],
+                                    state={"important_context": "baby due in May"}))  # fmt: skip
+    assert "expecting a baby" not in str(shared) and "555-0100" not in str(shared) and "baby due" not in str(shared)
+    assert "Alice prefers short answers." in shared["profile"]
+    assert shared["others_on_thread"] is True
+
+
+def test_detected_domains_keep_retrieval_to_them_plus_undomained_and_global() -> None:
+    work = sample_memory(1, "Project Alpha is due March 15.", "fact", "work")
+    health = sample_memory(2, "Alice sees a physio on Tuesdays.", "fact", "health")
+    plain = sample_memory(3, "Alice lives in Lisbon.", "fact")
+    shared = replace(sample_memory(4, "The office closes at 6pm.", "fact", "health"), user_id=None, scope="global")
+    hits = [SearchHit(m, 1.0) for m in (work, health, plain, shared)]
+    narrowed = reply_variables(inputs(hits=hits, domains=["work"]))["memories"]
+    assert all(f"[memory:{i}]" in narrowed for i in (1, 3, 4))
+    assert "[memory:2]" not in narrowed
+    # No domain detected: nothing is narrowed away.
+    assert "[memory:2]" in reply_variables(inputs(hits=hits))["memories"]
+
+
+def test_one_token_budget_for_profile_and_retrieved_memories() -> None:
+    profile = [sample_memory(i, f"Alice preference number {i} " + "x" * 200, "preference") for i in range(1, 20)]
+    hits = [SearchHit(sample_memory(100 + i, f"Fact {i} " + "y" * 200), 1.0) for i in range(20)]
+    variables = reply_variables(inputs(profile=profile, hits=hits, token_budget=600))
+    used = (len(variables["profile"]) + len(variables["memories"])) / 4
+    assert 300 < used <= 600  # both parts filled, the sum within the one budget
+    assert variables["profile"] and variables["memories"]
+    assert reply_variables(inputs(profile=profile, hits=hits, token_budget=0))["memories"] == ""
+
+
+def test_actions_and_domains_reach_the_template_variables() -> None:
+    variables = reply_variables(inputs(domains=["work"], actions=["Saved, as asked: x [memory:1]"]))
+    assert variables["domains"] == ["work"] and variables["actions"] == ["Saved, as asked: x [memory:1]"]
+
+
+def test_sample_variables_cover_every_template() -> None:
+    from quinn.agent.prompts import TEMPLATE_NAMES
+
+    assert set(sample_variables()) == set(TEMPLATE_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Hi Quinn, remember my birthday is October 10.", [("remember", "my birthday is October 10")]),
+        ("Please remember that I am vegetarian! Thanks.", [("remember", "I am vegetarian")]),
+        ("Do you remember my birthday?", []),
+        ("I remember when we met in Porto.", []),
+        ("Please forget my old address.", [("forget", "my old address")]),
+        ("Don't forget the milk", []),
+        ("Forget everything you know about me.", [("purge", "")]),
+        ("Please delete everything you know about me", [("purge", "")]),
+        ("What do you know about me?", [("digest", "")]),
+        ("Could you export my memory, please?", [("export", "")]),
+        ("Remember I moved to Porto. Also forget the Lisbon address.",
+         [("remember", "I moved to Porto"), ("forget", "the Lisbon address")]),
+    ],
+)  # fmt: skip
+def test_memory_commands(text: str, expected: list[tuple[str, str]]) -> None:
+    assert [(r.kind, r.argument) for r in parse_requests(text)] == expected
+
+
+def test_purge_needs_a_yes_at_the_top() -> None:
+    assert confirms_purge("Yes, delete it all.")
+    assert confirms_purge("  YES")
+    assert not confirms_purge("Wait, no. Yes I know it cannot be undone but no.")
+    assert not confirms_purge("To confirm, reply to this email with YES as the first word.")
+
+
+@pytest.mark.parametrize(
+    ("text", "passed"),
+    [
+        ("thanks!", False), ("Thanks, great!", False), ("ok cool", False), ("", False),
+        ("Sounds good, see you", False),
+        ("Too much detail, be concise please.", True), ("casual is fine", True),
+        ("I moved to Node on Docker.", True), ("My dog Rex loves the beach", True),
+        ("remember my birthday is October 10", True), ("The deadline is March 15", True),
+    ],
+)  # fmt: skip
+def test_sensory_gate(text: str, passed: bool) -> None:
+    decision = sensory_gate(text)
+    assert decision.passed is passed
+    assert decision.reasons and str(decision).startswith("extract" if passed else "skip")
+
+
+def test_digest_groups_by_type_and_domain_with_dates_and_sources() -> None:
+    groups = digest_groups([
+        sample_memory(1, "Alice prefers short answers.", "preference"),
+        sample_memory(2, "Project Alpha is due March 15.", "fact", "work"),
+        sample_memory(3, "Alice lives in Lisbon.", "fact"),
+    ])  # fmt: skip
+    titles = [g["title"] for g in groups]
+    assert titles == ["Facts", "Facts (work)", "Preferences"]
+    item = groups[1]["memories"][0]
+    assert item == {"id": 2, "content": "Project Alpha is due March 15.", "since": "2026-11-22",
+                    "source": "Hello, 2026-11-22"}  # fmt: skip
+
+
+def test_export_footer_and_purge_report() -> None:
+    data = export_json(SAMPLE_USER, [sample_memory(1, "Alice lives in Lisbon.")], withheld=2)
+    assert b'"withheld_private": 2' in data and b"Alice lives in Lisbon." in data
+    footer = changes_footer([MemoryChange("saved", 7, "Alice lives in Porto."), MemoryChange("forgotten", 1, "x")])
+    assert "- saved [memory:7]: Alice lives in Porto." in footer and "- forgotten [memory:1]: x" in footer
+    assert changes_footer([]) == ""
+    assert "3 memories" in purge_report({"memories": 3, "messages": 0})

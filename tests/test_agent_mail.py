@@ -1,0 +1,189 @@
+"""Memory by email, the memory tools, a failing model and template safety, through the real pipeline."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import timedelta
+
+from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain
+from tests.lab.llm_server import Error, Text, ToolCall, ToolCalls
+from tests.test_agent_scenarios import DAY0
+
+
+def body(message) -> str:
+    return message.get_body(("plain",)).get_content()
+
+
+def current(quinn, user: str) -> list[str]:
+    rows = quinn.query("SELECT content FROM memories WHERE user_id = ? AND active = 1 AND valid_to IS NULL"
+                       " ORDER BY id", (user,))  # fmt: skip
+    return [r[0] for r in rows]
+
+
+async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, brain: Brain) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
+    await quinn.send(alice, "Hello", "I live in Lisbon and work as a nurse.", date=DAY0)
+    await quinn.send(alice, "Move", "Please remember that I moved to Porto.", date=DAY0 + timedelta(days=1))
+    replies = quinn.replies(alice, 2)
+    assert re.search(r"- saved \[memory:\d+\]: Alice asked to remember: I moved to Porto", body(replies[1]))
+    assert current(quinn, alice) == ["Alice lives in Lisbon.", "Alice asked to remember: I moved to Porto"]
+
+    brain.reply = lambda r: Text("DIGEST:\n" + r.text) if "readable digest" in r.text else Text("ok")
+    await quinn.send(alice, "Memory", "What do you know about me?", date=DAY0 + timedelta(days=2))
+    digest = body(quinn.replies(alice, 3)[2])
+    assert "DIGEST:" in digest  # the digest template went to the model...
+    assert 'Alice lives in Lisbon. (since 2026-09-01, from "Hello, 2026-09-01")' in digest  # ...with dates, sources
+    assert "Facts:" in digest
+
+    await quinn.send(alice, "Export", "Could you export my memory please?", date=DAY0 + timedelta(days=3))
+    export = quinn.replies(alice, 4)[3]
+    [attachment] = list(export.iter_attachments())
+    assert attachment.get_content_type() == "application/json"
+    assert attachment.get_filename().startswith("quinn-memory-")
+    document = json.loads(attachment.get_content())
+    assert document["user"] == alice and document["count"] == 2
+    assert {m["content"] for m in document["memories"]} == set(current(quinn, alice))
+    assert "Attached their memory export as JSON: 2 memories." in brain.prompt("export my memory")
+
+    await quinn.send(alice, "Old", "Please forget that I live in Lisbon.", date=DAY0 + timedelta(days=4))
+    reply = body(quinn.replies(alice, 5)[4])
+    assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Lisbon\.", reply)
+    assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto"]
+    forgotten = quinn.query("SELECT change, reason FROM memory_versions WHERE user_id = ? AND change = 'forgotten'",
+                            (alice,))  # fmt: skip
+    assert forgotten == [("forgotten", 'asked by email: "forget I live in Lisbon"')]
+    # Commands are not fed to extraction a second time.
+    commands = ("remember that I moved", "What do you know", "export my memory", "forget that I live")
+    extraction = [r.text for r in brain.server.requests if EXTRACT_MARK in r.text]
+    assert not [t for t in extraction for c in commands if c in t]
+
+
+async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab, brain: Brain) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
+    await quinn.send(alice, "Hello", "I live in Lisbon and I like long walks.", date=DAY0)
+    requests_before = len(brain.server.requests)
+    await quinn.send(alice, "Privacy", "Please delete everything you know about me.", date=DAY0 + timedelta(days=1))
+    question = quinn.replies(alice, 2)[1]
+    assert "reply to this email with YES" in body(question)
+    assert len(brain.server.requests) == requests_before  # no model call for the question
+    assert current(quinn, alice) == ["Alice lives in Lisbon."]  # nothing deleted yet
+
+    # A "yes" that does not answer the question deletes nothing.
+    await quinn.send(alice, "Unrelated", "yes, see you at the meeting on Monday", date=DAY0 + timedelta(days=2))
+    quinn.replies(alice, 3)
+    assert current(quinn, alice) == ["Alice lives in Lisbon."]
+
+    brain.learn["Monday"] = {**NOTHING, "new": [{"content": "Alice leaves on Monday.", "type": "fact"}]}
+    await quinn.send(alice, "Re: Privacy", "YES, delete it all. I'm leaving for Berlin on Monday, my new job.",
+                     in_reply_to=question["Message-ID"], date=DAY0 + timedelta(days=3))  # fmt: skip
+    done = body(quinn.replies(alice, 4)[3])
+    assert done.startswith("Done: I deleted everything I knew about you")
+    for table in ("memories", "memory_versions", "messages", "sessions", "llm_usage", "outbox"):
+        assert quinn.query(f"SELECT count(*) FROM {table} WHERE user_id = ?", (alice,)) == [(0,)], table
+    assert quinn.query("SELECT count(*) FROM mail_state WHERE user_id = ?", (alice,)) == [(0,)]
+
+
+async def test_memory_tools_save_update_forget_and_refuse(make_quinn, mail_lab, brain: Brain) -> None:
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    quinn = await make_quinn()
+    store = quinn.app.store
+    assert store is not None
+    bobs = store.add(bob, "Bob's locker code is 4711.", type="personal")
+    fixed = store.add(alice, "Alice is the account owner.", immutable=True)
+    old = store.add(alice, "Alice works from home on Fridays.", type="fact")
+    script = iter([
+        ToolCalls([
+            ToolCall("save_memory", {"content": "Alice is allergic to peanuts.", "type": "personal"}),
+            ToolCall("update_memory", {"id": old, "content": "Alice works from home on Mondays."}),
+            ToolCall("forget_memory", {"id": fixed}),
+            ToolCall("update_memory", {"id": bobs, "content": "Bob's locker code is 0000."}),
+            ToolCall("search_memory", {"query": "locker code"}),
+        ]),
+        Text("All set."),
+    ])  # fmt: skip
+    brain.reply = lambda request: next(script)
+    await quinn.send(alice, "Updates", "I'm allergic to peanuts, and home office moved to Mondays.", date=DAY0)
+    reply = body(quinn.replies(alice, 1)[0])
+
+    outputs = brain.server.requests
+    final = next(r.text for r in outputs if "All set." not in r.text and "Saved as memory" in r.text)
+    assert f"Refused: memory {fixed} is fixed by the operator" in final
+    assert f"Refused: memory {bobs} is not one of this person's memories" in final
+    assert "4711" not in final  # search sees only alice's memories
+    assert reply.startswith("All set.")
+    assert re.search(r"- saved \[memory:\d+\]: Alice is allergic to peanuts\.", reply)
+    assert re.search(r"- updated \[memory:\d+\]: Alice works from home on Mondays\.", reply)
+    assert store.get(bobs).content == "Bob's locker code is 4711." and store.get(bobs).current
+    assert store.get(fixed).current
+    assert "Alice is allergic to peanuts." in current(quinn, alice)
+    assert "Alice works from home on Fridays." not in current(quinn, alice)
+    # The user is never a tool argument: no tool offered to the model takes one.
+    request = next(r for r in outputs if r.tool_names)
+    assert set(request.tool_names) == {"search_memory", "save_memory", "update_memory", "forget_memory"}
+    assert "user" not in json.dumps([t for t in request.body_json.get("tools", [])]).lower().replace("user_", "")
+
+
+async def test_failing_model_defers_the_mail_and_it_is_answered_later(make_quinn, mail_lab, brain: Brain,
+                                                                     caplog) -> None:  # fmt: skip
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.reply = lambda request: Error(503, "model overloaded")
+    with caplog.at_level(logging.WARNING, logger="quinn.app"):
+        await quinn.send(alice, "Help", "Can you help me plan my week?", date=DAY0)
+    [(state, reason, attempts)] = quinn.query("SELECT state, reason, attempts FROM mail_state")
+    assert (state, attempts) == ("deferred", 1)
+    assert "model overloaded" in reason  # the operator sees why, in the ledger...
+    assert any("deferred" in r.getMessage() and "model overloaded" in r.getMessage() for r in caplog.records)
+    assert mail_lab.dovecot.messages(alice) == []  # ...nothing was sent...
+    assert len(mail_lab.dovecot.messages(quinn.address)) == 1  # ...and the mail is still in the inbox.
+
+    await quinn.process()  # before its time: not retried
+    assert quinn.query("SELECT attempts FROM mail_state") == [(1,)]
+    # The backoff elapses (the ledger's next attempt moved to the past), and the model is back.
+    quinn.execute("UPDATE mail_state SET next_attempt_at = '2000-01-01T00:00:00+00:00'")
+    brain.reply = lambda request: Text("Here is a plan for your week.")
+    await quinn.process()
+    assert body(quinn.replies(alice, 1)[0]).startswith("Here is a plan for your week.")
+    assert quinn.query("SELECT state FROM mail_state") == [("replied",)]
+    usage = quinn.query("SELECT purpose, user_id, message_id, input_tokens > 0 FROM llm_usage ORDER BY id")
+    assert usage[0][:2] == ("reply", alice) and usage[0][3] == 1
+
+
+async def test_template_syntax_in_mail_reaches_the_model_literally(make_quinn, mail_lab, brain: Brain) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    text = "What is {{ 7*7 }}? And {% raw %}{{ secret }}{% endraw %} and {{ config }} and {# note #}."
+    await quinn.send(alice, "Math {{ 6*6 }}", text, date=DAY0)
+    quinn.replies(alice, 1)
+    prompt = brain.prompt("What is")
+    assert text in prompt and 'subject "Math {{ 6*6 }}"' in prompt
+    assert "49" not in prompt and "36" not in prompt
+    [(template, version)] = quinn.query("SELECT template, prompt_version FROM outbox")
+    assert template == "reply" and re.fullmatch(r"reply@[0-9a-f]{12}", version)
+    assert version == quinn.app.prompts.load("reply").version
+
+
+async def test_token_usage_recorded_per_user_and_email(make_quinn, mail_lab, brain: Brain, caplog) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Rust"] = {**NOTHING, "new": [{"content": "Alice writes Rust.", "type": "fact"}]}
+    mid = await quinn.send(alice, "Hi", "I write Rust for embedded devices at work.", date=DAY0)
+    quinn.replies(alice, 1)
+    rows = quinn.query("SELECT purpose, model, user_id, message_id, input_tokens, output_tokens, calls FROM llm_usage"
+                       " ORDER BY id")  # fmt: skip
+    assert [r[0] for r in rows] == ["reply", "extract"]
+    for _purpose, model, user, message_id, tokens_in, tokens_out, calls in rows:
+        assert (model, user, message_id, calls) == ("openai/gpt-test", alice, mid, 1)
+        assert tokens_in > 0 and tokens_out > 0
+    # A trivial mail costs a reply but no extraction call; the gate's decision is logged with its reason.
+    with caplog.at_level(logging.INFO, logger="quinn.agent.respond"):
+        thanks = await quinn.send(alice, "Re: Hi", "thanks!", date=DAY0 + timedelta(days=1))
+    quinn.replies(alice, 2)
+    assert [r[0] for r in quinn.query("SELECT purpose FROM llm_usage WHERE message_id = ?", (thanks,))] == ["reply"]
+    assert any(f"mail {thanks}: sensory gate: skip (small talk only)" in r.getMessage() for r in caplog.records)
