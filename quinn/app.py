@@ -21,7 +21,7 @@ from quinn.agent.extract import extract_memories
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.agent.respond import draft_reply
-from quinn.clock import iso, utcnow
+from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
 from quinn.errors import ConnectError, MailParseError, QuinnError, RetryLater
 from quinn.mailbox.imap import DEAD_CONNECTION, ImapLoginRejected, ImapMailbox
@@ -34,8 +34,13 @@ from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_mes
 from quinn.mailbox.threads import Sessions
 from quinn.memory.db import Database
 from quinn.memory.embed import build_embedder
+from quinn.memory.graph import linked_hits
+from quinn.memory.retrievals import record_retrievals
 from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
+from quinn.scheduler.context import JobContext
+from quinn.scheduler.runner import JobRunner
+from quinn.scheduler.summarize import reply_with_summary, wants_summary
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +56,11 @@ MAX_ATTEMPTS = 12
 
 
 class Quinn:
-    """The daemon: owns the mailbox, the store, the agent and (later) the scheduler."""
+    """The daemon: owns the mailbox, the store, the agent and the scheduler."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
+        self.clock = clock or Clock()
         self.prompts = PromptStore(config.prompts.dir)
         for name in TEMPLATE_NAMES:  # a broken template is a startup error, not a failure on the first mail
             self.prompts.load(name)
@@ -72,6 +78,7 @@ class Quinn:
         self.mailbox = ImapMailbox(config.imap)
         self.db: Database | None = None
         self.store: MemoryStore | None = None
+        self.scheduler: JobRunner | None = None
         self._imap_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-imap")
         self._stop = threading.Event()
         self._in_flight: asyncio.Task[Any] | None = None
@@ -90,6 +97,9 @@ class Quinn:
             c.embeddings.secret("api_key"), c.embeddings.dimensions,
         )  # fmt: skip
         self.store = MemoryStore(self.db, embedder)
+        if c.scheduler.enabled:
+            self.scheduler = JobRunner(self.store, self.llm, self.prompts, c.scheduler, clock=self.clock)
+            await self.scheduler.start()
         log.info("quinn started: %s, folder %s, uidvalidity %s, %s", self.mailbox.where, c.imap.folder,
                  self.mailbox.uidvalidity, "IDLE" if self.mailbox.can_idle else "polling")  # fmt: skip
 
@@ -101,6 +111,8 @@ class Quinn:
         """Release connections."""
         await self._imap(self.mailbox.close)
         self._imap_thread.shutdown(wait=True)
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         if self.db is not None:
             self.db.close()
 
@@ -255,8 +267,13 @@ class Quinn:
             await self._db(sessions.store_inbound, session_id, user, email)
         item = await self._db(outbox.get, message_id)
         if item is None:
-            variables = await self._db(self._reply_inputs, email, user, session_id, decision.use_memory)
-            drafted = await draft_reply(self.llm, self.prompts, variables)
+            drafted = None
+            if session_id is not None and wants_summary(email.text):  # "summarize this and remember it"
+                context = JobContext("summarize", self.store, self.llm, self.prompts, self.config.scheduler, self.clock)
+                drafted = await reply_with_summary(context, session_id)
+            if drafted is None:
+                variables = await self._db(self._reply_inputs, email, user, session_id, decision.use_memory)
+                drafted = await draft_reply(self.llm, self.prompts, variables)
             await self._record_usage("reply", drafted.usage, user, email.message_id)
             reply = compose_reply(email, drafted.body, own_address=own, own_name=self.config.smtp.from_name)
             item = await self._db(outbox.put, reply.message_id, email.message_id, user if decision.use_memory else None,
@@ -293,11 +310,13 @@ class Quinn:
             profile = store.get_all(user, scope="profile", limit=50)
             query = f"{email.subject}\n{email.text or email.full_text}"
             hits = hybrid_search(store, user, query, k=self.config.memory.search_k)
+            hits = linked_hits(store, user, query, hits)  # memories tied to entities the mail names
             if session_id is not None:
+                record_retrievals(store.db, session_id, [h.id for h in hits], self.clock.now())
                 sessions = Sessions(store.db)
-                thread = [
+                thread = [  # after a milestone summary: only the messages it does not cover
                     ThreadMessage(m.from_addr, m.sent_at, m.body)
-                    for m in sessions.thread(session_id, limit=12)
+                    for m in sessions.recent(session_id, limit=12)
                     if m.message_id != email.message_id
                 ]
                 summary = sessions.summary(session_id)

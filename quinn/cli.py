@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from quinn import __version__
+from quinn.commands import jobs
 from quinn.config import Config, load_config
 from quinn.errors import QuinnError
 
 log = logging.getLogger("quinn")
-GROUPS: list[Any] = []  # command-group modules from quinn.commands, each with register(subparsers, with_config)
+GROUPS: list[Any] = [jobs]  # command-group modules from quinn.commands, each with register(subparsers, with_config)
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -44,7 +45,8 @@ def setup_logging(level: str) -> None:
     fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else (
         "%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
-    for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient"):
+    for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient",
+                  "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
