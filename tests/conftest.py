@@ -220,3 +220,26 @@ def quinn_daemon(tmp_path: Path) -> Iterator[Callable[..., QuinnProcess]]:
     finally:
         for proc in started:
             proc.kill()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--long`` runs the long variants of the proof suites (tests marked ``long``)."""
+    parser.addoption("--long", action="store_true", default=False, help="run the long variants (marked long)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``long`` unless ``--long`` was given."""
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long variant: run with --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def local_embedder() -> Any:
+    """The real all-MiniLM-L6-v2, loaded offline once per test session (~10 s with torch)."""
+    from quinn.memory.embed import LocalEmbedder
+
+    return LocalEmbedder()
