@@ -224,3 +224,25 @@ def test_config_rejects_unknown_jobs(tmp_path):
         parse_config({**base, "scheduler": {"intervals_min": {"sumarize": 5}}})
     with pytest.raises(ConfigError, match="positive minutes: decay"):
         parse_config({**base, "scheduler": {"intervals_min": {"decay": 0}}})
+
+
+async def test_a_dead_holder_on_this_host_is_taken_over_without_waiting(bench):
+    import subprocess
+
+    from quinn.scheduler.runner import default_holder
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host, namespace, _pid, _rand = default_holder().split(":")
+    dead = f"{host}:{namespace}:{gone.pid}:abcdef"
+    now = bench.clock.now()
+    bench.db.execute("INSERT INTO leases (name, holder, expires_at) VALUES ('job:cleanup', ?, ?)",
+                     (dead, iso(now + timedelta(seconds=600))))  # fmt: skip
+    bench.db.execute("INSERT INTO job_runs (job, started_at, status) VALUES ('cleanup', ?, 'running')", (iso(now),))
+    outcome = await bench.runner().run_job("cleanup")
+    assert outcome.status == "ok"  # no waiting for the 600 s lease: its holder provably runs nothing
+    assert [r["status"] for r in bench.runs("cleanup")] == ["interrupted", "ok"]
+    # A live holder elsewhere (another host) is never judged: its lease is respected until it expires.
+    bench.db.execute("INSERT INTO leases (name, holder, expires_at) VALUES ('job:decay', ?, ?)",
+                     (f"elsewhere:{namespace}:{gone.pid}:abcdef", iso(now + timedelta(seconds=600))))  # fmt: skip
+    assert (await bench.runner().run_job("decay")).status == "skipped"

@@ -147,6 +147,16 @@ class Leases:
             rows = tx.query("SELECT holder FROM leases WHERE name = ?", (name,))
         return bool(rows) and rows[0][0] == self.holder
 
+    def take_over(self, name: str, dead_holder: str, now: datetime, ttl_s: float) -> bool:
+        """Take a lease from a holder known to be dead (compare-and-swap on its name); True when taken."""
+        with self.db.transaction() as tx:
+            tx.execute(
+                "UPDATE leases SET holder = ?, expires_at = ? WHERE name = ? AND holder = ?",
+                (self.holder, iso(now + timedelta(seconds=ttl_s)), name, dead_holder),
+            )
+            rows = tx.query("SELECT holder FROM leases WHERE name = ?", (name,))
+        return bool(rows) and rows[0][0] == self.holder
+
     def release(self, name: str) -> None:
         """Give the lease up (only if it is still ours)."""
         self.db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, self.holder))

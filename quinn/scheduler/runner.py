@@ -45,13 +45,49 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-RECENT_SHARE = 0.9  # a run started within 90% of the interval counts as "this interval's run" (clock jitter)
+JITTER_SHARE, JITTER_MAX_S = 0.1, 60.0  # a run this early still counts as "this interval's run" (timer jitter)
 SKIPPED = "skipped"
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (containers on one host have their own): pids only compare within one."""
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:").strip("[]")
+    except OSError:
+        return "?"
+
+
 def default_holder() -> str:
-    """This daemon's name in the leases table: host, pid and a random suffix (pids are reused)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    """This daemon's name in the leases table: host, pid namespace, pid and a random suffix (pids are reused)."""
+    return f"{socket.gethostname()}:{_pid_namespace()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def holder_is_dead(holder: str) -> bool:
+    """True only for a holder on this host and pid namespace whose process is gone (or a zombie).
+
+    A daemon that crashed and was restarted (or ``quinn jobs run`` after a kill) need not wait ``lease_s``:
+    its dead predecessor provably runs nothing. Holders elsewhere are never judged: their lease expires.
+    """
+    parts = holder.split(":")
+    if len(parts) != 4 or parts[0] != socket.gethostname() or parts[1] != _pid_namespace() or parts[1] == "?":
+        return False
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False  # this process under another runner: alive by definition
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, another user's
+    try:  # a zombie answers kill(0) but runs nothing
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 def lease_name(job_name: str) -> str:
@@ -178,6 +214,10 @@ class JobRunner:
             except Exception as exc:  # the database is unreachable: nothing ran, the next tick tries again
                 log.warning("job %s: cannot take its lease: %s", name, exc)
                 return JobOutcome(name, SKIPPED, reason=f"lease not taken: {exc}")
+            if held.holder != self.holder and holder_is_dead(held.holder):
+                log.warning("job %s: lease holder %s is dead on this host; taking the lease over", name, held.holder)
+                if await self._db(self.leases.take_over, lease, held.holder, now, self.settings.lease_s):
+                    held = LeaseHolder(self.holder, "")
             if held.holder != self.holder:
                 return JobOutcome(name, SKIPPED, reason=_busy(held))
             try:
@@ -188,12 +228,12 @@ class JobRunner:
 
     async def _run_leased(self, spec: JobSpec, now: datetime, force: bool) -> JobOutcome:
         name = spec.name
-        stale = await self._db(self.runs.interrupt_stale, name, now,
-                               "interrupted: its daemon stopped before finishing (lease expired)")  # fmt: skip
+        why = "interrupted: its daemon stopped before finishing (its lease expired or it died)"
+        stale = await self._db(self.runs.interrupt_stale, name, now, why)
         if stale:
             log.warning("job %s: %d run(s) left running by a stopped daemon marked interrupted", name, stale)
         last = await self._db(self.runs.last, name)
-        if not force and last is not None and last.started > now - spec.interval(self.settings) * RECENT_SHARE:
+        if not force and last is not None and last.started > now - _counted(spec.interval(self.settings)):
             return JobOutcome(name, SKIPPED, reason=f"already ran at {last.started_at} in this interval")
         previous_ok = await self._db(self.runs.last_ok, name)
         cursor = int((previous_ok.counts.get("cursor") if previous_ok else 0) or 0)
@@ -252,6 +292,11 @@ class JobRunner:
                 lost.set()
                 work.cancel()
                 return
+
+
+def _counted(interval: timedelta) -> timedelta:
+    """How far back a run counts as this interval's: the interval less a little timer jitter (at most 60 s)."""
+    return interval - min(interval * JITTER_SHARE, timedelta(seconds=JITTER_MAX_S))
 
 
 def _busy(held: LeaseHolder) -> str:
