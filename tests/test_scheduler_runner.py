@@ -109,13 +109,15 @@ async def test_crashed_holders_lease_expires_and_its_run_is_marked_interrupted(b
 async def test_failure_is_recorded_and_leaves_data_alone(bench, local_embedder, llm_server):
     bench.store.embedder = local_embedder
     user = "carol@example.test"
-    ids = [bench.store.add(user, f"Carol's garden fact number {i}.", tags=["garden"]) for i in range(5)]
-    llm_server.script(Error(500, "model down"))
+    facts = ["grows beans", "has a pond", "owns a wheelbarrow", "keeps bees", "planted a hedge"]
+    ids = [bench.store.add(user, f"Carol {fact}.", tags=[tag]) for tag in ("garden", "yard") for fact in facts]
+    llm_server.script(Error(500, "model down"), Error(500, "model down"))  # twice in a row: the model is down
     outcome = await bench.runner().run_job("consolidate")
     assert outcome.status == "failed"
     assert "model down" in outcome.error
     [run] = bench.runs("consolidate")
     assert run["status"] == "failed" and "model down" in run["error"]
+    assert len(run["counts"]["details"]["failed_items"]) == 2
     assert all(bench.store.get(i).current for i in ids)
     assert bench.db.query("SELECT * FROM leases") == []
 

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from quinn.errors import StoreError
+from quinn.errors import RetryLater, StoreError
 from quinn.memory.clusters import current_with_vectors, similar_groups
 from quinn.memory.models import Memory, NewMemory
 from quinn.memory.store import MemoryStore
@@ -123,7 +123,12 @@ async def consolidate_job(ctx: JobContext) -> None:
                 "memories": [{"id": m.id, "type": m.type, "content": m.content, "valid_from": m.valid_from[:10]}
                              for m in group.memories],
             })  # fmt: skip
-            result = await ctx.model().text(rendered.system, rendered.user, background=True)
+            try:
+                result = await ctx.model().text(rendered.system, rendered.user, background=True)
+            except RetryLater as exc:  # the group stays as it is until the next run
+                ctx.item_failed(f"group {[m.id for m in group.memories]}", exc)
+                continue
+            ctx.item_done()
             await ctx.record_usage(result.usage, user_id)
             content = " ".join(result.text.split())
             if not content or content.upper() == "NONE" or len(content) > MAX_MERGED_CHARS:

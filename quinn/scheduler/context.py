@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -11,11 +12,16 @@ from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.clock import Clock, iso
 from quinn.config import SchedulerConfig
-from quinn.errors import ConfigError
+from quinn.errors import ConfigError, RetryLater
 from quinn.memory.store import MemoryStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+MAX_CONSECUTIVE_FAILURES = 2  # then the model is likely down: the run stops and the next one retries
+MAX_FAILED_ITEMS_SHOWN = 10
 
 
 @dataclass
@@ -49,6 +55,7 @@ class JobContext:
     clock: Clock
     counts: JobCounts = field(default_factory=JobCounts)
     cursor: int = 0  # the cursor the previous successful run left (0: start from the beginning)
+    consecutive_failures: int = 0
 
     def now(self) -> datetime:
         """The job's notion of now (a ``ManualClock`` in tests)."""
@@ -59,6 +66,25 @@ class JobContext:
         if self.llm is None:
             raise ConfigError(f"job {self.job} needs the language model", "configure [llm] for the scheduler")
         return self.llm
+
+    def item_failed(self, item: str, exc: RetryLater) -> None:
+        """One item (a session, a group) failed transiently: skip it, keep it for the next run, go on.
+
+        One bad item (a thread the model keeps answering with invalid JSON) must not starve the others; after
+        ``MAX_CONSECUTIVE_FAILURES`` in a row the model is probably down, and the run stops with the error.
+        """
+        self.counts.skipped += 1
+        failed = self.counts.details.setdefault("failed_items", [])
+        if len(failed) < MAX_FAILED_ITEMS_SHOWN:
+            failed.append(f"{item}: {exc.message}"[:300])
+        self.consecutive_failures += 1
+        if self.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
+            raise exc
+        log.warning("job %s: %s skipped until the next run: %s", self.job, item, exc.message)
+
+    def item_done(self) -> None:
+        """An item went through: the model is answering."""
+        self.consecutive_failures = 0
 
     async def db(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run blocking database (and embedding) work on the database thread."""

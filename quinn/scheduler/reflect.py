@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from quinn.errors import RetryLater
 from quinn.memory.clusters import current_with_vectors, similar_groups
 from quinn.memory.graph import Relation, save_graph
 from quinn.memory.models import Memory
@@ -81,7 +82,9 @@ def promoted_episode_ids(store: MemoryStore, user_id: str) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def episode_groups(store: MemoryStore, user_id: str, min_episodes: int, similarity: float, after_id: int):
+def episode_groups(
+    store: MemoryStore, user_id: str, min_episodes: int, similarity: float, after_id: int
+) -> list[list[Memory]]:
     """Groups of similar episodes not promoted yet, with at least one episode newer than ``after_id``."""
     memories, vectors = current_with_vectors(store, user_id, scope="episodic", exclude_types=NOT_EPISODES)
     used = promoted_episode_ids(store, user_id)
@@ -171,7 +174,12 @@ async def reflect_job(ctx: JobContext) -> None:
                 "user": {"address": user_id},
                 "episodes": [{"id": m.id, "content": m.content, "date": m.valid_from[:10]} for m in episodes],
             })  # fmt: skip
-            reflection, usage = await ctx.model().structured(rendered.system, rendered.user, Reflection)
+            try:
+                reflection, usage = await ctx.model().structured(rendered.system, rendered.user, Reflection)
+            except RetryLater as exc:  # unpromoted episodes are asked again once new evidence arrives
+                ctx.item_failed(f"episodes {[m.id for m in episodes]}", exc)
+                continue
+            ctx.item_done()
             await ctx.record_usage(usage, user_id)
             outcome = await ctx.db(apply_reflection, ctx.store, user_id, episodes, reflection, ctx.now(),
                                    settings.core_update_min_days, rendered.version)  # fmt: skip
@@ -187,11 +195,18 @@ async def reflect_job(ctx: JobContext) -> None:
             log.info("reflection for %s over %s: %s %s %s", user_id, [m.id for m in episodes], outcome.action,
                      outcome.memory_id or "", outcome.why)  # fmt: skip
     entities = relations = 0
+    graph_failed = False
     for user_id, memories in await ctx.db(graph_batches, ctx.store, ctx.cursor, upto):
         rendered = ctx.prompts.render("entities", {
             "user": {"address": user_id}, "memories": [{"id": m.id, "content": m.content} for m in memories],
         })  # fmt: skip
-        graph, usage = await ctx.model().structured(rendered.system, rendered.user, GraphExtraction)
+        try:
+            graph, usage = await ctx.model().structured(rendered.system, rendered.user, GraphExtraction)
+        except RetryLater as exc:
+            ctx.item_failed(f"graph of memories {memories[0].id}-{memories[-1].id}", exc)
+            graph_failed = True
+            continue
+        ctx.item_done()
         await ctx.record_usage(usage, user_id)
         change = await ctx.db(
             save_graph, ctx.store, user_id, [(e.name, e.kind) for e in graph.entities],
@@ -200,4 +215,5 @@ async def reflect_job(ctx: JobContext) -> None:
         entities += change.entities
         relations += change.relations
     ctx.counts.details.update(entities=entities, relations=relations)
-    ctx.counts.cursor = upto
+    # A skipped graph batch keeps the cursor where it was, so the next run covers those memories again.
+    ctx.counts.cursor = ctx.cursor if graph_failed else upto

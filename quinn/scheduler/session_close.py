@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, scope_for
 from quinn.clock import iso
-from quinn.errors import StoreError
+from quinn.errors import RetryLater, StoreError
 from quinn.memory.db import Database
 from quinn.memory.models import NewMemory
 from quinn.memory.search import find_similar
@@ -190,7 +190,13 @@ async def session_close_job(ctx: JobContext) -> None:
             "state": {name: state[name] for name in STATE_FIELDS},
             "today": ctx.now().date().isoformat(),
         })  # fmt: skip
-        review, usage = await ctx.model().structured(rendered.system, rendered.user, SessionReview, background=True)
+        try:
+            review, usage = await ctx.model().structured(rendered.system, rendered.user, SessionReview,
+                                                         background=True)  # fmt: skip
+        except RetryLater as exc:  # the session stays open and is reviewed at the next run
+            ctx.item_failed(f"session {quiet.id}", exc)
+            continue
+        ctx.item_done()
         await ctx.record_usage(usage, text.user_id)
         last_date = messages[-1].date if messages else quiet.last_message_at
         source = {"source": {"session_id": quiet.id, "subject": text.subject, "date": last_date}}

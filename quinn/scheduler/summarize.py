@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from quinn.agent.llm import Usage
 from quinn.agent.respond import DraftedReply
+from quinn.errors import RetryLater
 from quinn.memory.db import Database
 from quinn.memory.search import estimate_tokens
 from quinn.memory.store import MemoryStore
@@ -219,7 +220,12 @@ def sync_summary_memories(store: MemoryStore, session_id: str | None = None) -> 
 async def summarize_job(ctx: JobContext) -> None:
     """Summarize every thread over the threshold, then bring the summary memories up to date."""
     for session_id in await ctx.db(sessions_over_threshold, ctx.store.db, ctx.settings.summarize_threshold_tokens):
-        outcome = await fold_session(ctx, session_id)
+        try:
+            outcome = await fold_session(ctx, session_id)
+        except RetryLater as exc:  # the batches before it are saved; the rest waits for the next run
+            ctx.item_failed(f"session {session_id}", exc)
+            continue
+        ctx.item_done()
         if outcome.usage is not None:
             user = await ctx.db(ctx.store.db.query_value, "SELECT user_id FROM sessions WHERE id = ?", (session_id,))
             await ctx.record_usage(outcome.usage, user)
