@@ -462,6 +462,7 @@ async def test_reflection_turns_a_semantic_pattern_into_a_new_memory(bench, llm_
     assert semantic.scope == "domain" and semantic.importance == pytest.approx(0.5)
     assert semantic.metadata["source_ids"] == episodes and semantic.metadata["confidence"] == 0.75
     assert all(bench.store.get(e).current for e in episodes)  # episodes stay: they happened
+    assert semantic.tags == ()  # no bookkeeping tag that would group unrelated reflections for consolidation
 
 
 async def test_one_group_the_model_cannot_merge_does_not_hold_up_the_others(bench, llm_server):

@@ -133,14 +133,14 @@ def apply_reflection(
                 importance, memory.importance), reason=f"reflection {version}")  # fmt: skip
             return Promotion("updated", new_id)
         new_id = store.add(user_id, statement, scope="profile", type=reflection.type, importance=importance,
-                           metadata=provenance, tags=("reflection",))  # fmt: skip
+                           metadata=provenance)  # fmt: skip
         return Promotion("created", new_id)
     if similar:
         return Promotion("skipped", similar[0].id, "already known")
     domains = {m.domain for m in episodes}
+    # No bookkeeping tag: a shared tag would make unrelated reflections a consolidation group.
     new_id = store.add(user_id, statement, scope="domain", type="semantic", importance=importance,
-                       domain=domains.pop() if len(domains) == 1 else None, metadata=provenance,
-                       tags=("reflection",))  # fmt: skip
+                       domain=domains.pop() if len(domains) == 1 else None, metadata=provenance)  # fmt: skip
     return Promotion("created", new_id)
 
 
