@@ -135,8 +135,12 @@ async def test_summarize_folds_old_messages_in_batches_and_resumes(bench, llm_se
 
 
 def test_wants_summary():
-    for text in ("Please summarize this and remember it.", "Could you sum up this thread and save it?",
-                 "Remember a summary of this conversation", "summarise this thread, then keep it in memory"):
+    for text in (
+        "Please summarize this and remember it.",
+        "Could you sum up this thread and save it?",
+        "Remember a summary of this conversation",
+        "summarise this thread, then keep it in memory",
+    ):
         assert wants_summary(text), text
     for text in ("Remember that I like tea.", "Can you summarize the report attached?", "Thanks!"):
         assert not wants_summary(text), text
@@ -244,8 +248,10 @@ async def test_session_close_leaves_a_session_open_when_mail_arrives_during_the_
 
 # -- 3. consolidation --------------------------------------------------------------------------------------
 
-GARDEN = ("Carol grows tomatoes and herbs in raised beds, composts her scraps, won a prize for her roses, lost her"
-          " apple tree in a storm and wants a greenhouse by spring.")
+GARDEN = (
+    "Carol grows tomatoes and herbs in raised beds, composts her scraps, won a prize for her roses, lost her"
+    " apple tree in a storm and wants a greenhouse by spring."
+)
 
 
 async def test_consolidation_merges_tag_groups_and_near_duplicates_per_user(bench, llm_server):
@@ -419,7 +425,8 @@ async def test_reflection_promotes_episodes_updates_core_slowly_and_builds_the_g
     assert bench.db.query("SELECT name, kind FROM entities WHERE user_id = ? ORDER BY name", (erin,)) == [
         ("Acme", "org"), ("Erin", "person")]  # fmt: skip
     [(relation, memory_id, blob, model)] = bench.db.query(
-        "SELECT relation, memory_id, embedding, embedding_model FROM relationships WHERE user_id = ?", (erin,))
+        "SELECT relation, memory_id, embedding, embedding_model FROM relationships WHERE user_id = ?", (erin,)
+    )
     assert (relation, memory_id) == ("works at", acme) and len(blob) == 384 * 4 and model.startswith("local/")
     assert bench.db.query("SELECT * FROM relationships WHERE memory_id = ?", (foreign,)) == []  # not Erin's
     assert [m.id for m in linked_memories(bench.store, erin, "Did Acme send the contract?")] == [acme]

@@ -84,8 +84,11 @@ async def test_sixty_message_thread_is_answered_from_summary_and_recent_messages
                                 "<t-61@example.test>", in_reply_to=thread.message_ids[-1])  # fmt: skip
         mail_lab.smtp.send(alice, quinn_address, question)
         assert await next_pass(app) == 1
-        [reply_request] = [r for r in llm_server.requests if "What was my gym locker code" in r.text
-                           and "Write the reply body only" in r.text]  # the reply prompt, not the extraction
+        [reply_request] = [
+            r
+            for r in llm_server.requests
+            if "What was my gym locker code" in r.text and "Write the reply body only" in r.text
+        ]  # the reply prompt, not the extraction
         prompt = reply_request.text
         assert "Summary of the earlier conversation in this thread:" in prompt and summary in prompt
         for index in range(61 - kept, 61):  # the last messages, verbatim

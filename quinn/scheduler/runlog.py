@@ -165,4 +165,3 @@ class Leases:
         """Who holds the lease (possibly expired), or None."""
         row = self.db.query_one("SELECT holder, expires_at FROM leases WHERE name = ?", (name,))
         return LeaseHolder(*row) if row else None
-

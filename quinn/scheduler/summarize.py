@@ -267,7 +267,6 @@ def _cut(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars] + " [...]"
 
 
-
 async def reply_with_summary(ctx: JobContext, session_id: str) -> DraftedReply | None:
     """The reply to "summarize this and remember it": the thread's summary, stored as a memory and cited."""
     done = await summarize_on_request(ctx, session_id)
