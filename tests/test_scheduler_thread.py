@@ -14,6 +14,8 @@ import email.policy
 import threading
 from datetime import timedelta
 
+import pytest
+
 from quinn.app import Quinn
 from quinn.clock import ManualClock, utcnow
 from quinn.config import load_config
@@ -52,6 +54,7 @@ async def next_pass(app: Quinn) -> int:
     return await app.process_folder()
 
 
+@pytest.mark.timeout(300)  # loads the embedding model for its in-process Quinn
 async def test_sixty_message_thread_is_answered_from_summary_and_recent_messages(mail_lab, lab_config, llm_server):
     alice = mail_lab.new_user("alice")
     lab = lab_config(extra="[scheduler]\nenabled = false\nsummarize_threshold_tokens = 1500\n"
