@@ -22,7 +22,7 @@ from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_CONFIRM_TEMPLAT
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.agent.respond import Agent
 from quinn.agent.samples import sample_variables
-from quinn.clock import iso, utcnow
+from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
 from quinn.errors import ConnectError, MailParseError, QuinnError, RetryLater
 from quinn.mailbox.imap import DEAD_CONNECTION, ImapLoginRejected, ImapMailbox
@@ -36,6 +36,9 @@ from quinn.mailbox.threads import Sessions
 from quinn.memory.db import Database
 from quinn.memory.embed import build_embedder
 from quinn.memory.store import MemoryStore
+from quinn.scheduler.context import JobContext
+from quinn.scheduler.runner import JobRunner
+from quinn.scheduler.summarize import reply_with_summary, wants_summary
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +54,11 @@ MAX_ATTEMPTS = 12
 
 
 class Quinn:
-    """The daemon: owns the mailbox, the store, the agent and (later) the scheduler."""
+    """The daemon: owns the mailbox, the store, the agent and the scheduler."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
+        self.clock = clock or Clock()
         self.prompts = PromptStore(config.prompts.dir, samples=sample_variables)
         for name in TEMPLATE_NAMES:  # a broken template is a startup error, not a failure on the first mail
             self.prompts.load(name)
@@ -73,6 +77,7 @@ class Quinn:
         self.db: Database | None = None
         self.store: MemoryStore | None = None
         self.agent: Agent | None = None
+        self.scheduler: JobRunner | None = None
         self._imap_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-imap")
         self._stop = threading.Event()
         self._in_flight: asyncio.Task[Any] | None = None
@@ -92,6 +97,9 @@ class Quinn:
         )  # fmt: skip
         self.store = MemoryStore(self.db, embedder)
         self.agent = Agent(c, self.llm, self.prompts, self.store)
+        if c.scheduler.enabled:
+            self.scheduler = JobRunner(self.store, self.llm, self.prompts, c.scheduler, clock=self.clock)
+            await self.scheduler.start()
         log.info("quinn started: %s, folder %s, uidvalidity %s, %s", self.mailbox.where, c.imap.folder,
                  self.mailbox.uidvalidity, "IDLE" if self.mailbox.can_idle else "polling")  # fmt: skip
 
@@ -103,6 +111,8 @@ class Quinn:
         """Release connections."""
         await self._imap(self.mailbox.close)
         self._imap_thread.shutdown(wait=True)
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         if self.db is not None:
             self.db.close()
 
@@ -259,10 +269,15 @@ class Quinn:
         if item is None:
             assert self.agent is not None
             thread, summary = await self._db(self._thread, email, session_id)
-            confirming = decision.use_memory and bool(await self._db(
-                outbox.ours_with_template, email.thread_ids, PURGE_CONFIRM_TEMPLATE, user))  # fmt: skip
-            answer = await self.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
-                                             confirming_purge=confirming)  # fmt: skip
+            answer = None
+            if session_id is not None and wants_summary(email.text):  # "summarize this and remember it"
+                context = JobContext("summarize", self.store, self.llm, self.prompts, self.config.scheduler, self.clock)
+                answer = await reply_with_summary(context, session_id)
+            if answer is None:
+                confirming = decision.use_memory and bool(await self._db(
+                    outbox.ours_with_template, email.thread_ids, PURGE_CONFIRM_TEMPLATE, user))  # fmt: skip
+                answer = await self.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
+                                                 confirming_purge=confirming, session_id=session_id)  # fmt: skip
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
             # Cost is counted per sender even without memory; after a purge the user's name stays out of it.
             await self.agent.record(answer.template, answer.usage, None if answer.purged else user, email.message_id)
@@ -299,8 +314,11 @@ class Quinn:
         if session_id is None:
             return [], None
         sessions = Sessions(self.store.db)
-        thread = [ThreadMessage(m.from_addr, m.sent_at, m.body) for m in sessions.thread(session_id, limit=12)
-                  if m.message_id != email.message_id]  # fmt: skip
+        thread = [  # after a milestone summary: only the messages it does not cover
+            ThreadMessage(m.from_addr, m.sent_at, m.body)
+            for m in sessions.recent(session_id, limit=12)
+            if m.message_id != email.message_id
+        ]
         return thread, sessions.summary(session_id)
 
     async def _learn(self, user: str, email: InboundEmail) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from quinn import __version__
 from quinn.commands import evaluate as eval_commands
+from quinn.commands import jobs as jobs_commands
 from quinn.commands import memory as memory_commands
 from quinn.commands import prompts as prompts_commands
 from quinn.config import Config, load_config
@@ -21,7 +22,7 @@ from quinn.errors import QuinnError
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [memory_commands, prompts_commands, eval_commands]
+GROUPS: list[Any] = [memory_commands, prompts_commands, eval_commands, jobs_commands]
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -49,7 +50,7 @@ def setup_logging(level: str) -> None:
         "%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
     for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient",
-                  "mailparser"):
+                  "mailparser", "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 

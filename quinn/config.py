@@ -199,10 +199,96 @@ class DomainConfig(Section):
     )
 
 
+JOB_NAMES: tuple[str, ...] = (
+    "summarize", "session_close", "consolidate", "decay", "cleanup", "reflect", "improvement",
+)  # fmt: skip
+"""The scheduler's jobs (quinn/scheduler/jobs.py declares them; a test keeps the two in step)."""
+
+
 class SchedulerConfig(Section):
-    """Background jobs."""
+    """Background jobs: summaries, session close, consolidation, decay, cleanup, reflection, prompt stats."""
 
     enabled: bool = Field(default=True, description="Run background jobs inside the daemon.")
+    disabled: list[str] = Field(
+        default_factory=list,
+        description='Jobs that never run on their own, e.g. ["reflect"]; `quinn jobs run NAME` still runs them.',
+    )
+    intervals_min: dict[str, float] = Field(
+        default_factory=dict,
+        description="Minutes between runs, per job, e.g. { consolidate = 120 }; unnamed jobs keep their default "
+        "(`quinn jobs list` shows them).",
+    )
+    startup_delay_s: float = Field(
+        default=60.0, ge=0,
+        description="Seconds after start before due jobs run; runs missed while down are coalesced into one.",
+    )  # fmt: skip
+    lease_s: float = Field(
+        default=600.0, ge=10,
+        description="A daemon's claim on a running job lasts this long unless renewed; a crashed daemon's claim "
+        "expires after it, so another daemon on the same database takes over.",
+    )  # fmt: skip
+    summarize_threshold_tokens: int = Field(
+        default=2000, ge=100,
+        description="A thread's messages not yet summarized are folded into its summary above this many tokens.",
+    )  # fmt: skip
+    summarize_keep_recent: int = Field(
+        default=6, ge=1, description="Newest messages of a summarized thread that stay verbatim in the context."
+    )
+    session_close_after_min: float = Field(
+        default=60.0, gt=0,
+        description="A session without new mail for this long is closed: reviewed, memories extracted, the user's "
+        "short-term state updated.",
+    )  # fmt: skip
+    consolidate_min_group: int = Field(
+        default=5, ge=2, description="Active memories of a user sharing a tag are merged when at least this many."
+    )
+    consolidate_similarity: float = Field(
+        default=0.9, gt=0, le=1, description="Memories at or above this cosine similarity are near-duplicates."
+    )
+    reflect_min_episodes: int = Field(
+        default=3, ge=2, description="Similar episodes needed before reflection states a lasting fact."
+    )
+    reflect_similarity: float = Field(
+        default=0.6, gt=0, le=1, description="Cosine similarity at which two episodes count as similar."
+    )
+    core_update_min_days: float = Field(
+        default=7.0, ge=0,
+        description="Reflection changes a core memory (identity, preference, relationship, behavioral) at most "
+        "once in this many days.",
+    )  # fmt: skip
+    cleanup_min_importance: float = Field(
+        default=0.3, ge=0, le=1, description="Memories below this importance are archived once unused long enough."
+    )
+    cleanup_unused_days: float = Field(
+        default=30.0, gt=0, description="Days without retrieval after which a low-importance memory is archived."
+    )
+    cleanup_context_days: float = Field(
+        default=90.0, gt=0, description="Memories of type context older than this many days are archived."
+    )
+    spaced_growth: float = Field(
+        default=1.25, ge=1, le=3,
+        description="Extra stability factor for a memory retrieved again in another session (on top of the x1.2 "
+        "of every retrieval): spaced use makes a memory last longer than use within one thread.",
+    )  # fmt: skip
+
+    @field_validator("disabled")
+    @classmethod
+    def _known_jobs(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(JOB_NAMES))
+        if unknown:
+            raise ValueError(f"unknown job {', '.join(unknown)}; jobs are {', '.join(JOB_NAMES)}")
+        return value
+
+    @field_validator("intervals_min")
+    @classmethod
+    def _known_intervals(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(JOB_NAMES))
+        if unknown:
+            raise ValueError(f"unknown job {', '.join(unknown)}; jobs are {', '.join(JOB_NAMES)}")
+        bad = sorted(name for name, minutes in value.items() if not minutes > 0)
+        if bad:
+            raise ValueError(f"intervals must be positive minutes: {', '.join(bad)}")
+        return value
 
 
 class Config(BaseModel):

@@ -263,3 +263,11 @@ async def make_quinn(lab_config, mail_lab) -> AsyncIterator[Callable[..., Any]]:
 def brain(llm_server: ScriptedLLM) -> Brain:
     """The scripted model as a stand-in brain: ``brain.learn[trigger] = extraction``, ``brain.reply = fn``."""
     return Brain(llm_server)
+
+
+@pytest.fixture(scope="session")
+def local_embedder() -> Any:
+    """The real all-MiniLM-L6-v2, loaded offline once per test session (~10 s with torch)."""
+    from quinn.memory.embed import LocalEmbedder
+
+    return LocalEmbedder()

@@ -24,7 +24,7 @@ from quinn.errors import TemplateError
 
 log = logging.getLogger(__name__)
 
-TEMPLATE_NAMES = ("reply", "extract", "summarize", "consolidate", "reflect", "digest")
+TEMPLATE_NAMES = ("reply", "extract", "summarize", "consolidate", "reflect", "digest", "session_close", "entities")
 SUFFIX = ".j2"
 
 

@@ -28,6 +28,8 @@ from quinn.clock import utcnow
 from quinn.config import Config
 from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox.message import InboundEmail
+from quinn.memory.graph import linked_hits
+from quinn.memory.retrievals import record_retrievals
 from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
 
@@ -91,6 +93,7 @@ class Agent:
     def reply_inputs(
         self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage] = (),
         summary: str | None = None, actions: Sequence[str] = (), *, touch: bool = True,
+        session_id: str | None = None,
     ) -> ReplyInputs:  # fmt: skip
         """Persona, profile, domains and retrieved memories for ``email`` (runs on the DB thread).
 
@@ -109,6 +112,9 @@ class Agent:
                 log.info("mail %s: domains %s", email.message_id, ", ".join(f"{m.name} ({m.reason})" for m in matches))
             # Twice k: memories of other domains are dropped after search, in context assembly.
             hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=touch)
+            hits = linked_hits(store, user, query, hits)  # memories tied to entities the mail names
+            if session_id is not None and touch:  # which session retrieved what: the decay job's spacing effect
+                record_retrievals(store.db, session_id, [h.id for h in hits], utcnow())
         return ReplyInputs(
             email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
@@ -120,7 +126,7 @@ class Agent:
 
     async def answer(
         self, email: InboundEmail, user: str, use_memory: bool, *, thread: Sequence[ThreadMessage] = (),
-        summary: str | None = None, confirming_purge: bool = False,
+        summary: str | None = None, confirming_purge: bool = False, session_id: str | None = None,
     ) -> Answer:  # fmt: skip
         """The reply to ``email``: memory commands first, then the model (with memory tools when memory is on).
 
@@ -128,7 +134,7 @@ class Agent:
         waits (``RetryLater``) with the reason, as for a model that is down.
         """
         try:
-            return await self._answer(email, user, use_memory, thread, summary, confirming_purge)
+            return await self._answer(email, user, use_memory, thread, summary, confirming_purge, session_id)
         except TemplateError as exc:
             raise RetryLater(f"prompt template cannot render: {exc.message}", exc.hint) from exc
         except StoreError as exc:  # the memory store refused a command's change: retried, then quarantined
@@ -136,7 +142,7 @@ class Agent:
 
     async def _answer(
         self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage],
-        summary: str | None, confirming_purge: bool,
+        summary: str | None, confirming_purge: bool, session_id: str | None = None,
     ) -> Answer:  # fmt: skip
         if not use_memory:
             inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
@@ -152,7 +158,8 @@ class Agent:
         work = await self._db(self._carry_out, email, user, requests, private_ok)
         if "digest" in kinds:
             return await self._digest(email, user, private_ok, work)
-        inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions)
+        inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions,
+                                session_id=session_id)
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),

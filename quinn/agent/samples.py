@@ -58,7 +58,16 @@ def sample_variables() -> dict[str, dict[str, Any]]:
     return {
         "reply": reply,
         "extract": extract_variables(SAMPLE_USER, email, memories, [{"name": "work", "description": "Work."}]),
-        "summarize": {"user": {"address": SAMPLE_USER}, "previous_summary": "Summary.", "messages": messages},
+        "summarize": {"user": {"address": SAMPLE_USER}, "subject": "Project Alpha", "previous_summary": "Summary.",
+                      "messages": messages, "target_words": 120},
+        "session_close": {"user": {"address": SAMPLE_USER}, "subject": "Project Alpha", "previous_summary": "",
+                          "messages": messages, "existing": [{"id": m.id, "type": m.type, "content": m.content}
+                                                             for m in memories],
+                          "state": {"user_info": "", "recent_goal_and_status": "ship Project Alpha",
+                                    "important_context": "", "agent_beliefs": ""},
+                          "today": _WHEN.date().isoformat()},
+        "entities": {"user": {"address": SAMPLE_USER}, "memories": [{"id": m.id, "content": m.content}
+                                                                    for m in memories]},
         "consolidate": {"user": {"address": SAMPLE_USER}, "memories": [
             {"id": m.id, "type": m.type, "content": m.content, "valid_from": m.valid_from} for m in memories]},
         "reflect": {"user": {"address": SAMPLE_USER}, "episodes": [

@@ -58,7 +58,12 @@ class Sessions:
                 "INSERT OR IGNORE INTO session_ids (message_id, session_id) VALUES (?, ?)",
                 (email.message_id, session_id),
             )
-            tx.execute("UPDATE sessions SET last_message_at = ? WHERE id = ?", (iso(now), session_id))
+            # New mail reopens a session the scheduler closed: it is reviewed again when it goes quiet.
+            tx.execute(
+                "UPDATE sessions SET last_message_at = ?, status = CASE status WHEN 'closed' THEN 'open'"
+                " ELSE status END WHERE id = ?",
+                (iso(now), session_id),
+            )
         return session_id
 
     def _sessions_of(self, tx: Transaction, ids: tuple[str, ...]) -> list[str]:
@@ -147,3 +152,16 @@ class Sessions:
     def summary(self, session_id: str) -> str | None:
         """The rolling summary of the session's older messages, if one was written."""
         return self.db.query_value("SELECT summary FROM sessions WHERE id = ?", (session_id,))
+
+    def recent(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
+        """The last ``limit`` messages after the rolling summary (all of them while there is none), oldest first.
+
+        Together with ``summary`` this is the thread as the reply context sees it: what the summarize job
+        folded into the summary is not repeated verbatim.
+        """
+        rows = self.db.query(
+            "SELECT direction, message_id, from_addr, subject, sent_at, body FROM messages WHERE session_id = ?"
+            " AND id > (SELECT summarized_upto FROM sessions WHERE id = ?) ORDER BY sent_at DESC, id DESC LIMIT ?",
+            (session_id, session_id, limit),
+        )
+        return [StoredMessage(*row) for row in reversed(rows)]

@@ -1,0 +1,181 @@
+"""The entity graph: "{entity} {relation} {entity}" facts per user, each tied to the memory it came from.
+
+Reflection fills it (``save_graph``); the reply path asks it for memories linked to entities named in an email
+(``linked_hits``), which plain similarity search can miss ("Bob" in a mail, "Alice's manager is Bob" in memory
+says nothing about the project Bob runs). Names and relation sentences are embedded like memories, with the
+model id beside the vector. Everything is per user: a lookup never crosses users.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from quinn.clock import iso
+from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit
+from quinn.memory.store import MemoryStore, memory_filter
+
+HUB_RELATIONS = 25  # an entity in more relations than this (usually the user) links to everything: skip it
+
+
+def clean_name(name: str) -> str:
+    """An entity name with whitespace collapsed and surrounding punctuation removed."""
+    return " ".join(name.split()).strip(" .,;:'\"()[]")
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One edge: ``source`` ``relation`` ``target``, learned from memory ``memory_id``."""
+
+    source: str
+    relation: str
+    target: str
+    memory_id: int
+
+    @property
+    def sentence(self) -> str:
+        """The text that is embedded: "Alice works at Acme"."""
+        return f"{self.source} {self.relation.replace('_', ' ')} {self.target}"
+
+
+@dataclass(frozen=True)
+class GraphChange:
+    """How many entities and relations one ``save_graph`` call added."""
+
+    entities: int
+    relations: int
+
+
+def save_graph(
+    store: MemoryStore, user_id: str, entities: Sequence[tuple[str, str]], relations: Sequence[Relation],
+    now: datetime,
+) -> GraphChange:  # fmt: skip
+    """Add entities (name, kind) and relations for ``user_id``; both are idempotent (found by name, case-blind).
+
+    Relations whose memory is not one of this user's are refused: the model names ids, and an id of someone
+    else's memory must never link into this user's graph.
+    """
+    own = _own_memory_ids(store, user_id, {r.memory_id for r in relations})
+    relations = [r for r in relations if r.memory_id in own and clean_name(r.source) and clean_name(r.target)]
+    kinds = {clean_name(n).lower(): (clean_name(n), k) for n, k in entities if clean_name(n)}
+    for r in relations:
+        for name in (clean_name(r.source), clean_name(r.target)):
+            kinds.setdefault(name.lower(), (name, ""))
+    names = [display for display, _kind in kinds.values()]
+    texts = names + [r.sentence for r in relations]
+    vectors = store.embedder.embed(texts) if (store.embedder is not None and texts) else None
+    model = store.embedder.model_id if store.embedder is not None else None
+    added_entities = added_relations = 0
+    with store.db.transaction() as tx:
+        ids: dict[str, int] = {}
+        for index, (key, (display, kind)) in enumerate(kinds.items()):
+            found = tx.query("SELECT id FROM entities WHERE user_id = ? AND lower(name) = ?", (user_id, key))
+            if found:
+                ids[key] = int(found[0][0])
+                continue
+            blob = vectors[index].tobytes() if vectors is not None else None
+            ids[key] = tx.execute(
+                "INSERT INTO entities (user_id, name, kind, embedding, embedding_model, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (user_id, display, kind, blob, model if blob else None, iso(now)),
+            )
+            added_entities += 1
+        for index, r in enumerate(relations, start=len(names)):
+            source, target = ids[clean_name(r.source).lower()], ids[clean_name(r.target).lower()]
+            relation = " ".join(r.relation.split()).lower()
+            exists = tx.query(
+                "SELECT 1 FROM relationships WHERE user_id = ? AND source_id = ? AND relation = ? AND target_id = ?"
+                " AND memory_id = ?",
+                (user_id, source, relation, target, r.memory_id),
+            )
+            if exists:
+                continue
+            blob = vectors[index].tobytes() if vectors is not None else None
+            tx.execute(
+                "INSERT INTO relationships (user_id, source_id, relation, target_id, memory_id, embedding,"
+                " embedding_model, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (user_id, source, relation, target, r.memory_id, blob, model if blob else None, iso(now)),
+            )
+            added_relations += 1
+    return GraphChange(added_entities, added_relations)
+
+
+def _own_memory_ids(store: MemoryStore, user_id: str, ids: set[int]) -> set[int]:
+    if not ids:
+        return set()
+    rows = store.db.query(
+        f"SELECT id FROM memories WHERE user_id = ? AND id IN ({','.join('?' * len(ids))})", [user_id, *ids]
+    )
+    return {int(r[0]) for r in rows}
+
+
+def named_entities(store: MemoryStore, user_id: str, text: str) -> list[tuple[int, str]]:
+    """The user's entities whose name occurs in ``text`` as a whole word (case-blind): (id, name)."""
+    rows = store.db.query("SELECT id, name FROM entities WHERE user_id = ?", (user_id,))
+    found = []
+    for entity_id, name in rows:
+        if len(name) >= 2 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE):
+            found.append((int(entity_id), name))
+    return found
+
+
+def linked_memories(store: MemoryStore, user_id: str, text: str, *, limit: int = 5) -> list[Memory]:
+    """Current memories of the user linked in the graph to an entity named in ``text``, most specific first.
+
+    An entity in very many relations (the user themselves, usually) is skipped: it would link to everything.
+    A relation learned from a memory that was since updated or merged points to the memory holding it now.
+    """
+    named = named_entities(store, user_id, text)
+    if not named:
+        return []
+    ids = [entity_id for entity_id, _name in named]
+    marks = ",".join("?" * len(ids))
+    rows = store.db.query(
+        "SELECT r.memory_id, min(degree) FROM relationships r JOIN ("
+        "  SELECT e.id AS entity_id, (SELECT count(*) FROM relationships x WHERE x.user_id = e.user_id"
+        "   AND (x.source_id = e.id OR x.target_id = e.id)) AS degree"
+        f"  FROM entities e WHERE e.user_id = ? AND e.id IN ({marks})"
+        ") d ON r.source_id = d.entity_id OR r.target_id = d.entity_id"
+        f" WHERE r.user_id = ? AND degree <= {HUB_RELATIONS} GROUP BY r.memory_id ORDER BY min(degree), r.memory_id",
+        [user_id, *ids, user_id],
+    )
+    memories: list[Memory] = []
+    seen: set[int] = set()
+    for memory_id, _degree in rows:
+        memory = _current_version(store, user_id, int(memory_id))
+        if memory is None or memory.id in seen:
+            continue  # forgotten or archived, or reached already through another relation
+        seen.add(memory.id)
+        memories.append(memory)
+        if len(memories) >= limit:
+            break
+    return memories
+
+
+def _current_version(store: MemoryStore, user_id: str, memory_id: int, max_hops: int = 50) -> Memory | None:
+    """Follow ``superseded_by`` (updates and merges) to the memory that holds this one's content now."""
+    where, params = memory_filter(user_id)
+    for _ in range(max_hops):
+        row = store.db.query_one(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ? AND user_id = ?",
+                                 (memory_id, user_id))  # fmt: skip
+        if row is None:
+            return None
+        memory = Memory.from_row(row)
+        if memory.superseded_by is None:
+            current = store.db.query_one(f"SELECT m.id FROM memories m WHERE {where} AND m.id = ?",
+                                         [*params, memory.id])  # fmt: skip
+            return memory if current is not None else None
+        memory_id = int(memory.superseded_by)
+    return None
+
+
+def linked_hits(
+    store: MemoryStore, user_id: str, text: str, hits: Sequence[SearchHit], *, limit: int = 5
+) -> list[SearchHit]:
+    """``hits`` followed by graph-linked memories they do not already hold (scored just below the last hit)."""
+    have = {h.memory.id for h in hits}
+    floor = min((h.score for h in hits), default=1.0) * 0.9
+    extra = [SearchHit(m, floor) for m in linked_memories(store, user_id, text, limit=limit) if m.id not in have]
+    return [*hits, *extra]

@@ -1,0 +1,216 @@
+"""Job 2, session close: a thread that went quiet is reviewed once, as a whole.
+
+After ``session_close_after_min`` without new mail, one structured call over the thread (its rolling summary
+plus the messages after it) yields: memories (batched extraction, deduplicated against the user's), a
+conversation summary row (summary, feedback_text, reward_score from the user's reactions,
+improvement_suggestion, and the reply template version the session was answered with), and the user's
+short-term state (user_info, last_conversation_summary, recent_goal_and_status, important_context,
+agent_beliefs). The summary row, the state and ``status = 'closed'`` are written in one transaction, and only if
+no mail arrived meanwhile; memories are written before it and deduplicated, so a rerun after a crash adds
+nothing twice. New mail reopens a closed session (``Sessions.assign``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, Field
+
+from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, scope_for
+from quinn.clock import iso
+from quinn.errors import RetryLater, StoreError
+from quinn.memory.db import Database
+from quinn.memory.models import NewMemory
+from quinn.memory.search import find_similar
+from quinn.memory.store import MemoryStore
+from quinn.scheduler.context import JobContext
+from quinn.scheduler.summarize import Message, session_text
+
+log = logging.getLogger(__name__)
+
+STATE_FIELDS = ("user_info", "recent_goal_and_status", "important_context", "agent_beliefs")
+ALL_STATE_FIELDS = ("user_info", "last_conversation_summary", *STATE_FIELDS[1:], "agent_info")
+
+
+class StateUpdate(BaseModel):
+    """The user's short-term state after the conversation; null leaves a field as it was."""
+
+    user_info: str | None = None
+    recent_goal_and_status: str | None = None
+    important_context: str | None = None
+    agent_beliefs: str | None = None
+
+
+class SessionReview(BaseModel):
+    """The session-close call's answer."""
+
+    summary: str = Field(min_length=1)
+    feedback_text: str = ""
+    reward_score: float | None = Field(default=None, ge=-1, le=1)
+    improvement_suggestion: str = ""
+    memories: Extraction = Field(default_factory=Extraction)
+    state: StateUpdate = Field(default_factory=StateUpdate)
+
+
+@dataclass(frozen=True)
+class QuietSession:
+    """A session due for closing, and the last-message time it was picked with."""
+
+    id: str
+    last_message_at: str
+
+
+def quiet_sessions(db: Database, before: datetime) -> list[QuietSession]:
+    """Open sessions without mail since ``before``, oldest first."""
+    rows = db.query(
+        "SELECT id, last_message_at FROM sessions WHERE status = 'open' AND merged_into IS NULL"
+        " AND last_message_at <= ? ORDER BY last_message_at, id",
+        (iso(before),),
+    )
+    return [QuietSession(sid, at) for sid, at in rows]
+
+
+def user_state(db: Database, user_id: str) -> dict[str, str]:
+    """The user's short-term state (empty strings when none was written yet)."""
+    row = db.query_one(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
+    return dict(zip(ALL_STATE_FIELDS, row or ("",) * len(ALL_STATE_FIELDS), strict=True))
+
+
+def reply_prompt_version(db: Database, session_id: str) -> str:
+    """The reply template version of the session's latest reply ("" when Quinn never answered in it)."""
+    value = db.query_value(
+        "SELECT prompt_version FROM outbox WHERE session_id = ? AND prompt_version != ''"
+        " ORDER BY created_at DESC LIMIT 1",
+        (session_id,),
+    )
+    return value or ""
+
+
+def newest_within(messages: list[Message], max_tokens: int) -> list[Message]:
+    """The newest messages that fit in ``max_tokens`` (one at least): older ones live in the rolling summary."""
+    kept: list[Message] = []
+    used = 0
+    for message in reversed(messages):
+        if kept and used + message.tokens > max_tokens:
+            break
+        kept.insert(0, message)
+        used += message.tokens
+    return kept
+
+
+def apply_memories(
+    store: MemoryStore, user_id: str, extraction: Extraction, source: dict, valid_from: str, reason: str
+) -> tuple[int, int, int]:
+    """Store the review's memories: (created, updated, skipped as already known)."""
+    updated = skipped = 0
+    for change in [*extraction.updated, *extraction.contradicted]:
+        try:
+            store.update(change.id, change.content, user_id=user_id, valid_from=valid_from,
+                         metadata={**source, "confidence": change.confidence}, importance=change.importance,
+                         reason=reason)  # fmt: skip
+            updated += 1
+        except StoreError as exc:  # not this user's current memory (or changed since): nothing to do
+            log.info("session close: cannot update memory %s: %s", change.id, exc)
+            skipped += 1
+    fresh: list[NewMemory] = []
+    for memory in extraction.new:
+        if find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY):
+            skipped += 1  # the per-mail extraction (or an earlier, interrupted close) has it already
+            continue
+        fresh.append(NewMemory(
+            user_id=user_id, content=memory.content, scope=scope_for(memory), type=memory.type,
+            domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
+            metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
+        ))  # fmt: skip
+    created = len(store.add_many(fresh)) if fresh else 0
+    return created, updated, skipped
+
+
+def close_session(
+    db: Database, session_id: str, user_id: str, picked_at: str, review: SessionReview | None, prompt_version: str,
+    now: datetime,
+) -> bool:  # fmt: skip
+    """Write the summary row and the user's state and mark the session closed, in one transaction.
+
+    Nothing is written when mail arrived since the session was picked (``last_message_at`` moved): it stays
+    open and is reviewed again once quiet. Returns whether it was closed.
+    """
+    with db.transaction() as tx:
+        row = tx.query("SELECT last_message_at, status FROM sessions WHERE id = ?", (session_id,))
+        if not row or row[0][0] != picked_at or row[0][1] != "open":
+            return False
+        if review is not None:
+            tx.execute(
+                "INSERT INTO conversation_summaries (session_id, user_id, summary, feedback_text, reward_score,"
+                " improvement_suggestion, prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, user_id, review.summary, review.feedback_text, review.reward_score,
+                 review.improvement_suggestion, prompt_version, iso(now)),
+            )  # fmt: skip
+            current = tx.query(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
+            state = dict(zip(ALL_STATE_FIELDS, current[0] if current else ("",) * len(ALL_STATE_FIELDS), strict=True))
+            for name in STATE_FIELDS:
+                value = getattr(review.state, name)
+                if value is not None:
+                    state[name] = value
+            state["last_conversation_summary"] = review.summary
+            columns = ", ".join(ALL_STATE_FIELDS)
+            tx.execute(
+                f"INSERT INTO user_state (user_id, {columns}, updated_at) VALUES (?, {', '.join('?' * 6)}, ?)"
+                f" ON CONFLICT (user_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in ALL_STATE_FIELDS)},"
+                " updated_at = excluded.updated_at",
+                (user_id, *(state[c] for c in ALL_STATE_FIELDS), iso(now)),
+            )
+        tx.execute("UPDATE sessions SET status = 'closed' WHERE id = ?", (session_id,))
+    return True
+
+
+async def session_close_job(ctx: JobContext) -> None:
+    """Review and close every session that has been quiet for ``session_close_after_min``."""
+    settings = ctx.settings
+    cutoff = ctx.now() - timedelta(minutes=settings.session_close_after_min)
+    for quiet in await ctx.db(quiet_sessions, ctx.store.db, cutoff):
+        text = await ctx.db(session_text, ctx.store.db, quiet.id)
+        if text is None:
+            continue
+        if not text.messages and not text.summary:
+            await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, None, "",
+                         ctx.now())  # fmt: skip
+            continue
+        messages = newest_within(text.messages, settings.summarize_threshold_tokens * 2) if text.messages else []
+        existing = await ctx.db(ctx.store.get_all, text.user_id, limit=200)
+        state = await ctx.db(user_state, ctx.store.db, text.user_id)
+        rendered = ctx.prompts.render("session_close", {
+            "user": {"address": text.user_id},
+            "subject": text.subject,
+            "previous_summary": text.summary or "",
+            "messages": [{"sender": m.sender, "date": m.date, "body": m.body} for m in messages],
+            "existing": [{"id": m.id, "type": m.type, "content": m.content} for m in existing],
+            "state": {name: state[name] for name in STATE_FIELDS},
+            "today": ctx.now().date().isoformat(),
+        })  # fmt: skip
+        try:
+            review, usage = await ctx.model().structured(rendered.system, rendered.user, SessionReview,
+                                                         background=True)  # fmt: skip
+        except RetryLater as exc:  # the session stays open and is reviewed at the next run
+            ctx.item_failed(f"session {quiet.id}", exc)
+            continue
+        ctx.item_done()
+        await ctx.record_usage(usage, text.user_id)
+        last_date = messages[-1].date if messages else quiet.last_message_at
+        source = {"source": {"session_id": quiet.id, "subject": text.subject, "date": last_date}}
+        created, updated, skipped = await ctx.db(apply_memories, ctx.store, text.user_id, review.memories, source,
+                                                 last_date, f"session close {rendered.version}")  # fmt: skip
+        version = await ctx.db(reply_prompt_version, ctx.store.db, quiet.id)
+        closed = await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, review,
+                              version, ctx.now())  # fmt: skip
+        ctx.counts.created += created
+        ctx.counts.updated += updated
+        ctx.counts.skipped += skipped
+        if closed:
+            ctx.counts.processed += 1
+            log.info("session %s closed: %d memories new, %d updated, reward %s", quiet.id, created, updated,
+                     review.reward_score)  # fmt: skip
+        else:
+            log.info("session %s got new mail while it was reviewed; it stays open", quiet.id)

@@ -1,0 +1,277 @@
+"""Job 1, milestone summarization: long threads fold their older messages into a rolling summary.
+
+A session whose messages not yet summarized exceed ``summarize_threshold_tokens`` gets them folded, oldest
+first and in batches, into ``sessions.summary``; ``sessions.summarized_upto`` (a message id) records how far.
+The newest ``summarize_keep_recent`` messages stay verbatim, and the reply context from then on is the summary
+plus the messages after it (``Sessions.recent``). Each batch is saved on its own, so a run killed half way
+resumes at the next batch. The summary is also kept as a ``summary`` memory of the user (episodic, tagged with
+the session), reconciled at the end of every run, so a crash between the two writes heals itself.
+
+On demand: a user who writes "summarize this and remember it" gets the whole thread folded now, the summary in
+the reply, and the memory stored (``summarize_on_request``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from quinn.agent.llm import Usage
+from quinn.agent.respond import Answer
+from quinn.errors import RetryLater
+from quinn.memory.db import Database
+from quinn.memory.search import estimate_tokens
+from quinn.memory.store import MemoryStore
+from quinn.scheduler.context import JobContext
+
+log = logging.getLogger(__name__)
+
+_ASK = re.compile(
+    r"\b(summari[sz]e|sum up|recap)\b.{0,80}\b(remember|save|store|keep)\b"
+    r"|\b(remember|save|store|keep)\b.{0,40}\b(summary|summari[sz]e|recap)\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def wants_summary(text: str) -> bool:
+    """True for mail asking to summarize the thread and remember it ("Please summarize this and remember it")."""
+    return bool(_ASK.search(" ".join(text.split())[:600]))
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a session as the summarizer sees it."""
+
+    id: int
+    sender: str
+    date: str
+    body: str
+
+    @property
+    def tokens(self) -> int:
+        """The estimated token cost of this message in a prompt."""
+        return estimate_tokens(f"--- {self.sender} on {self.date} ---\n{self.body}")
+
+
+@dataclass(frozen=True)
+class SessionText:
+    """A session's summary so far and the messages after it."""
+
+    session_id: str
+    user_id: str
+    subject: str
+    summary: str | None
+    summarized_upto: int
+    messages: list[Message]
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The outcome of folding messages into a session's summary."""
+
+    summary: str | None
+    summarized_upto: int
+    folded: int
+    usage: Usage | None
+    prompt_version: str | None
+
+
+def sessions_over_threshold(db: Database, threshold_tokens: int) -> list[str]:
+    """Sessions whose unsummarized messages are over the threshold (a cheap length test; exact one follows)."""
+    rows = db.query(
+        "SELECT s.id FROM sessions s JOIN messages m ON m.session_id = s.id AND m.id > s.summarized_upto"
+        " WHERE s.merged_into IS NULL GROUP BY s.id HAVING sum(length(m.body)) + 40 * count(*) > ? ORDER BY s.id",
+        (threshold_tokens * 4,),
+    )
+    return [r[0] for r in rows]
+
+
+def session_text(db: Database, session_id: str) -> SessionText | None:
+    """The session's summary and its messages after ``summarized_upto``, oldest first."""
+    row = db.query_one("SELECT user_id, subject, summary, summarized_upto FROM sessions WHERE id = ?", (session_id,))
+    if row is None:
+        return None
+    user_id, subject, summary, upto = row
+    rows = db.query(
+        "SELECT id, from_addr, sent_at, body FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
+        (session_id, int(upto)),
+    )
+    messages = [Message(int(i), sender, sent_at, body) for i, sender, sent_at, body in rows]
+    return SessionText(session_id, user_id, subject, summary, int(upto), messages)
+
+
+def plan_fold(messages: list[Message], threshold_tokens: int, keep_recent: int) -> list[Message]:
+    """The oldest messages to fold: all but the newest ones that fit in half the threshold (at most
+    ``keep_recent`` of them, at least one), and nothing while the whole is under the threshold."""
+    if sum(m.tokens for m in messages) <= threshold_tokens:
+        return []
+    kept = 0
+    kept_tokens = 0
+    for message in reversed(messages):
+        if kept >= keep_recent or (kept and kept_tokens + message.tokens > threshold_tokens // 2):
+            break
+        kept += 1
+        kept_tokens += message.tokens
+    return messages[: len(messages) - kept]
+
+
+def batches(messages: list[Message], max_tokens: int) -> list[list[Message]]:
+    """Consecutive runs of messages of at most ``max_tokens`` each (one message at least)."""
+    out: list[list[Message]] = []
+    current: list[Message] = []
+    used = 0
+    for message in messages:
+        if current and used + message.tokens > max_tokens:
+            out.append(current)
+            current, used = [], 0
+        current.append(message)
+        used += message.tokens
+    if current:
+        out.append(current)
+    return out
+
+
+def save_summary(db: Database, session_id: str, summary: str, expected_upto: int, new_upto: int) -> bool:
+    """Store the new summary if nobody else moved the session on meanwhile; True when stored."""
+    with db.transaction() as tx:
+        tx.execute(
+            "UPDATE sessions SET summary = ?, summarized_upto = ? WHERE id = ? AND summarized_upto = ?",
+            (summary, new_upto, session_id, expected_upto),
+        )
+        rows = tx.query("SELECT summarized_upto, summary FROM sessions WHERE id = ?", (session_id,))
+    return bool(rows) and int(rows[0][0]) == new_upto and rows[0][1] == summary
+
+
+async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = False) -> Folded:
+    """Fold the session's older messages (all of them with ``everything``) into its summary, batch by batch."""
+    settings = ctx.settings
+    text = await ctx.db(session_text, ctx.store.db, session_id)
+    if text is None:
+        return Folded(None, 0, 0, None, None)
+    fold = text.messages if everything else plan_fold(text.messages, settings.summarize_threshold_tokens,
+                                                       settings.summarize_keep_recent)  # fmt: skip
+    summary, upto, folded = text.summary, text.summarized_upto, 0
+    usage: Usage | None = None
+    version: str | None = None
+    max_chars = settings.summarize_threshold_tokens * 4
+    for batch in batches(fold, settings.summarize_threshold_tokens):
+        rendered = ctx.prompts.render("summarize", {
+            "user": {"address": text.user_id},
+            "subject": text.subject,
+            "previous_summary": summary or "",
+            "messages": [{"sender": m.sender, "date": m.date, "body": _cut(m.body, max_chars)} for m in batch],
+            "target_words": max(80, settings.summarize_threshold_tokens // 8),
+        })  # fmt: skip
+        result = await ctx.model().text(rendered.system, rendered.user, background=True)
+        usage = result.usage if usage is None else usage + result.usage
+        version = rendered.version
+        new_upto = batch[-1].id
+        if not await ctx.db(save_summary, ctx.store.db, session_id, result.text, upto, new_upto):
+            log.info("session %s moved on while it was summarized; the next run continues", session_id)
+            break
+        summary, upto, folded = result.text, new_upto, folded + len(batch)
+    return Folded(summary, upto, folded, usage, version)
+
+
+def summary_content(subject: str, summary: str) -> str:
+    """The text of a thread's summary memory."""
+    if subject:
+        return f'Summary of the email thread "{subject}": {summary}'
+    return f"Summary of an email thread: {summary}"
+
+
+def sync_summary_memories(store: MemoryStore, session_id: str | None = None) -> tuple[int, int, int | None]:
+    """Bring each session's ``summary`` memory up to its session summary: (created, updated, last memory id).
+
+    A summary memory the user forgot (inactive, not superseded) is not brought back.
+    """
+    where = "AND s.id = ?" if session_id else ""
+    rows = store.db.query(
+        "SELECT s.id, s.user_id, s.subject, s.summary, s.summarized_upto FROM sessions s"
+        " WHERE s.summary IS NOT NULL AND s.merged_into IS NULL AND NOT EXISTS (SELECT 1 FROM memories m"
+        "  WHERE m.user_id = s.user_id AND m.type = 'summary' AND json_extract(m.metadata, '$.session_id') = s.id"
+        f"  AND json_extract(m.metadata, '$.summarized_upto') = s.summarized_upto) {where} ORDER BY s.id",
+        (session_id,) if session_id else (),
+    )
+    created = updated = 0
+    last: int | None = None
+    for sid, user_id, subject, summary, upto in rows:
+        latest = store.db.query_one(
+            "SELECT id, active, superseded_by FROM memories WHERE user_id = ? AND type = 'summary'"
+            " AND json_extract(metadata, '$.session_id') = ? ORDER BY id DESC LIMIT 1",
+            (user_id, sid),
+        )
+        content = summary_content(subject, summary)
+        metadata = {"session_id": sid, "summarized_upto": int(upto), "subject": subject}
+        if latest is None:
+            last = store.add(user_id, content, scope="episodic", type="summary", tags=[f"session:{sid}"],
+                             metadata=metadata, importance=0.5)  # fmt: skip
+            created += 1
+        elif latest[1] and latest[2] is None:
+            last = store.update(int(latest[0]), content, user_id=user_id, metadata=metadata,
+                                reason="thread summary moved on")  # fmt: skip
+            updated += 1
+        else:
+            log.info("session %s: its summary memory was forgotten; not bringing it back", sid)
+    return created, updated, last
+
+
+async def summarize_job(ctx: JobContext) -> None:
+    """Summarize every thread over the threshold, then bring the summary memories up to date."""
+    for session_id in await ctx.db(sessions_over_threshold, ctx.store.db, ctx.settings.summarize_threshold_tokens):
+        try:
+            outcome = await fold_session(ctx, session_id)
+        except RetryLater as exc:  # the batches before it are saved; the rest waits for the next run
+            ctx.item_failed(f"session {session_id}", exc)
+            continue
+        ctx.item_done()
+        if outcome.usage is not None:
+            user = await ctx.db(ctx.store.db.query_value, "SELECT user_id FROM sessions WHERE id = ?", (session_id,))
+            await ctx.record_usage(outcome.usage, user)
+        if outcome.folded:
+            ctx.counts.processed += 1
+            ctx.counts.details["messages_folded"] = ctx.counts.details.get("messages_folded", 0) + outcome.folded
+            log.info("session %s: %d messages folded into its summary", session_id, outcome.folded)
+    created, updated, _last = await ctx.db(sync_summary_memories, ctx.store)
+    ctx.counts.created += created
+    ctx.counts.updated += updated
+
+
+@dataclass(frozen=True)
+class RequestedSummary:
+    """A summary made because the user asked for it: its text, the memory holding it, and its cost."""
+
+    summary: str
+    memory_id: int | None
+    usage: Usage | None
+    prompt_version: str
+
+
+async def summarize_on_request(ctx: JobContext, session_id: str) -> RequestedSummary | None:
+    """Fold the whole thread now and store its summary memory; None when there was nothing to summarize."""
+    outcome = await fold_session(ctx, session_id, everything=True)
+    if outcome.summary is None:
+        return None
+    await ctx.db(sync_summary_memories, ctx.store, session_id)
+    memory_id = await ctx.db(
+        ctx.store.db.query_value,
+        "SELECT id FROM memories WHERE type = 'summary' AND json_extract(metadata, '$.session_id') = ?"
+        " AND active = 1 AND superseded_by IS NULL ORDER BY id DESC LIMIT 1",
+        (session_id,),
+    )
+    return RequestedSummary(outcome.summary, memory_id, outcome.usage, outcome.prompt_version or "")
+
+
+def _cut(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[:max_chars] + " [...]"
+
+
+async def reply_with_summary(ctx: JobContext, session_id: str) -> Answer | None:
+    """The reply to "summarize this and remember it": the thread's summary, stored as a memory and cited."""
+    done = await summarize_on_request(ctx, session_id)
+    if done is None:
+        return None
+    saved = f"\n\nI saved this summary to your memory [memory:{done.memory_id}]." if done.memory_id else ""
+    usage = done.usage or Usage(ctx.model().background_model_id)
+    return Answer(f"{done.summary}{saved}", "summarize", done.prompt_version, usage)
