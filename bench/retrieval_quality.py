@@ -34,8 +34,8 @@ from bench.machine import ROOT, machine_info, require_matplotlib
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.db import Database
 from quinn.memory.embed import Embedder
+from quinn.memory.filters import memory_filter
 from quinn.memory.search import content_words, fts_query, hybrid_search
-from quinn.memory.store import memory_filter
 
 KS = (1, 5, 10)
 DEPTH = max(KS)
