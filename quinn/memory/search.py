@@ -1,8 +1,16 @@
 """Hybrid retrieval: an exact per-user vector scan fused with FTS5 BM25, re-ranked by importance and recency.
 
 Per-user search scans that user's rows exactly (``ORDER BY vector_distance_cos``, served by the user index):
-measured, an ANN index loses most recall under a user filter (docs/architecture.md). The two rankings are
-fused with reciprocal rank fusion, then weighted by decay-aware importance and recency.
+measured, an ANN index loses most recall under a user filter (docs/architecture.md). The two legs are fused
+by a convex combination of their scores, ``VECTOR_WEIGHT × cosine + (1 - VECTOR_WEIGHT) × lexical coverage``,
+then weighted by decay-aware importance and recency.
+
+Why not reciprocal rank fusion: RRF (k=60) throws the scores away, so a memory that both legs rank
+mediocrely (BM25 matched one filler word) beats one the vector leg ranks second. On the retrieval benchmark
+(bench/retrieval_quality.py, paraphrased questions) RRF fell below vector-only search. The lexical score is
+BM25 divided by the query's total IDF, i.e. the share of the query's information a memory matches: unlike
+dividing by the best BM25 of the query, it stays low when the query has no good lexical match at all.
+(Convex combination beat RRF in Bruch et al., "An Analysis of Fusion Functions for Hybrid Retrieval", 2023.)
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RRF_K = 60
-# Re-ranking weights. With RRF_K = 60 neighbouring ranks differ by ~1.5% in fused score, so these let importance
-# and recency reorder memories of near-equal relevance (a few ranks) without overriding a clearly better match.
+# Share of the vector leg in the fused score; chosen on a second draw of the retrieval benchmark (seed 1), where
+# 0.6-0.8 scored alike (bench/README.md).
+VECTOR_WEIGHT = 0.7
+# Re-ranking weights: a few percent, so importance and recency reorder memories of near-equal relevance without
+# overriding a clearly better match.
 IMPORTANCE_WEIGHT = 0.03
 RECENCY_WEIGHT = 0.01
 CANDIDATES = 50
@@ -135,25 +145,24 @@ def hybrid_search(
         vector_ranks = _vector_ranks(store, where, params, vectors, found)
     elif store.first_time("fts-only"):
         log.warning("memory search runs on full-text only: no embedder is configured")
-    fts_ranks = _fts_ranks(store, where, params, " ".join(chunks), found)
-    fused: dict[int, float] = {}
-    for mid, (rank, _sim) in vector_ranks.items():
-        fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank)
-    for mid, rank in fts_ranks.items():
-        fused[mid] = fused.get(mid, 0.0) + 1.0 / (RRF_K + rank)
+    fts_scores = _fts_scores(store, where, params, " ".join(chunks), found)
+    # Without an embedder the lexical leg is all there is.
+    alpha = VECTOR_WEIGHT if store.embedder is not None else 0.0
+    fused: dict[int, float] = {mid: alpha * max(sim, 0.0) for mid, (_rank, sim) in vector_ranks.items()}
+    for mid, (_rank, coverage) in fts_scores.items():
+        fused[mid] = fused.get(mid, 0.0) + (1.0 - alpha) * coverage
     if not fused:
         return []
     now = utcnow()
-    best = 2.0 / (RRF_K + 1)
     top_weight = 1.0 + IMPORTANCE_WEIGHT + RECENCY_WEIGHT
     hits = []
     for mid in sorted(fused, key=lambda i: -fused[i])[: max(k * 3, CANDIDATES)]:
         memory = found[mid]
-        relevance = fused[memory.id] / best
         weight = (1.0 + IMPORTANCE_WEIGHT * effective_importance(memory, now)
                   + RECENCY_WEIGHT * _recency(memory, now)) / top_weight  # fmt: skip
         sim = vector_ranks.get(memory.id, (None, None))[1]
-        hits.append(SearchHit(memory, relevance * weight, sim, fts_ranks.get(memory.id)))
+        bm25_rank = fts_scores[mid][0] if mid in fts_scores else None
+        hits.append(SearchHit(memory, fused[mid] * weight, sim, bm25_rank))
     hits.sort(key=lambda h: (-h.score, -h.memory.id))
     hits = hits[:k]
     if touch and hits:
@@ -208,22 +217,39 @@ def _vector_ranks(
     return {mid: (rank, best[mid]) for rank, mid in enumerate(ordered, start=1)}
 
 
-def _fts_ranks(
+def _fts_scores(
     store: MemoryStore, where: str, params: Sequence[Any], text: str, found: dict[int, Memory]
-) -> dict[int, int]:
+) -> dict[int, tuple[int, float]]:
+    """BM25 rank and lexical coverage (BM25 / the query's total IDF, capped at 1) of the best FTS matches."""
     match = fts_query(text)
     if match is None:
         return {}
     rows = store.db.query(
-        f"SELECT {memory_columns('m')} FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid"
-        f" WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+        f"SELECT bm25(memories_fts), {memory_columns('m')} FROM memories_fts JOIN memories m"
+        f" ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
         [match, *params, CANDIDATES],
     )
-    ranks: dict[int, int] = {}
-    for rank, row in enumerate(rows, start=1):
-        memory = found.setdefault(int(row[0]), Memory.from_row(row))
-        ranks[memory.id] = rank
-    return ranks
+    if not rows:
+        return {}
+    mass = _idf_mass(store, match.split(" OR "))
+    scores: dict[int, tuple[int, float]] = {}
+    for rank, (bm25, *columns) in enumerate(rows, start=1):
+        memory = found.setdefault(int(columns[0]), Memory.from_row(tuple(columns)))
+        # FTS5's bm25() is negative (lower is better); a memory matching every query word once scores about -mass.
+        scores[memory.id] = (rank, min(1.0, -float(bm25) / mass))
+    return scores
+
+
+def _idf_mass(store: MemoryStore, terms: Sequence[str]) -> float:
+    """The sum of the terms' IDF as FTS5's bm25 computes it (over the whole index), in one statement."""
+    counts = ", ".join("(SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?)" for _ in terms)
+    row = store.db.query_one(f"SELECT (SELECT count(*) FROM memories), {counts}", list(terms))
+    total = float(row[0]) if row else 0.0
+    mass = 0.0
+    for found in (row or ())[1:]:
+        # FTS5 (fts5_aux.c): idf = log((N - n + 0.5) / (n + 0.5)), floored at 1e-6.
+        mass += max(math.log((total - float(found) + 0.5) / (float(found) + 0.5)), 1e-6)
+    return max(mass, 1e-6)
 
 
 def _recency(memory: Memory, now: datetime) -> float:
