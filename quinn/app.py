@@ -36,6 +36,8 @@ from quinn.memory.db import Database
 from quinn.memory.embed import build_embedder
 from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
+from quinn.metrics import Metrics
+from quinn.reload import ReloadPlan, plan_reload
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +60,7 @@ class Quinn:
         self.prompts = PromptStore(config.prompts.dir)
         for name in TEMPLATE_NAMES:  # a broken template is a startup error, not a failure on the first mail
             self.prompts.load(name)
-        self.rules = Rules(
-            own_address=config.smtp.from_address,
-            allow=tuple(config.policy.allow),
-            aliases={k.lower(): [a.lower() for a in v] for k, v in config.policy.aliases.items()},
-            require_authentication=config.policy.require_authentication,
-            authserv_id=config.policy.authserv_id,
-            unauthenticated=config.policy.unauthenticated,
-            loop_header=LOOP_HEADER,
-        )
+        self.rules = _rules(config)
         self.llm = LLM(config.llm)
         self.sender = SmtpSender(config.smtp)
         self.mailbox = ImapMailbox(config.imap)
@@ -76,6 +70,7 @@ class Quinn:
         self._stop = threading.Event()
         self._in_flight: asyncio.Task[Any] | None = None
         self.handled = 0
+        self.metrics = Metrics()
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -97,6 +92,28 @@ class Quinn:
         """Ask the loop to stop taking new mail; the mail in flight is finished (SIGTERM)."""
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop`` was called."""
+        return self._stop.is_set()
+
+    def reload(self, new: Config) -> ReloadPlan:
+        """Apply the reloadable part of ``new`` (SIGHUP) between two steps of the loop; templates are re-read.
+
+        Raises ``QuinnError`` (and changes nothing) when the new templates or model settings do not work.
+        """
+        plan = plan_reload(self.config, new)
+        c = plan.config
+        prompts = PromptStore(c.prompts.dir) if plan.changed("prompts") else self.prompts
+        prompts.reload()
+        for name in TEMPLATE_NAMES:  # a broken edit fails the reload, not the next mail
+            prompts.load(name)
+        llm = LLM(c.llm) if plan.changed("llm") else self.llm
+        self.prompts, self.llm, self.rules, self.config = prompts, llm, _rules(c), c
+        if plan.changed("smtp"):
+            self.sender = SmtpSender(c.smtp)
+        return plan
+
     async def close(self) -> None:
         """Release connections."""
         await self._imap(self.mailbox.close)
@@ -104,9 +121,14 @@ class Quinn:
         if self.db is not None:
             self.db.close()
 
-    async def run(self) -> None:
-        """The daemon's main loop: handle what is in the folder, wait for more, reconnect on failure."""
+    async def run(self, on_ready: Callable[[], None] | None = None) -> None:
+        """The daemon's main loop: handle what is in the folder, wait for more, reconnect on failure.
+
+        ``on_ready`` is called once everything is up (systemd's READY=1 and the metrics endpoint hang on it).
+        """
         await self.start()
+        if on_ready is not None:
+            on_ready()
         backoff = BACKOFF_START_S
         try:
             while not self._stop.is_set():
@@ -161,7 +183,8 @@ class Quinn:
             if self._stop.is_set():
                 break
             if uid in sizes:
-                await self.handle(uid, sizes[uid])
+                with self.metrics.stage("mail"):
+                    await self.handle(uid, sizes[uid])
         return len(uids)
 
     async def handle(self, uid: int, size: int) -> None:
@@ -180,7 +203,8 @@ class Quinn:
         if size > limit_kb * 1024:
             await self._finish(ledger, key, "quarantined", f"too large: {size} bytes > {limit_kb} KiB")
             return
-        fetched = await self._imap(self.mailbox.fetch, uid)
+        with self.metrics.stage("fetch"):
+            fetched = await self._imap(self.mailbox.fetch, uid)
         if fetched is None:
             return
         try:
@@ -229,6 +253,7 @@ class Quinn:
 
     async def _finish(self, ledger: MailLedger, key: MailKey, state: str, reason: str, **ids: str | None) -> None:
         await self._db(ledger.set, key, state, reason, **ids)
+        self.metrics.mail_finished(state)
         log.info("mail uid=%s -> %s: %s", key.uid, state, reason)
         await self._file_away(ledger, key, state)
 
@@ -256,7 +281,8 @@ class Quinn:
         item = await self._db(outbox.get, message_id)
         if item is None:
             variables = await self._db(self._reply_inputs, email, user, session_id, decision.use_memory)
-            drafted = await draft_reply(self.llm, self.prompts, variables)
+            with self.metrics.llm_call(self.llm.model_id, "reply"):
+                drafted = await draft_reply(self.llm, self.prompts, variables)
             await self._record_usage("reply", drafted.usage, user, email.message_id)
             reply = compose_reply(email, drafted.body, own_address=own, own_name=self.config.smtp.from_name)
             item = await self._db(outbox.put, reply.message_id, email.message_id, user if decision.use_memory else None,
@@ -273,7 +299,8 @@ class Quinn:
             await self._db(outbox.mark, item.message_id, "drafted")
             return "drafted"
         try:
-            await self.sender.send(item.raw, own, item.recipients)
+            with self.metrics.stage("send"):
+                await self.sender.send(item.raw, own, item.recipients)
         except RetryLater as exc:
             await self._db(outbox.mark, item.message_id, "pending", exc.message)
             raise
@@ -313,7 +340,8 @@ class Quinn:
         """Extract memories from the mail; a failure here never affects the reply already sent."""
         assert self.store is not None
         try:
-            outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db)
+            with self.metrics.llm_call(self.llm.background_model_id, "extract"):
+                outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db)
             if outcome.usage is not None:
                 await self._record_usage("extract", outcome.usage, user, email.message_id)
         except QuinnError as exc:
@@ -328,3 +356,16 @@ class Quinn:
             (iso(utcnow()), usage.model, purpose, user, message_id, usage.input_tokens, usage.output_tokens,
              usage.calls),
         )  # fmt: skip
+
+
+def _rules(config: Config) -> Rules:
+    """The reply policy's rules from the config."""
+    return Rules(
+        own_address=config.smtp.from_address,
+        allow=tuple(config.policy.allow),
+        aliases={k.lower(): [a.lower() for a in v] for k, v in config.policy.aliases.items()},
+        require_authentication=config.policy.require_authentication,
+        authserv_id=config.policy.authserv_id,
+        unauthenticated=config.policy.unauthenticated,
+        loop_header=LOOP_HEADER,
+    )

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from quinn import __version__
 from quinn.config import Config, load_config
 from quinn.errors import QuinnError
+from quinn.logs import RedactingFilter, secret_values, setup_logging
 
 log = logging.getLogger("quinn")
 GROUPS: list[Any] = []  # command-group modules from quinn.commands, each with register(subparsers, with_config)
@@ -39,15 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_logging(level: str) -> None:
-    """Log to stderr (journald adds its own timestamps when run under systemd)."""
-    fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else (
-        "%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
-    for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     parser = build_parser()
@@ -56,10 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        config = load_config(Path(args.config))
-        setup_logging(config.log_level)
+        # A command that only reads the database sets ``secrets_of=("database",)`` and needs no IMAP password.
+        config = load_config(Path(args.config), secrets_of=getattr(args, "secrets_of", None))
+        redactor = setup_logging(config.log_level, config.log_format, secret_values(config))
         if args.command == "run":
-            return run(config)
+            return run(config, Path(args.config), redactor)
         if args.command == "check":
             return asyncio.run(check(config))
         handler = getattr(args, "handler", None)
@@ -74,25 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def run(config: Config) -> int:
-    """``quinn run``: the daemon until SIGTERM/SIGINT."""
+def run(config: Config, config_path: Path, redactor: RedactingFilter | None = None) -> int:
+    """``quinn run``: the daemon until SIGTERM/SIGINT; SIGHUP reloads (see ``quinn.lifecycle``)."""
     from quinn.app import Quinn
+    from quinn.lifecycle import serve
 
-    app = Quinn(config)
-
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, _on_signal, app, sig)
-        await app.run()
-
-    asyncio.run(serve())
-    return 0
-
-
-def _on_signal(app: object, sig: signal.Signals) -> None:
-    log.info("received %s: finishing the mail in flight, then stopping", sig.name)
-    app.stop()  # type: ignore[attr-defined]
+    return serve(Quinn(config), config_path, redactor)
 
 
 async def check(config: Config) -> int:
