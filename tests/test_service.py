@@ -132,7 +132,9 @@ def test_watchdog_is_only_ours_when_the_pid_matches():
 # -- quinn run under a fake systemd ------------------------------------------------------------------------
 
 
-def test_quinn_run_notifies_ready_watchdog_status_and_stopping(mail_lab, lab_config, llm_server, quinn_daemon, tmp_path):
+def test_quinn_run_notifies_ready_watchdog_status_and_stopping(
+    mail_lab, lab_config, llm_server, quinn_daemon, tmp_path
+):
     alice = mail_lab.new_user("alice")
     listener = NotifyListener(tmp_path / "notify.sock")
     config = lab_config(extra=FAST)
@@ -151,8 +153,10 @@ def test_quinn_run_notifies_ready_watchdog_status_and_stopping(mail_lab, lab_con
         listener.wait_for("STATUS", "replied 1")
         pings = sum("WATCHDOG" in m for m in listener.messages)
         listener.wait_for("WATCHDOG")
-        wait_until(lambda: (listener.drain(), sum("WATCHDOG" in m for m in listener.messages))[1] > pings + 1,
-                   what="more watchdog pings")  # fmt: skip
+        wait_until(
+            lambda: (listener.drain(), sum("WATCHDOG" in m for m in listener.messages))[1] > pings + 1,
+            what="more watchdog pings",
+        )
         assert daemon.terminate() == 0
         stopping = listener.wait_for("STOPPING", "1")
         assert "finishing the mail in flight" in stopping["STATUS"]
@@ -206,12 +210,15 @@ def test_sigterm_past_the_grace_period_resumes_at_next_start(mail_lab, lab_confi
 
 def reply_template(marker: str) -> str:
     """An admin's reply template (standalone: both blocks, no ``extends``)."""
-    return ("{% block system %}" + marker + " You are {{ assistant.name }}.{% endblock %}\n"
-            "{% block user %}From {{ email.sender }}: {{ email.text }}{% endblock %}\n")  # fmt: skip
+    return (
+        "{% block system %}" + marker + " You are {{ assistant.name }}.{% endblock %}\n"
+        "{% block user %}From {{ email.sender }}: {{ email.text }}{% endblock %}\n"
+    )
 
 
-def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(mail_lab, lab_config, llm_server, quinn_daemon,
-                                                                    tmp_path):  # fmt: skip
+def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
+    mail_lab, lab_config, llm_server, quinn_daemon, tmp_path
+):
     alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
     for name, marker in (("one", "MARKER-ONE"), ("two", "MARKER-TWO")):
         (tmp_path / name).mkdir()
@@ -226,14 +233,18 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(mail_lab, lab
     def ask(sender: str, n: int) -> RecordedRequest:
         body = f"Question number {n}"
         mail_lab.smtp.send(sender, quinn, mail(sender, quinn, f"Q{n}", body, f"<q-{n}@x.test>"))
-        wait_until(lambda: any(body in r.text for r in llm_server.requests), what=f"question {n} at the model", daemon=daemon)
+        wait_until(
+            lambda: any(body in r.text for r in llm_server.requests), what=f"question {n} at the model", daemon=daemon
+        )
         return next(r for r in llm_server.requests if body in r.text)
 
     assert "MARKER-ONE" in ask(alice, 1).text
 
     # New template directory, a policy that only answers bob, and a key that needs a restart.
-    config.path.write_text(original.replace(str(tmp_path / "one"), str(tmp_path / "two"))
-                           + f'\n[policy]\nallow = ["{bob}"]\n[metrics]\nport = 9999\n')  # fmt: skip
+    config.path.write_text(
+        original.replace(str(tmp_path / "one"), str(tmp_path / "two"))
+        + f'\n[policy]\nallow = ["{bob}"]\n[metrics]\nport = 9999\n'
+    )
     daemon.proc.send_signal(signal.SIGHUP)
     daemon.wait_for_log("reloaded")
     assert "changed but only applied after a restart: metrics.port" in daemon.log()
@@ -254,9 +265,10 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(mail_lab, lab
     assert "Question number 2" not in "".join(r.text for r in llm_server.requests)
 
 
-@pytest.mark.parametrize("broken", ['{% block system %}{{ unclosed {% endblock %}'])
-def test_sighup_with_a_broken_template_keeps_the_last_good_one(mail_lab, lab_config, llm_server, quinn_daemon,
-                                                               tmp_path, broken):  # fmt: skip
+@pytest.mark.parametrize("broken", ["{% block system %}{{ unclosed {% endblock %}"])
+def test_sighup_with_a_broken_template_keeps_the_last_good_one(
+    mail_lab, lab_config, llm_server, quinn_daemon, tmp_path, broken
+):
     alice = mail_lab.new_user("alice")
     (tmp_path / "prompts").mkdir()
     template = tmp_path / "prompts" / "reply.j2"
