@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from quinn import __version__
+from quinn.commands import mail, prompts, sessions, users
 from quinn.config import Config, load_config
 from quinn.errors import QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
 
 log = logging.getLogger("quinn")
-GROUPS: list[Any] = []  # command-group modules from quinn.commands, each with register(subparsers, with_config)
+# Command-group modules from quinn.commands, each with register(subparsers, with_config).
+GROUPS: list[Any] = [mail, users, sessions, prompts]
 DEFAULT_CONFIG = "quinn.toml"
 
 
