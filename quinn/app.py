@@ -24,6 +24,7 @@ from quinn.agent.respond import draft_reply
 from quinn.clock import iso, utcnow
 from quinn.config import Config
 from quinn.errors import ConnectError, MailParseError, QuinnError, RetryLater
+from quinn.hardening import fit_torch_to_sandbox
 from quinn.mailbox.imap import DEAD_CONNECTION, ImapLoginRejected, ImapMailbox
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.message import InboundEmail
@@ -80,6 +81,8 @@ class Quinn:
         # Cheapest and likeliest mistakes first: the IMAP login, then the database, then the slow model load.
         await self._imap(self.mailbox.connect)
         self.db = Database.open(c.database.url, c.database.secret("auth_token"))
+        if c.embeddings.backend == "local":
+            fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
         embedder = await asyncio.to_thread(
             build_embedder, c.embeddings.backend, c.embeddings.model, c.embeddings.base_url,
             c.embeddings.secret("api_key"), c.embeddings.dimensions,
