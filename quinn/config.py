@@ -2,8 +2,9 @@
 
 Keys ending in ``_env`` name an environment variable that holds a secret; the secret itself never sits in the
 file. ``load_config`` resolves them once, so a missing variable is reported at startup, naming the key. Under
-systemd the secret may instead be a credential (``LoadCredential=NAME:/path``): when the variable is not set,
-the file ``$CREDENTIALS_DIRECTORY/NAME`` is read, NAME being the variable's name.
+systemd the secret may instead be a credential: when the variable is not set, ``$CREDENTIALS_DIRECTORY/NAME``
+(``LoadCredential=NAME:/path``) or ``$CREDENTIALS_DIRECTORY/quinn_NAME`` (the unit's ``LoadCredential=quinn:DIR``
+loads every file of DIR under that prefix) is read, NAME being the variable's name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, Valid
 from quinn.errors import ConfigError
 
 TlsMode = Literal["none", "starttls", "ssl"]
+CREDENTIAL_PREFIX = "quinn_"  # deploy/quinn.service: LoadCredential=quinn:/etc/quinn/credentials
 
 
 class Section(BaseModel):
@@ -292,13 +294,16 @@ def read_secret(var: str, env: Mapping[str, str]) -> str | None:
     if value:
         return value
     directory = env.get("CREDENTIALS_DIRECTORY")
-    if directory:
-        # systemd's LoadCredential= puts each credential in a file named after it (systemd.exec(5), "Credentials").
-        path = Path(directory) / var
+    if not directory:
+        return None
+    # systemd's LoadCredential= puts each credential in a file named after its ID (systemd.exec(5),
+    # "Credentials"); a directory loaded as ID "quinn" yields "quinn_<file name>".
+    for name in (var, f"{CREDENTIAL_PREFIX}{var}"):
+        path = Path(directory) / name
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return None
+            continue
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"credential {path} cannot be read: {exc}", "check the LoadCredential= line") from None
         # A trailing newline is an artefact of `echo secret > file`, never part of a password.

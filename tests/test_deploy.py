@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.config import ServiceConfig, load_config, read_secret
+from quinn.config import CREDENTIAL_PREFIX, ServiceConfig, load_config, read_secret
 from quinn.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,11 +88,8 @@ def test_unit_declares_the_service_contract():
     assert d["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
     # The stop timeout leaves the mail in flight its grace period.
     assert _seconds(d["TimeoutStopSec"][0]) > ServiceConfig().shutdown_grace_s
-    # Every credential the unit loads is a variable the example config names in an *_env key.
-    env_vars = set(re.findall(r'^\s*#?\s*\w+_env = "(\w+)"', EXAMPLE.read_text(), flags=re.MULTILINE))
-    credentials = {value.split(":", 1)[0] for value in d["LoadCredential"]}
-    assert credentials <= env_vars, credentials - env_vars
-    assert {"QUINN_IMAP_PASSWORD", "OPENAI_API_KEY"} <= credentials
+    # The credentials directory is loaded under the ID config.py looks for.
+    assert d["LoadCredential"] == [f"{CREDENTIAL_PREFIX.removesuffix('_')}:/etc/quinn/credentials"]
 
 
 def _seconds(value: str) -> float:
@@ -106,7 +103,7 @@ def test_secrets_come_from_the_credentials_directory(tmp_path):
     creds = tmp_path / "creds"
     creds.mkdir()
     (creds / "QUINN_IMAP_PASSWORD").write_text("from-credential\n")  # `echo secret > file` leaves a newline
-    (creds / "OPENAI_API_KEY").write_text("sk-credential")
+    (creds / "quinn_OPENAI_API_KEY").write_text("sk-credential")  # as the unit's directory credential names it
     config = load_config(EXAMPLE, env={"CREDENTIALS_DIRECTORY": str(creds)})
     assert config.imap.secret("password") == "from-credential"
     assert config.llm.secret("api_key") == "sk-credential"
