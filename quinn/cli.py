@@ -14,7 +14,7 @@ from typing import Any
 from quinn import __version__
 from quinn.commands import mail, prompts, sessions, users
 from quinn.config import Config, load_config
-from quinn.errors import QuinnError
+from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
 
 log = logging.getLogger("quinn")
@@ -81,7 +81,7 @@ async def check(config: Config) -> int:
     from quinn.agent.llm import LLM
     from quinn.mailbox.imap import ImapMailbox
     from quinn.mailbox.smtp import SmtpSender
-    from quinn.memory.db import Database
+    from quinn.memory.db import Database, is_remote
 
     results: list[tuple[str, bool, str]] = []
 
@@ -109,7 +109,18 @@ async def check(config: Config) -> int:
         return await LLM(config.llm).check()
 
     async def database() -> str:
-        db = await asyncio.to_thread(Database.open, config.database.url, config.database.secret("auth_token"))
+        url = config.database.url
+        if not is_remote(url) and not Path(url).exists():
+            # Creating it here would leave a file owned by whoever ran the check (often root), which the service
+            # user could then not write: only say whether the first start will be able to create it.
+            folder = Path(url).parent
+            if not folder.is_dir():
+                raise ConfigError(f"database folder {folder} does not exist", "create it, or fix database.url")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise ConfigError(f"database folder {folder} is not writable by this user",
+                                  "run the check as the service user, or give that user the folder")  # fmt: skip
+            return f"{url} does not exist yet: the first start creates it"
+        db = await asyncio.to_thread(Database.open, url, config.database.secret("auth_token"))
         version = db.query_value("PRAGMA user_version")
         db.close()
         return f"{db.redacted_url}, schema version {version}"

@@ -226,3 +226,27 @@ def bees_mail(sender: str, to: str) -> bytes:
     msg["Message-ID"], msg["Date"] = "<bees-1@x.test>", "Sat, 21 Nov 2026 09:00:00 +0000"
     msg.set_content("I keep bees in my garden.")
     return msg.as_bytes()
+
+
+# -- quinn check before the first start --------------------------------------------------------------------
+
+
+def test_check_reports_a_database_to_be_created_without_creating_it(lab_config):
+    config = lab_config(extra='[embeddings]\nbackend = "none"\n')
+    env = {**os.environ, **config.env, "HF_HUB_OFFLINE": "1"}
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "quinn", "check", "-c", str(config.path)], capture_output=True,
+                              text=True, timeout=120, env=env)  # fmt: skip
+
+    result = check()
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("database"))
+    assert line.split()[1] == "ok" and "does not exist yet: the first start creates it" in line
+    assert not config.db_path.exists()  # a check run as root must not leave a root-owned database behind
+    missing = config.db_path.parent / "no-such-folder" / "quinn.db"
+    config.path.write_text(config.path.read_text().replace(str(config.db_path), str(missing)))
+    result = check()
+    assert result.returncode == 1
+    line = next(line for line in result.stdout.splitlines() if line.startswith("database"))
+    assert "FAILED" in line and f"database folder {missing.parent} does not exist" in line
