@@ -8,6 +8,7 @@
   answers: a wedged daemon stops pinging and systemd restarts it (``WatchdogSec=``).
 * SIGTERM / SIGINT: STOPPING=1, no new mail is fetched, the mail in flight gets ``[service] shutdown_grace_s``
   to finish; past that it is cancelled (every step is idempotent, so the next start resumes it). Exit 0.
+* A remote database gets a ``SELECT 1`` every few seconds, or the server expires the idle connection.
 * SIGHUP: RELOADING=1, the config file is read again and its reloadable part applied (``quinn.reload``), the
   templates are reloaded, READY=1. A broken file is logged and the running config kept.
 """
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS_EVERY_S = 2.0
+# A libSQL server drops a connection's stream after ~10 s without a statement (sqld: "The stream has expired due
+# to inactivity", measured); a remote database is pinged more often than that, the model load included.
+REMOTE_KEEPALIVE_S = 4.0
 
 
 class Service:
@@ -53,7 +57,8 @@ class Service:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.on_stop, sig)
         loop.add_signal_handler(signal.SIGHUP, self.on_reload)
-        helpers = [asyncio.create_task(self._status_loop(), name="quinn-status")]
+        helpers = [asyncio.create_task(self._status_loop(), name="quinn-status"),
+                   asyncio.create_task(self._keepalive_loop(), name="quinn-db-keepalive")]  # fmt: skip
         interval = self.notifier.watchdog_interval_s
         if interval is not None:
             helpers.append(asyncio.create_task(self._watchdog_loop(interval), name="quinn-watchdog"))
@@ -140,6 +145,18 @@ class Service:
             if self.ready and line != self._last_status:
                 self._last_status = line
                 self.notifier.status(line)
+
+    async def _keepalive_loop(self) -> None:
+        """Keep a remote database's stream alive through idle hours and the model load."""
+        while True:
+            await asyncio.sleep(REMOTE_KEEPALIVE_S)
+            db = self.app.db
+            if db is None or not db.remote or self.app.stopping:
+                continue
+            try:
+                await db.run(db.query_value, "SELECT 1")
+            except Exception as exc:  # the next real statement reports it; the ping must not kill the daemon
+                log.warning("database keep-alive failed: %s", exc)
 
     async def _watchdog_loop(self, interval_s: float) -> None:
         """WATCHDOG=1 while the loop turns and the DB thread answers within one interval."""

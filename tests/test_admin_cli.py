@@ -26,6 +26,7 @@ from quinn.memory.store import MemoryStore
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
 ALICE, BOB = "alice@example.test", "bob@example.test"
+SUBJECT = "[/b] Trip to Lisbon [red]"  # rich markup in mail data must print as it is
 CONFIG = """
 [imap]
 host = "127.0.0.1"
@@ -63,13 +64,13 @@ def admin_db(tmp_path: Path) -> dict[str, object]:
     db = Database.open(str(tmp_path / "quinn.db"))
     ledger, outbox, sessions = MailLedger(db), Outbox(db), Sessions(db)
     store = MemoryStore(db, None)
-    first = parse_email(email_bytes(ALICE, "Trip to Lisbon", "I fly to Lisbon on Friday.", "<a1@x.test>"))
-    second = parse_email(email_bytes(ALICE, "Re: Trip to Lisbon", "Which hotel?", "<a2@x.test>", "<a1@x.test>"))
+    first = parse_email(email_bytes(ALICE, SUBJECT, "I fly to Lisbon on Friday.", "<a1@x.test>"))
+    second = parse_email(email_bytes(ALICE, "Re: " + SUBJECT, "Which hotel?", "<a2@x.test>", "<a1@x.test>"))
     session = sessions.assign(first, ALICE)
     sessions.store_inbound(session, ALICE, first)
     sessions.assign(second, ALICE)
     sessions.store_inbound(session, ALICE, second)
-    sessions.store_outbound(session, ALICE, "<r1@quinn>", "<a1@x.test>", "Re: Trip to Lisbon", "quinn@example.test",
+    sessions.store_outbound(session, ALICE, "<r1@quinn>", "<a1@x.test>", "Re: " + SUBJECT, "quinn@example.test",
                             [ALICE], "Have a good flight.")  # fmt: skip
     for uid, (mid, state, reason, user) in enumerate(
         [("<a1@x.test>", "replied", "handle", ALICE), ("<a2@x.test>", "failed", "SMTP 550 5.7.1 Rejected", ALICE),
@@ -127,12 +128,13 @@ def test_sessions_list_and_show(admin_db):
     assert listed[0]["messages"] == 3
     assert as_json(quinn(admin_db["config"], "sessions", "list", "--user", BOB, "--json")) == []
     shown = as_json(quinn(admin_db["config"], "sessions", "show", admin_db["session"], "--json"))
-    assert shown["user"] == ALICE and shown["subject"] == "Trip to Lisbon"
+    assert shown["user"] == ALICE and shown["subject"] == SUBJECT
     assert [m["direction"] for m in shown["messages"]] == ["in", "in", "out"]
     assert "I fly to Lisbon on Friday." in shown["messages"][0]["body"]
     assert {"<a1@x.test>", "<a2@x.test>"} <= set(shown["message_ids"])
     table = quinn(admin_db["config"], "sessions", "show", admin_db["session"])
-    assert table.returncode == 0 and "Have a good flight." in table.stdout
+    assert table.returncode == 0, table.stderr
+    assert "Have a good flight." in table.stdout and SUBJECT in table.stdout  # printed as text, not as markup
 
 
 def test_sessions_show_unknown_is_one_line_with_a_hint(admin_db):
@@ -225,3 +227,33 @@ def test_mail_retry_answers_a_failed_mail(mail_lab, lab_config, llm_server, quin
     assert report["counts"].get("failed", 0) == 0 and report["counts"]["replied"] == 1
     assert report["counts"]["retried"] == 1
     assert daemon.terminate() == 0
+
+
+def test_database_copy_moves_everything_to_a_libsql_server(admin_db):
+    from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld
+
+    if find_sqld() is None:
+        pytest.fail(f"sqld is not installed: {INSTALL_HINT}", pytrace=False)
+    config = admin_db["config"]
+    local = {args: as_json(quinn(config, *args, "--json")) for args in (("users", "list"), ("mail", "status"))}
+    with Sqld() as server:
+        done = as_json(quinn(config, "database", "copy", "--to", server.url, "--json"))
+        assert done["to"] == server.url
+        tables = done["tables"]
+        assert tables["memories"] == 3 and tables["messages"] == 3 and tables["mail_state"] == 5
+        assert tables["outbox"] == 2 and tables["conversation_summaries"] == 1 and tables["memory_versions"] >= 3
+        assert not any("fts" in name for name in tables)  # rebuilt by the target's triggers, not copied
+        remote = config.with_name("remote.toml")
+        remote.write_text(CONFIG.replace('url = "quinn.db"', f'url = "{server.url}"'), encoding="utf-8")
+        for args, expected in local.items():
+            assert as_json(quinn(remote, *args, "--json")) == expected, args
+        db = Database.open(server.url)
+        try:  # full-text search works on the server: the triggers indexed the copied rows
+            assert db.query_value("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'Lisbon'") == 1
+            assert db.query_value("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'hotel'") == 1
+            assert db.query_value("PRAGMA user_version") >= 1
+        finally:
+            db.close()
+        again = quinn(config, "database", "copy", "--to", server.url)
+        assert again.returncode == 1
+        assert again.stderr.strip().startswith("quinn: target database is not empty (memories, messages, mail_state")

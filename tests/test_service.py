@@ -286,3 +286,29 @@ def test_sighup_with_a_broken_template_keeps_the_last_good_one(
     mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
     assert "MARKER-GOOD" in next(r for r in llm_server.requests if "Still there?" in r.text).text
     assert daemon.terminate() == 0
+
+
+def test_remote_database_survives_idle_time(mail_lab, lab_config, llm_server, quinn_daemon):
+    """sqld expires a connection's stream after ~10 s of silence: an idle daemon must still answer after that."""
+    from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld
+
+    if find_sqld() is None:
+        pytest.fail(f"sqld is not installed: {INSTALL_HINT}", pytrace=False)
+    alice = mail_lab.new_user("alice")
+    llm_server.responder = model(text="Answered from a remote database.")
+    with Sqld() as server:
+        config = lab_config(extra=FAST, db_path=server.url)
+        first = quinn_daemon(config)  # creates the schema; the second start then only reads at open
+        first.wait_for_log("quinn started", timeout_s=60)
+        assert first.terminate() == 0
+        daemon = quinn_daemon(config)
+        daemon.wait_for_log("quinn started", timeout_s=60)
+        # Idle longer than the server's stream expiry. Measured: a read left the stream open (the schema check
+        # at start), 12 s of silence, then "The stream has expired due to inactivity" and a crash.
+        time.sleep(15)
+        quinn = config.address
+        mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Idle", "Still there?", "<idle-1@x.test>"))
+        [reply] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
+        assert b"Answered from a remote database." in reply
+        assert daemon.terminate() == 0
+        assert "Traceback" not in daemon.log()

@@ -8,8 +8,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -19,8 +20,9 @@ def add_json_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def console() -> Console:
-    """stdout; wide when piped, so a table is not cut at 80 columns in a log or a pager."""
-    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
+    """stdout; wide when piped, so a table is not cut at 80 columns in a log or a pager. No markup: printed
+    text carries mail data."""
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
 
 
 def print_json(data: Any) -> None:
@@ -28,16 +30,19 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Mapping[str, Any]], *, empty: str = "none") -> Table:
-    """A table of ``rows`` (dicts keyed by column name); None shows as an empty cell."""
-    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+def table(title: str, columns: Sequence[str], rows: Sequence[Mapping[str, Any]], *, empty: str = "none") -> Group:
+    """A heading and a table of ``rows`` (dicts keyed by column name); None shows as an empty cell.
+
+    Cells are plain ``Text``: mail subjects and bodies like "[URGENT]" must not be read as rich markup.
+    """
+    t = Table(show_edge=False, pad_edge=False)
     for column in columns:
         t.add_column(column, overflow="fold")
     for row in rows:
-        t.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        t.add_row(*(Text("" if row.get(c) is None else str(row.get(c))) for c in columns))
     if not rows:
         t.caption = empty
-    return t
+    return Group(Text(title, style="bold"), t)
 
 
 def shorten(text: str | None, limit: int = 160) -> str:

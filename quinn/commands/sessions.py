@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.text import Text
+
 from quinn.commands.database import DATABASE_ONLY, open_database
 from quinn.commands.output import add_json_flag, console, print_json, shorten, table
 from quinn.config import Config
@@ -89,7 +91,8 @@ def sessions_show(args: argparse.Namespace, config: Config) -> int:
         print_json(session)
         return 0
     out = console()
-    out.print(f"[bold]{session['subject'] or '(no subject)'}[/bold]  session {session['id']}, user {session['user']}")
+    out.print(Text(session["subject"] or "(no subject)", style="bold"),
+              f" session {session['id']}, user {session['user']}")  # fmt: skip
     out.print(f"started {session['created_at']}, last message {session['last_message_at']}, {session['status']}"
               + (f", merged into {session['merged_into']}" if session["merged_into"] else ""))  # fmt: skip
     if session["summary"]:
