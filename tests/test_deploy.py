@@ -159,19 +159,18 @@ def test_the_embedder_works_under_memory_deny_write_execute():
     assert "EMBEDDED (2, 384)" in result.stdout
 
 
-LAUNCH_UNDER_MDWE = (
-    "import ctypes, os, sys\n"
-    "if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:\n"
-    "    sys.exit(97)\n"
-    "os.execv(sys.executable, [sys.executable, '-m', 'quinn', *sys.argv[1:]])\n"
-)
-
-
 @pytest.mark.timeout(240)
-def test_quinn_run_answers_and_remembers_under_write_execute_denial(mail_lab, lab_config, llm_server, tmp_path):
-    """The whole daemon (real embedder, libSQL vectors, TLS-capable SDKs) under the kernel's W^X."""
+def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_config, llm_server, tmp_path):
+    """The whole daemon (real embedder, libSQL vectors, the SDKs) under the unit's syscall filter, W^X and
+    NoNewPrivileges (tests/lab/sandbox.py): what would make the hardened unit fail at run time."""
     from tests.lab.llm_server import Json, RecordedRequest, Text
+    from tests.lab.sandbox import sandbox_missing, sandboxed
 
+    missing = sandbox_missing()
+    if missing is not None:
+        if os.environ.get("QUINN_ALLOW_SKIP") == "1":
+            pytest.skip(missing)
+        pytest.fail(missing, pytrace=False)
     alice = mail_lab.new_user("alice")
     config = lab_config()
 
@@ -185,8 +184,9 @@ def test_quinn_run_answers_and_remembers_under_write_execute_denial(mail_lab, la
     log_path = tmp_path / "quinn-mdwe.log"
     env = {**os.environ, **config.env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", LAUNCH_UNDER_MDWE, "run", "-c", str(config.path)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
+        command = sandboxed(sys.executable, "-m", "quinn", "run", "-c", str(config.path))
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                cwd=ROOT)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while "quinn started" not in log_path.read_text() and time.monotonic() < deadline:
@@ -196,6 +196,8 @@ def test_quinn_run_answers_and_remembers_under_write_execute_denial(mail_lab, la
                 pytest.fail(f"quinn exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.1)
         assert "W^X memory is enforced" in log_path.read_text()
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status  # the filter is really on
         mail_lab.smtp.send(alice, config.address, bees_mail(alice, config.address))
         [reply] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
         assert b"Noted, Alice." in reply
