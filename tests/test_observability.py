@@ -77,13 +77,6 @@ def test_metrics_endpoint_reports_mail_replies_tokens_latency_and_errors(mail_la
     assert daemon.terminate() == 0
 
 
-def test_metrics_stay_off_by_default(mail_lab, lab_config, llm_server, quinn_daemon):
-    daemon = quinn_daemon(lab_config(extra=FAST))
-    daemon.wait_for_log("quinn started", timeout_s=60)
-    assert "metrics on" not in daemon.log()
-    assert daemon.terminate() == 0
-
-
 # -- logs --------------------------------------------------------------------------------------------------
 
 
@@ -111,11 +104,15 @@ def test_redaction_filter_removes_credentials(line, secret_free):
 
 def test_redaction_keeps_ordinary_messages_and_cleans_tracebacks():
     redactor = RedactingFilter(["pw-123456"])
-    for text in ("IMAP login as quinn@example.org at 127.0.0.1:143 rejected: [AUTHENTICATIONFAILED]",
-                 "mail uid=3 id=<a@b> from=alice@example.org: handle (allowed)", "received SIGTERM: login later"):
+    ordinary = (
+        "IMAP login as quinn@example.org at 127.0.0.1:143 rejected: [AUTHENTICATIONFAILED]",
+        "mail uid=3 id=<a@b> from=alice@example.org: handle (allowed)",
+        "received SIGTERM: login later",
+    )
+    for text in ordinary:
         record = logging.LogRecord("x", logging.INFO, __file__, 1, text, None, None)
         redactor.filter(record)
-        assert record.getMessage() == text  # fmt: skip
+        assert record.getMessage() == text
     try:
         raise ValueError("connect failed with password pw-123456")
     except ValueError:
