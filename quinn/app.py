@@ -25,6 +25,7 @@ from quinn.agent.samples import sample_variables
 from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
 from quinn.errors import ConnectError, MailParseError, QuinnError, RetryLater
+from quinn.hardening import fit_torch_to_sandbox
 from quinn.mailbox.imap import DEAD_CONNECTION, ImapLoginRejected, ImapMailbox
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.message import InboundEmail
@@ -36,6 +37,8 @@ from quinn.mailbox.threads import Sessions
 from quinn.memory.db import Database
 from quinn.memory.embed import build_embedder
 from quinn.memory.store import MemoryStore
+from quinn.metrics import Metrics
+from quinn.reload import ReloadPlan, plan_reload
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.runner import JobRunner
 from quinn.scheduler.summarize import reply_with_summary, wants_summary
@@ -62,15 +65,7 @@ class Quinn:
         self.prompts = PromptStore(config.prompts.dir, samples=sample_variables)
         for name in TEMPLATE_NAMES:  # a broken template is a startup error, not a failure on the first mail
             self.prompts.load(name)
-        self.rules = Rules(
-            own_address=config.smtp.from_address,
-            allow=tuple(config.policy.allow),
-            aliases={k.lower(): [a.lower() for a in v] for k, v in config.policy.aliases.items()},
-            require_authentication=config.policy.require_authentication,
-            authserv_id=config.policy.authserv_id,
-            unauthenticated=config.policy.unauthenticated,
-            loop_header=LOOP_HEADER,
-        )
+        self.rules = _rules(config)
         self.llm = LLM(config.llm)
         self.sender = SmtpSender(config.smtp)
         self.mailbox = ImapMailbox(config.imap)
@@ -82,6 +77,7 @@ class Quinn:
         self._stop = threading.Event()
         self._in_flight: asyncio.Task[Any] | None = None
         self.handled = 0
+        self.metrics = Metrics()
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -91,6 +87,8 @@ class Quinn:
         # Cheapest and likeliest mistakes first: the IMAP login, then the database, then the slow model load.
         await self._imap(self.mailbox.connect)
         self.db = Database.open(c.database.url, c.database.secret("auth_token"))
+        if c.embeddings.backend == "local":
+            fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
         embedder = await asyncio.to_thread(
             build_embedder, c.embeddings.backend, c.embeddings.model, c.embeddings.base_url,
             c.embeddings.secret("api_key"), c.embeddings.dimensions,
@@ -107,6 +105,11 @@ class Quinn:
         """Ask the loop to stop taking new mail; the mail in flight is finished (SIGTERM)."""
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop`` was called."""
+        return self._stop.is_set()
+
     async def close(self) -> None:
         """Release connections."""
         await self._imap(self.mailbox.close)
@@ -116,9 +119,14 @@ class Quinn:
         if self.db is not None:
             self.db.close()
 
-    async def run(self) -> None:
-        """The daemon's main loop: handle what is in the folder, wait for more, reconnect on failure."""
+    async def run(self, on_ready: Callable[[], None] | None = None) -> None:
+        """The daemon's main loop: handle what is in the folder, wait for more, reconnect on failure.
+
+        ``on_ready`` is called once everything is up (systemd's READY=1 and the metrics endpoint hang on it).
+        """
         await self.start()
+        if on_ready is not None:
+            on_ready()
         backoff = BACKOFF_START_S
         try:
             while not self._stop.is_set():
@@ -173,7 +181,8 @@ class Quinn:
             if self._stop.is_set():
                 break
             if uid in sizes:
-                await self.handle(uid, sizes[uid])
+                with self.metrics.stage("mail"):
+                    await self.handle(uid, sizes[uid])
         return len(uids)
 
     async def handle(self, uid: int, size: int) -> None:
@@ -192,7 +201,8 @@ class Quinn:
         if size > limit_kb * 1024:
             await self._finish(ledger, key, "quarantined", f"too large: {size} bytes > {limit_kb} KiB")
             return
-        fetched = await self._imap(self.mailbox.fetch, uid)
+        with self.metrics.stage("fetch"):
+            fetched = await self._imap(self.mailbox.fetch, uid)
         if fetched is None:
             return
         try:
@@ -241,6 +251,7 @@ class Quinn:
 
     async def _finish(self, ledger: MailLedger, key: MailKey, state: str, reason: str, **ids: str | None) -> None:
         await self._db(ledger.set, key, state, reason, **ids)
+        self.metrics.mail_finished(state)
         log.info("mail uid=%s -> %s: %s", key.uid, state, reason)
         await self._file_away(ledger, key, state)
 
@@ -276,8 +287,10 @@ class Quinn:
             if answer is None:
                 confirming = decision.use_memory and bool(await self._db(
                     outbox.ours_with_template, email.thread_ids, PURGE_CONFIRM_TEMPLATE, user))  # fmt: skip
-                answer = await self.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
-                                                 confirming_purge=confirming, session_id=session_id)  # fmt: skip
+                with self.metrics.llm_call(self.llm.model_id, "reply"):
+                    answer = await self.agent.answer(email, user, decision.use_memory, thread=thread,
+                                                     summary=summary, confirming_purge=confirming,
+                                                     session_id=session_id)  # fmt: skip
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
             # Cost is counted per sender even without memory; after a purge the user's name stays out of it.
             await self.agent.record(answer.template, answer.usage, None if answer.purged else user, email.message_id)
@@ -298,7 +311,8 @@ class Quinn:
             await self._db(outbox.mark, item.message_id, "drafted")
             return "drafted"
         try:
-            await self.sender.send(item.raw, own, item.recipients)
+            with self.metrics.stage("send"):
+                await self.sender.send(item.raw, own, item.recipients)
         except RetryLater as exc:
             await self._db(outbox.mark, item.message_id, "pending", exc.message)
             raise
@@ -330,16 +344,41 @@ class Quinn:
             log.info("mail %s: no extraction after %s", email.message_id, template)
             return
         try:
-            await self.agent.learn(user, email)
+            with self.metrics.llm_call(self.llm.background_model_id, "extract"):
+                await self.agent.learn(user, email)
         except QuinnError as exc:
             log.warning("memory extraction for %s failed: %s", email.message_id, exc)
 
-    def reload(self) -> None:
-        """SIGHUP: read the prompt templates again; a broken one is rejected and the last good one kept."""
-        self.prompts.reload()
-        for name in TEMPLATE_NAMES:
-            try:
-                self.prompts.load(name)
-            except QuinnError as exc:  # only when there was never a good version: keep running on the others
-                log.error("prompt %s cannot be loaded: %s", name, exc)
-        log.info("prompts reloaded: %s", ", ".join(self.prompts.load(n).version for n in TEMPLATE_NAMES))
+    def reload(self, new: Config | None = None) -> ReloadPlan:
+        """SIGHUP: apply the reloadable part of ``new`` (default: the current config) and re-read the templates.
+
+        Raises ``QuinnError`` (and changes nothing) when the new templates or model settings do not work; a
+        template that fails only keeps its last good version when the store existed before.
+        """
+        plan = plan_reload(self.config, new or self.config)
+        c = plan.config
+        prompts = PromptStore(c.prompts.dir, samples=sample_variables) if plan.changed("prompts") else self.prompts
+        prompts.reload()
+        for name in TEMPLATE_NAMES:  # a broken edit fails the reload, not the next mail
+            prompts.load(name)
+        llm = LLM(c.llm) if plan.changed("llm") else self.llm
+        self.prompts, self.llm, self.rules, self.config = prompts, llm, _rules(c), c
+        if plan.changed("smtp"):
+            self.sender = SmtpSender(c.smtp)
+        if self.store is not None:
+            self.agent = Agent(c, llm, prompts, self.store)
+        log.info("prompts reloaded: %s", ", ".join(prompts.load(n).version for n in TEMPLATE_NAMES))
+        return plan
+
+
+def _rules(config: Config) -> Rules:
+    """The reply policy's rules from the config."""
+    return Rules(
+        own_address=config.smtp.from_address,
+        allow=tuple(config.policy.allow),
+        aliases={k.lower(): [a.lower() for a in v] for k, v in config.policy.aliases.items()},
+        require_authentication=config.policy.require_authentication,
+        authserv_id=config.policy.authserv_id,
+        unauthenticated=config.policy.unauthenticated,
+        loop_header=LOOP_HEADER,
+    )

@@ -6,23 +6,20 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from quinn import __version__
-from quinn.commands import evaluate as eval_commands
-from quinn.commands import jobs as jobs_commands
-from quinn.commands import memory as memory_commands
-from quinn.commands import prompts as prompts_commands
+from quinn.commands import database, evaluate, jobs, mail, memory, prompts, sessions, users
 from quinn.config import Config, load_config
-from quinn.errors import QuinnError
+from quinn.errors import ConfigError, QuinnError
+from quinn.logs import RedactingFilter, secret_values, setup_logging
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [memory_commands, prompts_commands, eval_commands, jobs_commands]
+GROUPS: list[Any] = [mail, users, sessions, memory, prompts, evaluate, jobs, database]
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -44,16 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup_logging(level: str) -> None:
-    """Log to stderr (journald adds its own timestamps when run under systemd)."""
-    fmt = "%(levelname)s %(name)s: %(message)s" if os.environ.get("JOURNAL_STREAM") else (
-        "%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
-    for noisy in ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient",
-                  "mailparser", "apscheduler"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code."""
     parser = build_parser()
@@ -62,10 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        config = load_config(Path(args.config))
-        setup_logging(config.log_level)
+        # A command that only reads the database sets ``secrets_of=("database",)`` and needs no IMAP password.
+        config = load_config(Path(args.config), secrets_of=getattr(args, "secrets_of", None))
+        redactor = setup_logging(config.log_level, config.log_format, secret_values(config))
         if args.command == "run":
-            return run(config)
+            return run(config, Path(args.config), redactor)
         if args.command == "check":
             return asyncio.run(check(config))
         handler = getattr(args, "handler", None)
@@ -80,31 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def run(config: Config) -> int:
-    """``quinn run``: the daemon until SIGTERM/SIGINT."""
+def run(config: Config, config_path: Path, redactor: RedactingFilter | None = None) -> int:
+    """``quinn run``: the daemon until SIGTERM/SIGINT; SIGHUP reloads (see ``quinn.lifecycle``)."""
     from quinn.app import Quinn
+    from quinn.lifecycle import serve
 
-    app = Quinn(config)
-
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, _on_signal, app, sig)
-        loop.add_signal_handler(signal.SIGHUP, _on_hangup, app)
-        await app.run()
-
-    asyncio.run(serve())
-    return 0
-
-
-def _on_signal(app: object, sig: signal.Signals) -> None:
-    log.info("received %s: finishing the mail in flight, then stopping", sig.name)
-    app.stop()  # type: ignore[attr-defined]
-
-
-def _on_hangup(app: object) -> None:
-    log.info("received SIGHUP: reloading prompt templates")
-    app.reload()  # type: ignore[attr-defined]
+    return serve(Quinn(config), config_path, redactor)
 
 
 async def check(config: Config) -> int:
@@ -112,7 +81,7 @@ async def check(config: Config) -> int:
     from quinn.agent.llm import LLM
     from quinn.mailbox.imap import ImapMailbox
     from quinn.mailbox.smtp import SmtpSender
-    from quinn.memory.db import Database
+    from quinn.memory.db import Database, is_remote
 
     results: list[tuple[str, bool, str]] = []
 
@@ -140,7 +109,18 @@ async def check(config: Config) -> int:
         return await LLM(config.llm).check()
 
     async def database() -> str:
-        db = await asyncio.to_thread(Database.open, config.database.url, config.database.secret("auth_token"))
+        url = config.database.url
+        if not is_remote(url) and not Path(url).exists():
+            # Creating it here would leave a file owned by whoever ran the check (often root), which the service
+            # user could then not write: only say whether the first start will be able to create it.
+            folder = Path(url).parent
+            if not folder.is_dir():
+                raise ConfigError(f"database folder {folder} does not exist", "create it, or fix database.url")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise ConfigError(f"database folder {folder} is not writable by this user",
+                                  "run the check as the service user, or give that user the folder")  # fmt: skip
+            return f"{url} does not exist yet: the first start creates it"
+        db = await asyncio.to_thread(Database.open, url, config.database.secret("auth_token"))
         version = db.query_value("PRAGMA user_version")
         db.close()
         return f"{db.redacted_url}, schema version {version}"

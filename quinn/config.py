@@ -1,14 +1,17 @@
 """Configuration: one TOML file, validated by strict pydantic models; secrets come from the environment.
 
 Keys ending in ``_env`` name an environment variable that holds a secret; the secret itself never sits in the
-file. ``load_config`` resolves them once, so a missing variable is reported at startup, naming the key.
+file. ``load_config`` resolves them once, so a missing variable is reported at startup, naming the key. Under
+systemd the secret may instead be a credential: when the variable is not set, ``$CREDENTIALS_DIRECTORY/NAME``
+(``LoadCredential=NAME:/path``) or ``$CREDENTIALS_DIRECTORY/quinn_NAME`` (the unit's ``LoadCredential=quinn:DIR``
+loads every file of DIR under that prefix) is read, NAME being the variable's name.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, Valid
 from quinn.errors import ConfigError
 
 TlsMode = Literal["none", "starttls", "ssl"]
+CREDENTIAL_PREFIX = "quinn_"  # deploy/quinn.service: LoadCredential=quinn:/etc/quinn/credentials
 
 
 class Section(BaseModel):
@@ -291,6 +295,26 @@ class SchedulerConfig(Section):
         return value
 
 
+class MetricsConfig(Section):
+    """The optional Prometheus endpoint."""
+
+    enabled: bool = Field(default=False, description="Serve Prometheus metrics over HTTP.")
+    host: str = Field(
+        default="127.0.0.1", description="Address the metrics endpoint binds to; keep it on loopback unless a "
+        "firewall guards the port."
+    )
+    port: int = Field(default=9464, ge=0, le=65535, description="Port of the metrics endpoint (0: any free port).")
+
+
+class ServiceConfig(Section):
+    """How the daemon starts and stops."""
+
+    shutdown_grace_s: float = Field(
+        default=30.0, gt=0, description="On SIGTERM, seconds the mail in flight may take to finish before it is cut "
+        "off (it is resumed at the next start); keep it below the unit's TimeoutStopSec."
+    )
+
+
 class Config(BaseModel):
     """The whole configuration file."""
 
@@ -306,8 +330,13 @@ class Config(BaseModel):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     domains: list[DomainConfig] = Field(default_factory=list, description="Subject areas, as [[domains]] tables.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
     log_level: Annotated[str, Field(pattern="^(DEBUG|INFO|WARNING|ERROR)$")] = Field(
         default="INFO", description="Log level: DEBUG, INFO, WARNING or ERROR."
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text: one readable line per event; json: one JSON object per line."
     )
 
 
@@ -320,8 +349,14 @@ SECTIONS: dict[str, type[Section]] = {
 LIST_SECTIONS: dict[str, type[Section]] = {"domains": DomainConfig}  # [[name]] arrays of tables
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
-    """Read, validate and resolve secrets of the TOML file at ``path``; raise ``ConfigError`` naming the key."""
+def load_config(
+    path: str | Path, env: Mapping[str, str] | None = None, *, secrets_of: Collection[str] | None = None
+) -> Config:
+    """Read, validate and resolve secrets of the TOML file at ``path``; raise ``ConfigError`` naming the key.
+
+    ``secrets_of`` limits secret resolution to those sections (an admin command that only reads the database
+    needs no IMAP password); by default every section's secrets must be present.
+    """
     env = os.environ if env is None else env
     path = Path(path)
     try:
@@ -338,7 +373,7 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     db_url = config.database.url
     if "://" not in db_url and not Path(db_url).is_absolute():
         config.database.url = str((path.parent / db_url).resolve())
-    resolve_secrets(config, env)
+    resolve_secrets(config, env, secrets_of)
     return config
 
 
@@ -360,9 +395,34 @@ def parse_config(raw: Mapping[str, object], source: str = "config") -> Config:
         raise ConfigError(f"{source}: {key}: {message} (got {err.get('input')!r})") from None
 
 
-def resolve_secrets(config: Config, env: Mapping[str, str]) -> None:
-    """Read every ``*_env`` key's variable from ``env``; a named but unset variable is a ``ConfigError``."""
+def read_secret(var: str, env: Mapping[str, str]) -> str | None:
+    """The secret named ``var``: the environment variable, else the systemd credential of that name, else None."""
+    value = env.get(var)
+    if value:
+        return value
+    directory = env.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return None
+    # systemd's LoadCredential= puts each credential in a file named after its ID (systemd.exec(5),
+    # "Credentials"); a directory loaded as ID "quinn" yields "quinn_<file name>".
+    for name in (var, f"{CREDENTIAL_PREFIX}{var}"):
+        path = Path(directory) / name
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"credential {path} cannot be read: {exc}", "check the LoadCredential= line") from None
+        # A trailing newline is an artefact of `echo secret > file`, never part of a password.
+        return text.removesuffix("\n").removesuffix("\r") or None
+    return None
+
+
+def resolve_secrets(config: Config, env: Mapping[str, str], sections: Collection[str] | None = None) -> None:
+    """Read every ``*_env`` key's secret (see ``read_secret``); a named but missing secret is a ``ConfigError``."""
     for name in SECTIONS:
+        if sections is not None and name not in sections:
+            continue
         section: Section = getattr(config, name)
         for field_name in type(section).model_fields:
             if not field_name.endswith("_env"):
@@ -370,10 +430,10 @@ def resolve_secrets(config: Config, env: Mapping[str, str]) -> None:
             var = getattr(section, field_name)
             if var is None:
                 continue
-            value = env.get(var)
+            value = read_secret(var, env)
             if not value:
                 raise ConfigError(
                     f"{name}.{field_name} names the environment variable {var}, which is not set",
-                    f"export {var}=... (or put it in the service's EnvironmentFile)",
+                    f"export {var}=... (or put it in the service's EnvironmentFile, or a credential named {var})",
                 )
             section._secrets[field_name.removesuffix("_env")] = SecretStr(value)

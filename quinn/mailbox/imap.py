@@ -160,6 +160,28 @@ class ImapMailbox:
         """APPEND a message (draft mode)."""
         self._client.append(self.server_name(folder), raw, flags=flags)
 
+    def restore(self, message_id: str, from_folder: str) -> int:
+        """Move the messages with this Message-ID from ``from_folder`` back to the watched folder, without our
+        keyword (``quinn mail status --retry``); returns how many were moved. The watched folder stays selected.
+        """
+        source = self.server_name(from_folder)
+        self._client.select_folder(source)
+        try:
+            uids = self._client.search(["HEADER", "Message-ID", message_id])  # RFC 9051 §6.4.4: substring match
+            if not uids:
+                return 0
+            self._client.remove_flags(uids, [KEYWORD])
+            target = self.server_name(self.config.folder)
+            if self.can_move:
+                self._client.move(uids, target)
+            else:
+                self._client.copy(uids, target)
+                self._client.delete_messages(uids)
+                self._client.uid_expunge(uids)
+            return len(uids)
+        finally:
+            self._client.select_folder(self.server_name(self.config.folder))
+
     # -- waiting ---------------------------------------------------------------------------------------
 
     def wait(self, timeout_s: float, stop: threading.Event) -> bool:

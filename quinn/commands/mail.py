@@ -1,0 +1,139 @@
+"""``quinn mail status``: what happened to the mail (counts per state, what needs the operator), and retries.
+
+A mail is named by its ledger key ``FOLDER:UIDVALIDITY:UID`` (as the table shows it). ``--retry KEY`` takes a
+``failed`` mail (a permanent SMTP rejection, or too many transient failures) back: its ledger row becomes
+``retried`` so the daemon does not take it for a duplicate, and the message is moved from the quarantine folder
+back to the watched folder, where the daemon picks it up as new mail. Its reply, already in the outbox, is
+sent again rather than written anew.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from quinn.clock import iso, utcnow
+from quinn.commands.database import DATABASE_ONLY, open_database
+from quinn.commands.output import add_json_flag, console, print_json, shorten, table
+from quinn.config import Config, resolve_secrets
+from quinn.errors import ConfigError, QuinnError
+from quinn.mailbox.ledger import MailKey, MailLedger
+from quinn.memory.db import Database
+
+ATTENTION_STATES = ("failed", "quarantined", "deferred", "handling", "retried")
+
+
+def register(sub: Any, with_config: Any) -> None:
+    """Add ``quinn mail status``."""
+    group = sub.add_parser("mail", help="mail processing state")
+    commands = group.add_subparsers(dest="mail_command", metavar="COMMAND", required=True)
+    status = with_config(add_json_flag(commands.add_parser(
+        "status", help="counts per state, quarantined and failed mail with reasons; --retry KEY retries one",
+    )))  # fmt: skip
+    status.add_argument("--retry", metavar="KEY", help="retry a failed mail (KEY as listed: FOLDER:UIDVALIDITY:UID)")
+    status.add_argument("--limit", type=int, default=50, help="list at most this many mails per state (default 50)")
+    status.set_defaults(handler=mail_status, secrets_of=DATABASE_ONLY)
+
+
+def parse_key(text: str) -> MailKey:
+    """``INBOX:1700000000:42`` -> MailKey (the folder may itself contain ``:``)."""
+    folder, _, rest = text.rpartition(":")
+    folder, _, uidvalidity = folder.rpartition(":")
+    try:
+        return MailKey(folder, int(uidvalidity), int(rest))
+    except ValueError:
+        raise ConfigError(f"mail key {text!r} is not FOLDER:UIDVALIDITY:UID",
+                          "copy the key from `quinn mail status`") from None  # fmt: skip
+
+
+def key_text(folder: str, uidvalidity: int, uid: int) -> str:
+    """The printed form of a ledger key."""
+    return f"{folder}:{uidvalidity}:{uid}"
+
+
+def status_report(db: Database, limit: int) -> dict[str, Any]:
+    """Counts per state and the mails that need attention, newest first."""
+    counts = MailLedger(db).counts()
+    items = []
+    for state in ATTENTION_STATES:
+        rows = db.query(
+            "SELECT folder, uidvalidity, uid, message_id, state, reason, user_id, attempts, next_attempt_at,"
+            " updated_at FROM mail_state WHERE state = ? ORDER BY updated_at DESC LIMIT ?",
+            (state, limit),
+        )
+        for folder, uidvalidity, uid, message_id, st, reason, user, attempts, next_at, updated in rows:
+            items.append({"key": key_text(folder, uidvalidity, uid), "state": st, "reason": reason,
+                          "message_id": message_id, "user": user, "attempts": attempts,
+                          "next_attempt_at": next_at, "updated_at": updated})  # fmt: skip
+    outbox = {state: n for state, n in db.query("SELECT state, count(*) FROM outbox GROUP BY state")}
+    return {"counts": counts, "total": sum(counts.values()), "outbox": outbox, "attention": items}
+
+
+def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
+    """Send a failed mail round again (see the module docstring); returns what was done."""
+    from quinn.mailbox.imap import ImapMailbox  # only this path needs IMAP (and its password)
+
+    ledger = MailLedger(db)
+    record = ledger.get(key)
+    name = key_text(key.folder, key.uidvalidity, key.uid)
+    if record is None:
+        raise QuinnError(f"no mail {name} in the ledger", "copy a key from `quinn mail status`")
+    if record.state != "failed":
+        raise QuinnError(f"mail {name} is {record.state}, not failed", "only failed mail can be retried")
+    ledger.set(key, "retried", f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
+    if not record.moved:  # still in the watched folder: the daemon handles it again on its next pass
+        return {"key": name, "state": "retried", "moved": 0}
+    mailbox = ImapMailbox(config.imap)
+    try:
+        mailbox.connect()
+        moved = mailbox.restore(record.message_id, config.imap.quarantine_folder)
+    except Exception:
+        ledger.set(key, "failed", record.reason)  # nothing changed on the server: undo
+        raise
+    finally:
+        mailbox.close()
+    if moved == 0:
+        ledger.set(key, "failed", record.reason)
+        raise QuinnError(
+            f"mail {name} ({record.message_id}) is not in {config.imap.quarantine_folder}",
+            "move it back to the watched folder by hand, or look for it in your mail client",
+        )
+    return {"key": name, "state": "retried", "moved": moved, "to": config.imap.folder}
+
+
+def mail_status(args: argparse.Namespace, config: Config) -> int:
+    """Print the status, or retry one mail."""
+    if args.retry:
+        key = parse_key(args.retry)
+        resolve_secrets(config, os.environ, ("imap",))  # the retry talks to IMAP: now the password is needed
+        db = open_database(config)
+        try:
+            done = retry(config, db, key)
+        finally:
+            db.close()
+        if args.json:
+            print_json(done)
+        else:
+            console().print(f"{done['key']}: moved back to {done.get('to', 'the watched folder')}; "
+                            "the daemon answers it on its next pass")  # fmt: skip
+        return 0
+    db = open_database(config)
+    try:
+        report = status_report(db, args.limit)
+    finally:
+        db.close()
+    if args.json:
+        print_json(report)
+        return 0
+    out = console()
+    counts = [{"state": s, "mails": n} for s, n in sorted(report["counts"].items())]
+    out.print(table(f"Mail by state ({report['total']} in all)", ["state", "mails"], counts, empty="no mail yet"))
+    outbox = [{"state": s, "replies": n} for s, n in sorted(report["outbox"].items())]
+    out.print(table("Replies by delivery state", ["state", "replies"], outbox, empty="no replies yet"))
+    rows = [{**item, "reason": shorten(item["reason"], 100)} for item in report["attention"]]
+    out.print(table("Needs attention", ["key", "state", "reason", "message_id", "attempts", "updated_at"], rows,
+                    empty="nothing: no failed, quarantined or deferred mail"))  # fmt: skip
+    if any(item["state"] == "failed" for item in report["attention"]):
+        out.print("Retry a failed mail with: quinn mail status --retry KEY")
+    return 0

@@ -1,0 +1,58 @@
+"""``quinn users list``: who Quinn knows, with how much memory and conversation each has."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from quinn.commands.database import DATABASE_ONLY, open_database
+from quinn.commands.output import add_json_flag, console, print_json, table
+from quinn.config import Config
+from quinn.memory.db import Database
+
+COLUMNS = ["user", "memories", "sessions", "messages", "mails", "last_seen"]
+
+
+def register(sub: Any, with_config: Any) -> None:
+    """Add ``quinn users list``."""
+    group = sub.add_parser("users", help="the people Quinn knows")
+    commands = group.add_subparsers(dest="users_command", metavar="COMMAND", required=True)
+    listing = with_config(add_json_flag(commands.add_parser("list", help="every user with their counts")))
+    listing.set_defaults(handler=users_list, secrets_of=DATABASE_ONLY)
+
+
+def list_users(db: Database) -> list[dict[str, Any]]:
+    """One row per user id seen in memories, sessions or the mail ledger, most recently seen first."""
+    rows = db.query(
+        """
+        WITH ids AS (
+            SELECT user_id FROM memories WHERE user_id IS NOT NULL
+            UNION SELECT user_id FROM sessions
+            UNION SELECT user_id FROM mail_state WHERE user_id IS NOT NULL
+        )
+        SELECT ids.user_id,
+            (SELECT count(*) FROM memories m WHERE m.user_id = ids.user_id AND m.active = 1
+                AND m.superseded_by IS NULL),
+            (SELECT count(*) FROM sessions s WHERE s.user_id = ids.user_id AND s.merged_into IS NULL),
+            (SELECT count(*) FROM messages g WHERE g.user_id = ids.user_id),
+            (SELECT count(*) FROM mail_state l WHERE l.user_id = ids.user_id),
+            max(coalesce((SELECT max(last_message_at) FROM sessions s WHERE s.user_id = ids.user_id), ''),
+                coalesce((SELECT max(updated_at) FROM mail_state l WHERE l.user_id = ids.user_id), ''))
+        FROM ids ORDER BY 6 DESC, 1
+        """
+    )
+    return [dict(zip(COLUMNS, (*row[:5], row[5] or None), strict=True)) for row in rows]
+
+
+def users_list(args: argparse.Namespace, config: Config) -> int:
+    """Print the users."""
+    db = open_database(config)
+    try:
+        users = list_users(db)
+    finally:
+        db.close()
+    if args.json:
+        print_json(users)
+    else:
+        console().print(table(f"Users ({len(users)})", COLUMNS, users, empty="nobody has written yet"))
+    return 0
