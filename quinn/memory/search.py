@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quinn.memory.filters import memory_filter
+from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import Memory, SearchHit, memory_columns, utcnow
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ RECENCY_WEIGHT = 0.01
 CANDIDATES = 50
 MAX_QUERY_CHUNKS = 6
 CHUNK_WEIGHT_DECAY = 0.95
+MAX_FILTERED_CANDIDATES = 4000  # beyond this, a narrow filter is cheaper as a SQL scan than as IN lists
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
@@ -132,7 +133,8 @@ def hybrid_search(
     if store.embedder is not None:
         _say_stale_vectors_once(store)
         vectors = store.embedder.embed(chunks)
-        vector_ranks = _vector_ranks(store, where, params, vectors, found)
+        owners = [normalise_user(user_id)] + ([None] if user_id is not None and filters.get("include_global") else [])
+        vector_ranks = _vector_ranks(store, where, params, vectors, found, owners)
     elif store.first_time("fts-only"):
         log.warning("memory search runs on full-text only: no embedder is configured")
     fts_ranks = _fts_ranks(store, where, params, " ".join(chunks), found)
@@ -178,11 +180,65 @@ def _say_stale_vectors_once(store: MemoryStore) -> None:
 
 
 def _vector_ranks(
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory],
+    owners: Sequence[str | None],
+) -> dict[int, tuple[int, float]]:  # fmt: skip
+    """Rank by best (priority-weighted) cosine similarity over the query chunks; the reported similarity is the
+    raw best one. Only vectors of the store's model are compared (another model's vectors live in another space,
+    and may differ in length, which the SQL function rejects). ``owners``: whose vectors may match (the user,
+    and None for global memories); the cached matrices are used when they fit, else SQL scans."""
+    if store.vector_cache is not None:
+        try:
+            return _cached_vector_ranks(store, where, params, vectors, found, owners)
+        except LookupError:  # too many vectors for the cache, or a filter too narrow for its candidates
+            pass
+    return _sql_vector_ranks(store, where, params, vectors, found)
+
+
+def _cached_vector_ranks(
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory],
+    owners: Sequence[str | None],
+) -> dict[int, tuple[int, float]]:  # fmt: skip
+    """The same ranking from numpy over the cached matrices; the filters are applied in SQL to the best
+    candidates, widening (×4) until ``CANDIDATES`` pass. Raises ``LookupError`` when that needs too many."""
+    assert store.embedder is not None and store.vector_cache is not None
+    model_id, dim = store.embedder.model_id, store.embedder.dim
+    parts = [store.vector_cache.vectors(store.db, owner, model_id, dim) for owner in owners]
+    ids = np.concatenate([p[0] for p in parts])
+    if not len(ids):
+        return {}
+    matrix = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+    queries = np.asarray(vectors, dtype=np.float32)
+    queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    similarity = matrix @ queries.T  # (rows, chunks)
+    weighted = (similarity * CHUNK_WEIGHT_DECAY ** np.arange(len(queries), dtype=np.float32)).max(axis=1)
+    best = similarity.max(axis=1)
+    passing: list[tuple[int, float]] = []
+    start, size = 0, CANDIDATES * 4
+    while len(passing) < CANDIDATES and start < len(ids):
+        if start >= MAX_FILTERED_CANDIDATES:
+            raise LookupError("the filters keep too few of the nearest vectors")
+        end = min(len(ids), start + size)
+        # Only the best `end` rows need sorting: argpartition, then sort that slice (stable, by position).
+        top = np.argpartition(-weighted, end - 1)[:end] if end < len(ids) else np.arange(len(ids))
+        top = top[np.lexsort((top, -weighted[top]))][start:end]
+        batch = [int(i) for i in ids[top]]
+        rows = store.db.query(
+            f"SELECT {memory_columns('m')} FROM memories m WHERE m.id IN ({','.join('?' * len(batch))}) AND {where}",
+            [*batch, *params],
+        )
+        kept = {int(row[0]) for row in rows}
+        for row in rows:
+            found.setdefault(int(row[0]), Memory.from_row(row))
+        passing += [(mid, float(best[i])) for mid, i in zip(batch, top, strict=True) if mid in kept]
+        start, size = end, size * 4
+    return {mid: (rank, sim) for rank, (mid, sim) in enumerate(passing[:CANDIDATES], start=1)}
+
+
+def _sql_vector_ranks(
     store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory]
 ) -> dict[int, tuple[int, float]]:
-    """Rank by best (priority-weighted) cosine similarity over the query chunks; the reported similarity is the
-    raw best one. Only vectors of the store's model are compared
-    (another model's vectors live in another space, and may differ in length, which the SQL function rejects)."""
+    """The ranking as an exact scan in SQL, one query per chunk."""
     assert store.embedder is not None
     model_id, dim = store.embedder.model_id, store.embedder.dim
     best: dict[int, float] = {}
@@ -245,7 +301,7 @@ def find_similar(store: MemoryStore, user_id: str, content: str, threshold: floa
     where, params = memory_filter(user_id)
     vector = store.embedder.embed([content])[0]
     found: dict[int, Memory] = {}
-    ranks = _vector_ranks(store, where, params, vector[None, :], found)
+    ranks = _vector_ranks(store, where, params, vector[None, :], found, [normalise_user(user_id)])
     hits = [SearchHit(found[mid], sim, sim, None) for mid, (_rank, sim) in ranks.items() if sim >= threshold]
     return sorted(hits, key=lambda h: (-h.score, h.memory.id))
 
