@@ -1,8 +1,9 @@
 """Hybrid retrieval: an exact per-user vector scan fused with FTS5 BM25, re-ranked by importance and recency.
 
-Per-user search scans that user's rows exactly (``ORDER BY vector_distance_cos``, served by the user index):
-measured, an ANN index loses most recall under a user filter (docs/architecture.md). The two rankings are
-fused with reciprocal rank fusion, then weighted by decay-aware importance and recency.
+Per-user vector search is exact: numpy over the user's cached vectors (``vectors.py``), or, when they do not fit,
+a SQL scan (``ORDER BY vector_distance_cos``, served by the user index). Measured, an ANN index loses most recall
+under a user filter (docs/architecture.md). The two rankings are fused with reciprocal rank fusion, then
+weighted, gently, by decay-aware importance and recency.
 """
 
 from __future__ import annotations
