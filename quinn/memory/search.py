@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from quinn.memory.db import Row
 from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import Memory, SearchHit, memory_columns, utcnow
 
@@ -130,7 +131,7 @@ def hybrid_search(
     if not chunks:
         return []
     vector_ranks: dict[int, tuple[int, float]] = {}
-    found: dict[int, Memory] = {}  # both rankings read whole rows: no third round trip to fetch them
+    found: dict[int, Row] = {}  # both rankings read whole rows (no third round trip); decoded only if kept
     if store.embedder is not None:
         _say_stale_vectors_once(store)
         vectors = store.embedder.embed(chunks)
@@ -151,7 +152,7 @@ def hybrid_search(
     top_weight = 1.0 + IMPORTANCE_WEIGHT + RECENCY_WEIGHT
     hits = []
     for mid in sorted(fused, key=lambda i: -fused[i])[: max(k * 3, CANDIDATES)]:
-        memory = found[mid]
+        memory = Memory.from_row(found[mid])
         relevance = fused[memory.id] / best
         weight = (1.0 + IMPORTANCE_WEIGHT * effective_importance(memory, now)
                   + RECENCY_WEIGHT * _recency(memory, now)) / top_weight  # fmt: skip
@@ -181,7 +182,7 @@ def _say_stale_vectors_once(store: MemoryStore) -> None:
 
 
 def _vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory],
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
     owners: Sequence[str | None],
 ) -> dict[int, tuple[int, float]]:  # fmt: skip
     """Rank by best (priority-weighted) cosine similarity over the query chunks; the reported similarity is the
@@ -197,11 +198,12 @@ def _vector_ranks(
 
 
 def _cached_vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory],
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
     owners: Sequence[str | None],
 ) -> dict[int, tuple[int, float]]:  # fmt: skip
     """The same ranking from numpy over the cached matrices; the filters are applied in SQL to the best
-    candidates, widening (×4) until ``CANDIDATES`` pass. Raises ``LookupError`` when that needs too many."""
+    candidates (twice as many as needed, then ×4 more each round) until ``CANDIDATES`` pass. Raises
+    ``LookupError`` when that needs more than ``MAX_FILTERED_CANDIDATES``."""
     assert store.embedder is not None and store.vector_cache is not None
     model_id, dim = store.embedder.model_id, store.embedder.dim
     parts = [store.vector_cache.vectors(store.db, owner, model_id, dim) for owner in owners]
@@ -215,11 +217,11 @@ def _cached_vector_ranks(
     weighted = (similarity * CHUNK_WEIGHT_DECAY ** np.arange(len(queries), dtype=np.float32)).max(axis=1)
     best = similarity.max(axis=1)
     passing: list[tuple[int, float]] = []
-    start, size = 0, CANDIDATES * 4
+    start, size = 0, CANDIDATES * 2  # most rows pass the default filter (current memories): a little extra will do
     while len(passing) < CANDIDATES and start < len(ids):
-        if start >= MAX_FILTERED_CANDIDATES:
-            raise LookupError("the filters keep too few of the nearest vectors")
         end = min(len(ids), start + size)
+        if end > MAX_FILTERED_CANDIDATES:
+            raise LookupError("the filters keep too few of the nearest vectors")
         # Only the best `end` rows need sorting: argpartition, then sort that slice (stable, by position).
         top = np.argpartition(-weighted, end - 1)[:end] if end < len(ids) else np.arange(len(ids))
         top = top[np.lexsort((top, -weighted[top]))][start:end]
@@ -230,14 +232,14 @@ def _cached_vector_ranks(
         )
         kept = {int(row[0]) for row in rows}
         for row in rows:
-            found.setdefault(int(row[0]), Memory.from_row(row))
+            found.setdefault(int(row[0]), row)
         passing += [(mid, float(best[i])) for mid, i in zip(batch, top, strict=True) if mid in kept]
         start, size = end, size * 4
     return {mid: (rank, sim) for rank, (mid, sim) in enumerate(passing[:CANDIDATES], start=1)}
 
 
 def _sql_vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory]
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row]
 ) -> dict[int, tuple[int, float]]:
     """The ranking as an exact scan in SQL, one query per chunk."""
     assert store.embedder is not None
@@ -256,8 +258,7 @@ def _sql_vector_ranks(
             if distance is None:
                 continue
             mid = int(columns[0])
-            if mid not in found:
-                found[mid] = Memory.from_row(tuple(columns))
+            found.setdefault(mid, tuple(columns))
             similarity = 1.0 - float(distance)
             best[mid] = max(best.get(mid, -1.0), similarity)
             ranking[mid] = max(ranking.get(mid, -1.0), similarity * weight)
@@ -266,7 +267,7 @@ def _sql_vector_ranks(
 
 
 def _fts_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], text: str, found: dict[int, Memory]
+    store: MemoryStore, where: str, params: Sequence[Any], text: str, found: dict[int, Row]
 ) -> dict[int, int]:
     match = fts_query(text)
     if match is None:
@@ -278,8 +279,8 @@ def _fts_ranks(
     )
     ranks: dict[int, int] = {}
     for rank, row in enumerate(rows, start=1):
-        memory = found.setdefault(int(row[0]), Memory.from_row(row))
-        ranks[memory.id] = rank
+        found.setdefault(int(row[0]), row)
+        ranks[int(row[0])] = rank
     return ranks
 
 
@@ -301,9 +302,11 @@ def find_similar(store: MemoryStore, user_id: str, content: str, threshold: floa
         return []
     where, params = memory_filter(user_id)
     vector = store.embedder.embed([content])[0]
-    found: dict[int, Memory] = {}
+    found: dict[int, Row] = {}
     ranks = _vector_ranks(store, where, params, vector[None, :], found, [normalise_user(user_id)])
-    hits = [SearchHit(found[mid], sim, sim, None) for mid, (_rank, sim) in ranks.items() if sim >= threshold]
+    hits = [
+        SearchHit(Memory.from_row(found[mid]), sim, sim, None) for mid, (_r, sim) in ranks.items() if sim >= threshold
+    ]
     return sorted(hits, key=lambda h: (-h.score, h.memory.id))
 
 

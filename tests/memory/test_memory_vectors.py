@@ -61,8 +61,8 @@ def test_cached_ranking_equals_the_sql_scan(
         where, params = memory_filter(user, **filters)
         query = np.array([llm_server.embed(" ".join(rng.choices(WORDS, k=3)))], dtype=np.float32)
         owners = [user, None] if filters.get("include_global") else [user]
-        cached_found: dict[int, Memory] = {}
-        sql_found: dict[int, Memory] = {}
+        cached_found: dict[int, tuple] = {}
+        sql_found: dict[int, tuple] = {}
         cached = _cached_vector_ranks(store, where, params, query, cached_found, owners)
         scanned = _sql_vector_ranks(store, where, params, query, sql_found)
         assert len(cached) == len(scanned) == min(CANDIDATES, len(store.get_all(user, **filters))), case
@@ -72,7 +72,7 @@ def test_cached_ranking_equals_the_sql_scan(
         cut = min(sim for _rank, sim in scanned.values())
         firm = [mid for mid, (_r, sim) in sorted(scanned.items(), key=lambda kv: kv[1][0]) if sim > cut + 1e-5]
         assert [mid for mid in sorted(cached, key=lambda m: cached[m][0])][: len(firm)] == firm
-        assert {cached_found[mid].user_id for mid in cached} <= {user, None}
+        assert {Memory.from_row(cached_found[mid]).user_id for mid in cached} <= {user, None}
 
 
 def test_cache_follows_other_writers(
