@@ -1,9 +1,10 @@
 """Hybrid retrieval: an exact per-user vector scan fused with FTS5 BM25, re-ranked by importance and recency.
 
-Per-user search scans that user's rows exactly (``ORDER BY vector_distance_cos``, served by the user index):
-measured, an ANN index loses most recall under a user filter (docs/architecture.md). The two legs are fused
-by a convex combination of their scores, ``VECTOR_WEIGHT × cosine + (1 - VECTOR_WEIGHT) × lexical coverage``,
-then weighted by decay-aware importance and recency.
+Per-user vector search is exact: numpy over the user's cached vectors (``vectors.py``), or, when they do not fit,
+a SQL scan (``ORDER BY vector_distance_cos``, served by the user index). Measured, an ANN index loses most recall
+under a user filter (docs/architecture.md). The two legs are fused by a convex combination of their scores,
+``VECTOR_WEIGHT × cosine + (1 - VECTOR_WEIGHT) × lexical coverage``, then weighted, gently, by decay-aware
+importance and recency.
 
 Why not reciprocal rank fusion: RRF (k=60) throws the scores away, so a memory that both legs rank
 mediocrely (BM25 matched one filler word) beats one the vector leg ranks second. On the retrieval benchmark
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quinn.memory.filters import memory_filter
+from quinn.memory.db import Row
+from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import Memory, SearchHit, memory_columns, utcnow
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ RECENCY_WEIGHT = 0.01
 CANDIDATES = 50
 MAX_QUERY_CHUNKS = 6
 CHUNK_WEIGHT_DECAY = 0.95
+MAX_FILTERED_CANDIDATES = 4000  # beyond this, a narrow filter is cheaper as a SQL scan than as IN lists
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
@@ -138,11 +141,12 @@ def hybrid_search(
     if not chunks:
         return []
     vector_ranks: dict[int, tuple[int, float]] = {}
-    found: dict[int, Memory] = {}  # both rankings read whole rows: no third round trip to fetch them
+    found: dict[int, Row] = {}  # both rankings read whole rows (no third round trip); decoded only if kept
     if store.embedder is not None:
         _say_stale_vectors_once(store)
         vectors = store.embedder.embed(chunks)
-        vector_ranks = _vector_ranks(store, where, params, vectors, found)
+        owners = [normalise_user(user_id)] + ([None] if user_id is not None and filters.get("include_global") else [])
+        vector_ranks = _vector_ranks(store, where, params, vectors, found, owners)
     elif store.first_time("fts-only"):
         log.warning("memory search runs on full-text only: no embedder is configured")
     fts_scores = _fts_scores(store, where, params, " ".join(chunks), found)
@@ -157,7 +161,7 @@ def hybrid_search(
     top_weight = 1.0 + IMPORTANCE_WEIGHT + RECENCY_WEIGHT
     hits = []
     for mid in sorted(fused, key=lambda i: -fused[i])[: max(k * 3, CANDIDATES)]:
-        memory = found[mid]
+        memory = Memory.from_row(found[mid])
         weight = (1.0 + IMPORTANCE_WEIGHT * effective_importance(memory, now)
                   + RECENCY_WEIGHT * _recency(memory, now)) / top_weight  # fmt: skip
         sim = vector_ranks.get(memory.id, (None, None))[1]
@@ -187,11 +191,66 @@ def _say_stale_vectors_once(store: MemoryStore) -> None:
 
 
 def _vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Memory]
-) -> dict[int, tuple[int, float]]:
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
+    owners: Sequence[str | None],
+) -> dict[int, tuple[int, float]]:  # fmt: skip
     """Rank by best (priority-weighted) cosine similarity over the query chunks; the reported similarity is the
-    raw best one. Only vectors of the store's model are compared
-    (another model's vectors live in another space, and may differ in length, which the SQL function rejects)."""
+    raw best one. Only vectors of the store's model are compared (another model's vectors live in another space,
+    and may differ in length, which the SQL function rejects). ``owners``: whose vectors may match (the user,
+    and None for global memories); the cached matrices are used when they fit, else SQL scans."""
+    if store.vector_cache is not None:
+        try:
+            return _cached_vector_ranks(store, where, params, vectors, found, owners)
+        except LookupError:  # too many vectors for the cache, or a filter too narrow for its candidates
+            pass
+    return _sql_vector_ranks(store, where, params, vectors, found)
+
+
+def _cached_vector_ranks(
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
+    owners: Sequence[str | None],
+) -> dict[int, tuple[int, float]]:  # fmt: skip
+    """The same ranking from numpy over the cached matrices; the filters are applied in SQL to the best
+    candidates (twice as many as needed, then ×4 more each round) until ``CANDIDATES`` pass. Raises
+    ``LookupError`` when that needs more than ``MAX_FILTERED_CANDIDATES``."""
+    assert store.embedder is not None and store.vector_cache is not None
+    model_id, dim = store.embedder.model_id, store.embedder.dim
+    parts = [store.vector_cache.vectors(store.db, owner, model_id, dim) for owner in owners]
+    ids = np.concatenate([p[0] for p in parts])
+    if not len(ids):
+        return {}
+    matrix = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+    queries = np.asarray(vectors, dtype=np.float32)
+    queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    similarity = matrix @ queries.T  # (rows, chunks)
+    weighted = (similarity * CHUNK_WEIGHT_DECAY ** np.arange(len(queries), dtype=np.float32)).max(axis=1)
+    best = similarity.max(axis=1)
+    passing: list[tuple[int, float]] = []
+    start, size = 0, CANDIDATES * 2  # most rows pass the default filter (current memories): a little extra will do
+    while len(passing) < CANDIDATES and start < len(ids):
+        end = min(len(ids), start + size)
+        if end > MAX_FILTERED_CANDIDATES:
+            raise LookupError("the filters keep too few of the nearest vectors")
+        # Only the best `end` rows need sorting: argpartition, then sort that slice (stable, by position).
+        top = np.argpartition(-weighted, end - 1)[:end] if end < len(ids) else np.arange(len(ids))
+        top = top[np.lexsort((top, -weighted[top]))][start:end]
+        batch = [int(i) for i in ids[top]]
+        rows = store.db.query(
+            f"SELECT {memory_columns('m')} FROM memories m WHERE m.id IN ({','.join('?' * len(batch))}) AND {where}",
+            [*batch, *params],
+        )
+        kept = {int(row[0]) for row in rows}
+        for row in rows:
+            found.setdefault(int(row[0]), row)
+        passing += [(mid, float(best[i])) for mid, i in zip(batch, top, strict=True) if mid in kept]
+        start, size = end, size * 4
+    return {mid: (rank, sim) for rank, (mid, sim) in enumerate(passing[:CANDIDATES], start=1)}
+
+
+def _sql_vector_ranks(
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row]
+) -> dict[int, tuple[int, float]]:
+    """The ranking as an exact scan in SQL, one query per chunk."""
     assert store.embedder is not None
     model_id, dim = store.embedder.model_id, store.embedder.dim
     best: dict[int, float] = {}
@@ -208,8 +267,7 @@ def _vector_ranks(
             if distance is None:
                 continue
             mid = int(columns[0])
-            if mid not in found:
-                found[mid] = Memory.from_row(tuple(columns))
+            found.setdefault(mid, tuple(columns))
             similarity = 1.0 - float(distance)
             best[mid] = max(best.get(mid, -1.0), similarity)
             ranking[mid] = max(ranking.get(mid, -1.0), similarity * weight)
@@ -218,7 +276,7 @@ def _vector_ranks(
 
 
 def _fts_scores(
-    store: MemoryStore, where: str, params: Sequence[Any], text: str, found: dict[int, Memory]
+    store: MemoryStore, where: str, params: Sequence[Any], text: str, found: dict[int, Row]
 ) -> dict[int, tuple[int, float]]:
     """BM25 rank and lexical coverage (BM25 / the query's total IDF, capped at 1) of the best FTS matches."""
     match = fts_query(text)
@@ -234,9 +292,10 @@ def _fts_scores(
     mass = _idf_mass(store, match.split(" OR "))
     scores: dict[int, tuple[int, float]] = {}
     for rank, (bm25, *columns) in enumerate(rows, start=1):
-        memory = found.setdefault(int(columns[0]), Memory.from_row(tuple(columns)))
+        mid = int(columns[0])
+        found.setdefault(mid, tuple(columns))
         # FTS5's bm25() is negative (lower is better); a memory matching every query word once scores about -mass.
-        scores[memory.id] = (rank, min(1.0, -float(bm25) / mass))
+        scores[mid] = (rank, min(1.0, -float(bm25) / mass))
     return scores
 
 
@@ -270,9 +329,11 @@ def find_similar(store: MemoryStore, user_id: str, content: str, threshold: floa
         return []
     where, params = memory_filter(user_id)
     vector = store.embedder.embed([content])[0]
-    found: dict[int, Memory] = {}
-    ranks = _vector_ranks(store, where, params, vector[None, :], found)
-    hits = [SearchHit(found[mid], sim, sim, None) for mid, (_rank, sim) in ranks.items() if sim >= threshold]
+    found: dict[int, Row] = {}
+    ranks = _vector_ranks(store, where, params, vector[None, :], found, [normalise_user(user_id)])
+    hits = [
+        SearchHit(Memory.from_row(found[mid]), sim, sim, None) for mid, (_r, sim) in ranks.items() if sim >= threshold
+    ]
     return sorted(hits, key=lambda h: (-h.score, h.memory.id))
 
 

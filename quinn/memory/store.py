@@ -45,6 +45,7 @@ from quinn.memory.rows import (
     row_for,
     update_rows,
 )
+from quinn.memory.vectors import VECTOR_CACHE_MB, VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,11 @@ DEFAULT = "default"
 class MemoryStore:
     """Long-term memory of every user, over one ``Database``; all methods are synchronous (see ``Database.run``)."""
 
-    def __init__(self, db: Database, embedder: Embedder | None) -> None:
+    def __init__(self, db: Database, embedder: Embedder | None, *, vector_cache_mb: float = VECTOR_CACHE_MB) -> None:
+        """``vector_cache_mb``: memory for users' vectors kept in numpy (0: every search scans in SQL)."""
         self.db = db
         self.embedder = embedder
+        self.vector_cache = VectorCache(vector_cache_mb) if vector_cache_mb > 0 else None
         self._done_once: set[str] = set()
         self._access_lock = threading.Lock()
         self._pending_access: dict[int, tuple[int, str]] = {}  # memory id -> (retrievals, last moment)
@@ -71,8 +74,9 @@ class MemoryStore:
 
     @classmethod
     def open(
-        cls, database_url: str, *, embedder: Embedder | str | None = DEFAULT, auth_token: str | None = None
-    ) -> MemoryStore:
+        cls, database_url: str, *, embedder: Embedder | str | None = DEFAULT, auth_token: str | None = None,
+        vector_cache_mb: float = VECTOR_CACHE_MB,
+    ) -> MemoryStore:  # fmt: skip
         """Open (and migrate) the database at ``database_url`` (a file path, or an http(s)/libsql URL).
 
         Without an ``embedder`` argument the default one is used: the local all-MiniLM-L6-v2 when the ``local``
@@ -84,7 +88,7 @@ class MemoryStore:
             from quinn.memory.embed import default_embedder
 
             embedder = default_embedder()
-        return cls(Database.open(database_url, auth_token), embedder)
+        return cls(Database.open(database_url, auth_token), embedder, vector_cache_mb=vector_cache_mb)
 
     def close(self) -> None:
         """Write pending retrieval counts and close the database."""
@@ -459,5 +463,7 @@ class MemoryStore:
             "INSERT INTO messages_fts (messages_fts) VALUES ('optimize');"
         )
         self.db.vacuum()
+        if self.vector_cache is not None:
+            self.vector_cache.forget(user)
         log.info("purged user %s: %s", user, counts)
         return counts

@@ -7,6 +7,7 @@ import pytest
 
 from quinn.errors import ConfigError, ConnectError
 from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder, build_embedder
+from quinn.memory.models import NewMemory
 from quinn.memory.store import MemoryStore
 from tests.lab.llm_server import ScriptedLLM
 from tests.lab.ports import free_port
@@ -45,6 +46,9 @@ def test_openai_embedder_store_round_trip(llm_server: ScriptedLLM, tmp_path):
         hit = store.search("alice@example.test", "Alice keeps bees", k=1)[0]
         assert hit.id == mid and hit.vector_similarity == pytest.approx(1.0, abs=1e-5)
         assert store.get(mid).embedding_model == "openai/scripted"  # type: ignore[union-attr]
+        llm_server.reset()
+        store.add_many([NewMemory("alice@example.test", f"Alice fact {i}") for i in range(100)])
+        assert [len(r.body_json["input"]) for r in llm_server.requests_of("embeddings")] == [64, 36]
     finally:
         store.close()
 

@@ -9,6 +9,7 @@ import pytest
 
 from quinn.memory.db import Database, migrations
 from quinn.memory.embed import LocalEmbedder
+from quinn.memory.rows import insert_rows
 from quinn.memory.store import MemoryStore
 
 ALICE = "alice@example.test"
@@ -83,5 +84,39 @@ def test_version_1_with_data_migrates_to_2(database_url: str, embedder: LocalEmb
         assert store.get(newest).version == 2  # type: ignore[union-attr]
         assert [h.id for h in store.search(ALICE, "FreeBSD", k=1)] == [newest]
         assert store.export(ALICE).count('"uid"') == 4
+    finally:
+        store.close()
+
+
+def test_version_2_with_data_migrates_to_3(database_url: str, embedder: LocalEmbedder):
+    db = Database.open(database_url, migrate=False)
+    assert db.migrate(target=2) == 2
+    texts = ["Alice keeps bees", "Alice rides a bike"]
+    vectors = embedder.embed(texts)
+    rows = [
+        {"user_id": ALICE, "scope": "profile", "domain": None, "type": "fact", "content": text,
+         "content_format": "text", "tags": "[]", "metadata": "{}", "importance": 0.5,
+         "created_at": "2026-05-01T00:00:00+00:00", "updated_at": "2026-05-01T00:00:00+00:00",
+         "valid_from": "2026-05-01T00:00:00+00:00", "expires_at": None, "embedding": vector.tobytes(),
+         "embedding_model": embedder.model_id}
+        for text, vector in zip(texts, vectors, strict=True)
+    ]  # fmt: skip
+    with db.transaction() as tx:
+        bees, bike = insert_rows(tx, rows)
+        tx.execute("UPDATE memories SET root_id = id")
+    db.close()
+
+    store = MemoryStore.open(database_url, embedder=embedder)
+    try:
+        assert store.db.query_value("PRAGMA user_version") == 3
+        assert store.db.query_one("SELECT inserts, changes FROM memory_vector_stamp") == (0, 0)
+        assert store.search(ALICE, "beekeeping", k=1)[0].id == bees  # the old rows are cached and found
+        store.db.execute("UPDATE memories SET embedding = ? WHERE id = ?", (vectors[0].tobytes(), bike))
+        assert store.db.query_one("SELECT inserts, changes FROM memory_vector_stamp") == (0, 1)  # triggers work
+        store.add(ALICE, "Alice likes honey")
+        assert store.db.query_one("SELECT inserts, changes FROM memory_vector_stamp") == (1, 1)
+        # The changed vector is seen: "bike" now carries the bees vector, so both match a bee question alike.
+        by_id = {h.id: h for h in store.search(ALICE, "beekeeping", k=3)}
+        assert by_id[bike].vector_similarity == pytest.approx(by_id[bees].vector_similarity, abs=1e-5)
     finally:
         store.close()

@@ -300,3 +300,31 @@ def test_a_newer_schema_is_refused(database_url: str, store: MemoryStore):
     store.db.executescript("PRAGMA user_version = 99;")
     with pytest.raises(StoreError, match="has schema version 99, newer than this Quinn's"):
         MemoryStore.open(database_url, embedder=None)
+
+
+class CarelessEmbedder:
+    """The real model behind a careless adapter: float64 rows, as a numpy default would give (FACTS.md: an
+    F32_BLOB takes them silently as twice as many floats)."""
+
+    def __init__(self, inner, dtype=np.float64, poison: bool = False) -> None:
+        self.inner, self.model_id, self.dim, self.dtype, self.poison = inner, inner.model_id, inner.dim, dtype, poison
+
+    def embed(self, texts):
+        vectors = self.inner.embed(texts).astype(self.dtype)
+        if self.poison:
+            vectors[0, 0] = np.nan
+        return vectors
+
+
+@pytest.mark.parametrize(("dtype", "poison", "message"), [
+    (np.float64, False, "returned shape (1, 384) float64, expected (1, 384) float32"),
+    (np.float32, True, "returned NaN or infinite values"),
+])  # fmt: skip
+def test_vectors_are_checked_before_every_insert(open_store, embedder, dtype, poison, message):
+    careless = open_store(embedder=CarelessEmbedder(embedder, dtype, poison))
+    with pytest.raises(StoreError, match=re.escape(message)):
+        careless.add(ALICE, "Alice sails")
+    mid = open_store().add(ALICE, "Alice sails")
+    with pytest.raises(StoreError, match=re.escape(message)):
+        careless.update(mid, "Alice sails a catamaran")
+    assert [m.content for m in careless.get_all(ALICE, include_inactive=True)] == ["Alice sails"]
