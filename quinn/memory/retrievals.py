@@ -14,7 +14,7 @@ from datetime import datetime
 
 from quinn.clock import iso
 from quinn.memory.db import Database
-from quinn.memory.search import STABILITY_CAP_H
+from quinn.memory.store import STABILITY_CAP_H
 
 
 def record_retrievals(db: Database, session_id: str, memory_ids: Sequence[int], at: datetime) -> None:
