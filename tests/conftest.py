@@ -220,3 +220,31 @@ def quinn_daemon(tmp_path: Path) -> Iterator[Callable[..., QuinnProcess]]:
     finally:
         for proc in started:
             proc.kill()
+
+
+from tests.lab.tls import make_certificate, openssl_available  # noqa: E402
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--long``: also run the long variants of the proof suites (marked ``long``)."""
+    parser.addoption("--long", action="store_true", default=False, help="run the long variants (marker: long)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``long`` unless ``--long`` is given."""
+    if config.getoption("--long"):
+        return
+    skip = pytest.mark.skip(reason="long variant: run with --long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost / 127.0.0.1: ``(cert.pem, key.pem)``; the cert is its own CA."""
+    if not openssl_available():
+        _missing("openssl", "apt-get install openssl")
+    directory = tmp_path_factory.mktemp("tls")
+    directory.chmod(0o755)
+    return make_certificate(directory)
