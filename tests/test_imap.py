@@ -72,8 +72,9 @@ def test_file_away_moves_with_keyword_and_answered(dovecot: Dovecot, users: User
     assert KEYWORD in bad and b"\\Answered" not in bad
 
 
-def test_without_move_the_copy_exists_before_the_original_goes(make_dovecot: Callable[..., Dovecot],
-                                                               users: Users) -> None:  # fmt: skip
+def test_without_move_the_copy_exists_before_the_original_goes(
+    make_dovecot: Callable[..., Dovecot], users: Users
+) -> None:
     server = make_dovecot(without=("MOVE",))
     user = users("quinn")
     uid = server.append(user, make_mail("a@example.test", user))
@@ -136,6 +137,19 @@ def test_idle_wakes_on_new_mail(dovecot: Dovecot, users: Users) -> None:
     assert box.can_idle
     threading.Timer(0.3, dovecot.append, (user, make_mail("a@example.test", user))).start()
     assert box.wait(60, threading.Event()) is True
+    assert len(box.uids()) == 1
+    box.close()
+
+
+def test_mail_announced_during_a_pass_is_not_waited_for(dovecot: Dovecot, users: Users) -> None:
+    user = users("quinn")
+    box = mailbox(dovecot, user)
+    assert box.uids() == []
+    dovecot.append(user, make_mail("a@example.test", user))
+    # Any command in the pass (here the NOOP before a search for our own copy) is answered with "* 1 EXISTS";
+    # IDLE would never report that message again, so wait() must return at once instead of idling 25 minutes.
+    assert box.file_copies("<nothing@example.test>", "Quinn/Sent") == 0
+    assert box.wait(600, threading.Event()) is True
     assert len(box.uids()) == 1
     box.close()
 

@@ -41,8 +41,12 @@ def parsed(raw: bytes) -> email.message.EmailMessage:
 
 
 def test_reply_headers() -> None:
-    mail = inbound(subject="AW: Re: Q3 report", message_id="<m2@example.test>", in_reply_to="<m1@example.test>",
-                   references=["<m0@example.test>", "<m1@example.test>"])  # fmt: skip
+    mail = inbound(
+        subject="AW: Re: Q3 report",
+        message_id="<m2@example.test>",
+        in_reply_to="<m1@example.test>",
+        references=["<m0@example.test>", "<m1@example.test>"],
+    )
     reply = compose_reply(mail, "Thanks!", own_address=QUINN, own_name="Quinn")  # type: ignore[arg-type]
     msg = parsed(reply.raw)
     assert msg["Message-ID"] == reply.message_id == reply_message_id("<m2@example.test>", QUINN)
@@ -78,8 +82,11 @@ def test_plain_text_and_an_escaped_html_alternative() -> None:
 
 def test_references_are_trimmed_keeping_the_root() -> None:
     chain = [f"<r{i}@example.test>" for i in range(40)]
-    reply = compose_reply(inbound(message_id="<last@example.test>", references=chain), "x",  # type: ignore[arg-type]
-                          own_address=QUINN)  # fmt: skip
+    reply = compose_reply(
+        inbound(message_id="<last@example.test>", references=chain),
+        "x",  # type: ignore[arg-type]
+        own_address=QUINN,
+    )
     refs = parsed(reply.raw)["References"].split()
     assert len(refs) == MAX_REFERENCES
     assert refs[0] == "<r0@example.test>" and refs[-1] == "<last@example.test>"
@@ -100,8 +107,9 @@ def test_to_is_reply_to_or_from(headers: dict[str, str], to: list[str]) -> None:
 
 
 def test_reply_all_keeps_the_others_on_cc_only_when_configured() -> None:
-    mail = inbound(to=[QUINN, "bob@example.test"], cc=["Quinn+work@quinn.test", "carol@example.test",
-                                                       "alice@example.test"])  # fmt: skip
+    mail = inbound(
+        to=[QUINN, "bob@example.test"], cc=["Quinn+work@quinn.test", "carol@example.test", "alice@example.test"]
+    )
     assert reply_all_cc(mail, QUINN) == ["bob@example.test", "carol@example.test"]  # type: ignore[arg-type]
     plain = compose_reply(mail, "x", own_address=QUINN)  # type: ignore[arg-type]
     assert plain.recipients == ["alice@example.test"] and parsed(plain.raw)["Cc"] is None
@@ -126,8 +134,7 @@ async def test_plain_send_reaches_the_inbox(dovecot: Dovecot, smtp_lab: SmtpLab,
 
 
 @pytest.mark.parametrize("tls", ["none", "starttls", "ssl"])
-async def test_auth_over_each_transport(dovecot: Dovecot, users: Users, tls_cert: tuple[Path, Path],
-                                        tls: str) -> None:  # fmt: skip
+async def test_auth_over_each_transport(dovecot: Dovecot, users: Users, tls_cert: tuple[Path, Path], tls: str) -> None:
     quinn, alice = users("quinn"), users("alice")
     with SmtpLab(dovecot, auth=("quinn", "s3cret"), tls=tls, cert=None if tls == "none" else tls_cert) as lab:
         settings = {"tls": tls, "username": "quinn", "password_env": "SMTP_PW", "ca_file": str(tls_cert[0])}

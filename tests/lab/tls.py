@@ -17,10 +17,28 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
     """Write ``cert.pem`` and ``key.pem`` for localhost and 127.0.0.1 into `directory`; return their paths."""
     cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-         "-keyout", str(key), "-out", str(cert), "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     key.chmod(0o644)  # Dovecot's master reads it as root; aiosmtpd in this process
     return cert, key
 
