@@ -98,7 +98,8 @@ class SmtpConfig(Section):
     )
     copy_to_self: bool = Field(
         default=True,
-        description="Bcc every reply to from_address: the copy proves delivery after a crash (no double send).",
+        description="Bcc every reply to from_address (which must deliver to the IMAP account): the copy proves "
+        "delivery after a crash, so nothing is sent twice.",
     )
     send_attempts: int = Field(
         default=3, ge=1, le=10, description="Tries per reply on a temporary SMTP failure before the mail waits."

@@ -53,9 +53,10 @@ class Rig:
 def make_rig(tmp_path: Path, dovecot: Dovecot, smtp_lab: SmtpLab, users: Users) -> AsyncIterator[Callable[..., Rig]]:
     opened: list[tuple[Database, ImapMailbox]] = []
 
-    def make(**smtp: Any) -> Rig:
+    def make(imap: dict[str, Any] | None = None, **smtp: Any) -> Rig:
         quinn, alice = users("quinn"), users("alice")
-        config = lab_settings(dovecot, quinn, smtp_port=smtp_lab.port, smtp={"retry_delay_s": 0, **smtp})
+        smtp = {"retry_delay_s": 0, **smtp}
+        config = lab_settings(dovecot, quinn, smtp_port=smtp_lab.port, smtp=smtp, imap=imap or {})
         db = Database.open(str(tmp_path / f"{quinn}.db"))
         mailbox = ImapMailbox(config.imap)
         mailbox.connect()
@@ -98,6 +99,19 @@ async def test_an_interrupted_send_that_got_through_is_not_repeated(make_rig: Ca
     assert len(rig.replies()) == 1
     assert rig.outbox.get(item.message_id).state == "sent"  # type: ignore[union-attr]
     assert len(rig.dovecot.messages(rig.quinn, "Quinn.Sent")) == 1
+
+
+async def test_copies_are_found_in_inbox_when_another_folder_is_watched(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig(imap={"folder": "Quinn/In"})
+    first, second = rig.put(1), rig.put(2)
+    assert await rig.delivery.deliver(first) == "replied"
+    rig.outbox.begin(second.message_id, "sending")
+    await rig.delivery.sender.send(second.raw, rig.quinn, [rig.alice, rig.quinn])  # then "crashed"
+    assert await rig.delivery.deliver(rig.outbox.get(second.message_id)) == "replied"
+    assert len(rig.replies()) == 2  # one each
+    assert rig.dovecot.messages(rig.quinn) == []  # both copies left INBOX for the sent folder
+    assert len(rig.dovecot.messages(rig.quinn, "Quinn.Sent")) == 2
+    assert rig.mailbox.uids() == []  # and the watched folder is selected again
 
 
 async def test_an_interrupted_send_that_never_left_is_sent(make_rig: Callable[..., Rig]) -> None:

@@ -5,7 +5,7 @@ The window no protocol closes: SMTP has no idempotent submit, so a crash after t
 try is recorded as ``sending`` before the message leaves, and every reply is Bcc'd to Quinn's own address
 (``smtp.copy_to_self``): the server accepts a message for all its recipients or for none, so the copy in our own
 mailbox is proof of delivery. An item found ``sending`` is resent only when no copy with its Message-ID is in
-the watched folder or the sent folder. Drafts are checked the same way in the drafts folder.
+INBOX, the watched folder or the sent folder. Drafts are checked the same way in the drafts folder.
 """
 
 from __future__ import annotations
@@ -116,5 +116,5 @@ class Delivery:
                         "cannot be checked: sending again (same Message-ID, so mail clients can drop a duplicate)",
                         item.message_id)  # fmt: skip
             return False
-        folders = [self.imap.folder, self.imap.sent_folder]
+        folders = [*self.mailbox.copy_folders(), self.imap.sent_folder]
         return bool(await self._imap(self.mailbox.holds_message_id, item.message_id, folders))

@@ -252,13 +252,26 @@ class ImapMailbox:
             self.ensure_folders([folder])
             self._transfer(uid, target)
 
+    def copy_folders(self) -> list[str]:
+        """Where the copy of a reply Bcc'd to ourselves arrives: INBOX, and the watched folder if it is another."""
+        return list(dict.fromkeys([self.config.folder, "INBOX"]))
+
     def file_copies(self, message_id: str, folder: str) -> int:
-        """Move every message in the watched folder with this Message-ID to ``folder``; returns how many."""
-        self._client.noop()  # Dovecot searches only mail it has announced (EXISTS); a NOOP brings in new arrivals
-        uids = [int(u) for u in self._client.search(["UNDELETED", "HEADER", "Message-ID", message_id])]
-        for uid in uids:
-            self.file_away(uid, folder)
-        return len(uids)
+        """Move every message with this Message-ID from ``copy_folders()`` to ``folder``; returns how many."""
+        watched, moved = self.config.folder, 0
+        try:
+            for source in self.copy_folders():
+                if source != watched:
+                    self._client.select_folder(self.server_name(source))
+                self._client.noop()  # Dovecot searches only mail it has announced; a NOOP brings in new arrivals
+                uids = [int(u) for u in self._client.search(["UNDELETED", "HEADER", "Message-ID", message_id])]
+                for uid in uids:
+                    self.file_away(uid, folder)
+                moved += len(uids)
+        finally:
+            if self.copy_folders() != [watched]:
+                self._client.select_folder(self.server_name(watched))
+        return moved
 
     def _transfer(self, uid: int, target: str) -> None:
         if self.can_move:
