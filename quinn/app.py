@@ -160,10 +160,12 @@ class Quinn:
         await asyncio.to_thread(self._stop.wait, seconds)
 
     async def _wait_s(self) -> float:
-        """How long to wait for new mail: one IDLE (renewed before the 29-minute limit) or one poll interval,
-        but no longer than until the next deferred mail is due."""
+        """How long to wait for new mail: one poll interval (with IDLE also never past its renewal), but no
+        longer than until the next deferred mail is due."""
         c = self.config.imap
-        wait_s = c.idle_renew_s if self.mailbox.can_idle else c.poll_interval_s
+        # With IDLE, poll_interval_s still bounds a wait: the safety net for a change that reached the server
+        # between our last command and the IDLE, which Dovecot reports only when the IDLE ends.
+        wait_s = min(c.idle_renew_s, c.poll_interval_s) if self.mailbox.can_idle else c.poll_interval_s
         assert self.store is not None
         due = await self._db(MailLedger(self.store.db).next_due, c.folder, self.mailbox.uidvalidity)
         if due is not None:

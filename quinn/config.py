@@ -57,7 +57,11 @@ class ImapConfig(Section):
         default=1500.0, ge=1, le=1740,
         description="IDLE is ended and re-issued after this many seconds (RFC 2177: servers may drop it at 29 min).",
     )  # fmt: skip
-    poll_interval_s: float = Field(default=30.0, gt=0, description="Seconds between polls when not idling.")
+    poll_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="Seconds between looks at the folder: polls without IDLE; with IDLE, a safety net for changes "
+        "that reach the server just before an IDLE begins.",
+    )  # fmt: skip
     keepalive_s: float = Field(
         default=300.0, gt=0, description="A NOOP is sent after this many quiet seconds while waiting between polls."
     )

@@ -154,6 +154,17 @@ def test_mail_announced_during_a_pass_is_not_waited_for(dovecot: Dovecot, users:
     box.close()
 
 
+def test_mail_arriving_between_commands_and_idle_is_seen(dovecot: Dovecot, users: Users) -> None:
+    user = users("quinn")
+    box = mailbox(dovecot, user)
+    assert box.uids() == []
+    dovecot.append(user, make_mail("a@example.test", user))  # after our last command, before any IDLE
+    # Dovecot's IDLE would hold this one back until the IDLE ends; the NOOP before IDLE gets it now.
+    assert box.wait(600, threading.Event()) is True
+    assert len(box.uids()) == 1
+    box.close()
+
+
 def test_idle_is_renewed_and_still_sees_mail(dovecot: Dovecot, users: Users) -> None:
     user = users("quinn")
     box = mailbox(dovecot, user, idle_renew_s=1)

@@ -291,8 +291,8 @@ class ImapMailbox:
     def wait(self, timeout_s: float, stop: threading.Event) -> bool:
         """Block until the folder may have changed, ``timeout_s`` passes, or ``stop`` is set.
 
-        With IDLE: one IDLE command, never longer than ``idle_renew_s`` (RFC 2177: re-issue it before the
-        server's 29-minute inactivity timeout), checked every second so a stop is seen quickly. Without IDLE:
+        With IDLE: a NOOP, then one IDLE command, never longer than ``idle_renew_s`` (RFC 2177: re-issue it
+        before the server's 29-minute inactivity timeout), checked every second so a stop is seen quickly. Without IDLE:
         sleep, sending a NOOP keep-alive every ``keepalive_s``, then a NOOP that is the poll itself.
         Returns True when the server reported something. A BYE or dead socket raises ``IMAPClientAbortError``.
         """
@@ -309,6 +309,11 @@ class ImapMailbox:
                     quiet_since = now
                 stop.wait(min(0.25, max(0.0, deadline - now)))
             return self._noop() | self._take_news()
+        # Dovecot's IDLE reports only changes after it began; one that came since our last command would wait
+        # in the server until IDLE ends (measured). A NOOP first asks for them; what slips in between the NOOP
+        # and IDLE (one round trip) is reported when this IDLE ends, within poll_interval_s (see the run loop).
+        if self._noop():
+            return True
         deadline = time.monotonic() + min(timeout_s, c.idle_renew_s)
         self._client.idle()
         self.idle_cycles += 1
