@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,15 +24,18 @@ from quinn.agent.samples import sample_variables
 from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
 from quinn.errors import ConnectError, MailParseError, QuinnError, RetryLater
+from quinn.faults import fault_point
 from quinn.hardening import fit_torch_to_sandbox
-from quinn.mailbox.imap import DEAD_CONNECTION, ImapLoginRejected, ImapMailbox
-from quinn.mailbox.ledger import MailKey, MailLedger
+from quinn.mailbox.backoff import Backoff
+from quinn.mailbox.delivery import Delivery
+from quinn.mailbox.imap import IMAP_FAILURES, ImapLoginRejected, ImapMailbox
+from quinn.mailbox.ledger import MailKey, MailLedger, MailRecord
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.policy import Decision, Rules, decide
 from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_message_id
-from quinn.mailbox.threads import Sessions
+from quinn.mailbox.threads import Sessions, thread_key
 from quinn.memory.db import Database
 from quinn.memory.embed import build_embedder
 from quinn.memory.store import MemoryStore
@@ -49,8 +51,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 BACKOFF_START_S = 1.0
-BACKOFF_MAX_S = 300.0
-LOGIN_RETRY_S = 120.0
+LOGIN_RETRY_MAX_S = 3600.0
 LLM_RETRY_BASE = timedelta(minutes=1)
 LLM_RETRY_MAX = timedelta(hours=1)
 MAX_ATTEMPTS = 12
@@ -58,6 +59,8 @@ MAX_ATTEMPTS = 12
 
 class Quinn:
     """The daemon: owns the mailbox, the store, the agent and the scheduler."""
+
+    delivery: Delivery  # built in start(), once the database is open
 
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
@@ -82,10 +85,14 @@ class Quinn:
     # -- lifecycle -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the database, load the embedder and log in to IMAP. Errors here are fatal and explained."""
+        """Log in to IMAP, open the database, load the embedder. A rejected login or a bad database is fatal
+        and explained; an unreachable IMAP server is not (the run loop keeps trying, saying so)."""
         c = self.config
         # Cheapest and likeliest mistakes first: the IMAP login, then the database, then the slow model load.
-        await self._imap(self.mailbox.connect)
+        try:
+            await self._imap(self.mailbox.connect)
+        except ConnectError as exc:
+            log.error("%s; will keep trying", exc)
         self.db = Database.open(c.database.url, c.database.secret("auth_token"))
         if c.embeddings.backend == "local":
             fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
@@ -98,8 +105,12 @@ class Quinn:
         if c.scheduler.enabled:
             self.scheduler = JobRunner(self.store, self.llm, self.prompts, c.scheduler, clock=self.clock)
             await self.scheduler.start()
+        self.delivery = Delivery(c.smtp, c.imap, Outbox(self.db), self.sender, self.mailbox, self._db, self._imap)
+        if self.mailbox.connected:
+            await self._resync()
+        mode = ("IDLE" if self.mailbox.can_idle else "polling") if self.mailbox.connected else "not connected yet"
         log.info("quinn started: %s, folder %s, uidvalidity %s, %s", self.mailbox.where, c.imap.folder,
-                 self.mailbox.uidvalidity, "IDLE" if self.mailbox.can_idle else "polling")  # fmt: skip
+                 self.mailbox.uidvalidity, mode)  # fmt: skip
 
     def stop(self) -> None:
         """Ask the loop to stop taking new mail; the mail in flight is finished (SIGTERM)."""
@@ -122,46 +133,70 @@ class Quinn:
     async def run(self, on_ready: Callable[[], None] | None = None) -> None:
         """The daemon's main loop: handle what is in the folder, wait for more, reconnect on failure.
 
-        ``on_ready`` is called once everything is up (systemd's READY=1 and the metrics endpoint hang on it).
+        Every IMAP failure (kick, BYE, server restart, refused, timeout, NO/BAD) closes the connection and
+        reconnects with jittered exponential backoff; a password rejected while running is retried slowly.
+        Each wait is logged, so the daemon is never silently stuck. ``on_ready`` is called once everything is up
+        (systemd's READY=1 and the metrics endpoint hang on it).
         """
         await self.start()
         if on_ready is not None:
             on_ready()
-        backoff = BACKOFF_START_S
+        c = self.config.imap
+        backoff = Backoff(BACKOFF_START_S, c.reconnect_max_s)
+        login_backoff = Backoff(c.login_retry_s, max(c.login_retry_s, LOGIN_RETRY_MAX_S))
         try:
             while not self._stop.is_set():
                 try:
+                    if not self.mailbox.connected:
+                        await self._imap(self.mailbox.connect)
+                        log.info("IMAP reconnected to %s after %d failed tries", self.mailbox.where,
+                                 backoff.failures + login_backoff.failures)  # fmt: skip
+                        backoff.reset()
+                        login_backoff.reset()
+                        await self._resync()
                     await self.process_folder()
-                    backoff = BACKOFF_START_S
                     if self._stop.is_set():
                         break
-                    await self._imap(self.mailbox.wait, self.config.imap.poll_interval_s, self._stop)
-                except DEAD_CONNECTION as exc:
-                    backoff = await self._reconnect(f"{exc.__class__.__name__}: {exc}", backoff)
-                except ConnectError as exc:
-                    backoff = await self._reconnect(str(exc), backoff)
+                    await self._imap(self.mailbox.wait, await self._wait_s(), self._stop)
+                except ImapLoginRejected as exc:
+                    delay = login_backoff.next_delay()
+                    log.error("IMAP login rejected while running (%s); the server may be changing passwords, "
+                              "trying again in %.0fs", exc, delay)  # fmt: skip
+                    await self._sleep(delay)
+                except IMAP_FAILURES as exc:
+                    await self._imap(self.mailbox.close)
+                    delay = backoff.next_delay()
+                    why = exc.message if isinstance(exc, QuinnError) else f"{exc.__class__.__name__}: {exc}"
+                    log.warning("IMAP connection lost (%s); reconnecting in %.1fs", why, delay)
+                    await self._sleep(delay)
         finally:
             await self.close()
         log.info("quinn stopped after handling %d mails", self.handled)
 
-    async def _reconnect(self, why: str, backoff: float) -> float:
-        """Log, wait with jittered exponential backoff, reconnect; a rejected login is retried slowly."""
-        delay = backoff * (0.5 + random.random())
-        log.warning("IMAP connection lost (%s); reconnecting in %.1fs", why, delay)
-        await self._imap(self.mailbox.close)
-        await asyncio.to_thread(self._stop.wait, delay)
-        if self._stop.is_set():
-            return backoff
-        try:
-            await self._imap(self.mailbox.connect)
-            log.info("IMAP reconnected to %s", self.mailbox.where)
-            return BACKOFF_START_S
-        except ImapLoginRejected as exc:
-            log.error("IMAP login rejected on reconnect, retrying in %.0fs: %s", LOGIN_RETRY_S, exc)
-            await asyncio.to_thread(self._stop.wait, LOGIN_RETRY_S)
-        except (ConnectError, *DEAD_CONNECTION) as exc:
-            log.warning("IMAP reconnect failed: %s", exc)
-        return min(backoff * 2, BACKOFF_MAX_S)
+    async def _sleep(self, seconds: float) -> None:
+        """Wait, but wake at once on stop."""
+        await asyncio.to_thread(self._stop.wait, seconds)
+
+    async def _wait_s(self) -> float:
+        """How long to wait for new mail: one poll interval (with IDLE also never past its renewal), but no
+        longer than until the next deferred mail is due."""
+        c = self.config.imap
+        # With IDLE, poll_interval_s still bounds a wait: the safety net for a change that reached the server
+        # between our last command and the IDLE, which Dovecot reports only when the IDLE ends.
+        wait_s = min(c.idle_renew_s, c.poll_interval_s) if self.mailbox.can_idle else c.poll_interval_s
+        assert self.store is not None
+        due = await self._db(MailLedger(self.store.db).next_due, c.folder, self.mailbox.uidvalidity)
+        if due is not None:
+            wait_s = min(wait_s, max((due - utcnow()).total_seconds() + 1, 0.0))
+        return wait_s
+
+    async def _resync(self) -> None:
+        """After (re)connecting: ledger rows of another UIDVALIDITY that never finished are superseded."""
+        assert self.store is not None
+        stale = await self._db(MailLedger(self.store.db).resync, self.config.imap.folder, self.mailbox.uidvalidity)
+        if stale:
+            log.warning("UIDVALIDITY of %s is now %d: %d unfinished mails will be taken up again by Message-ID",
+                        self.config.imap.folder, self.mailbox.uidvalidity, stale)  # fmt: skip
 
     async def _imap(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
@@ -175,6 +210,8 @@ class Quinn:
 
     async def process_folder(self) -> int:
         """Handle every message in the watched folder once; returns how many were looked at."""
+        if await self._imap(self.mailbox.check_uidvalidity) is not None:
+            await self._resync()
         uids = await self._imap(self.mailbox.uids)
         sizes = await self._imap(self.mailbox.sizes, uids)
         for uid in uids:
@@ -192,10 +229,10 @@ class Quinn:
         ledger = MailLedger(self.store.db)
         record = await self._db(ledger.receive, key)
         if record.final:
-            if not record.moved:
-                await self._file_away(ledger, key, record.state)
+            if not record.moved:  # a crash between "done" and "filed away"
+                await self._file_away(ledger, key, record.state, record.reason)
             return
-        if record.state == "deferred" and record.next_attempt_at and record.next_attempt_at > (iso(utcnow()) or ""):
+        if record.state == "superseded" or not _due(record):
             return
         limit_kb = self.config.imap.max_message_kb
         if size > limit_kb * 1024:
@@ -203,19 +240,31 @@ class Quinn:
             return
         with self.metrics.stage("fetch"):
             fetched = await self._imap(self.mailbox.fetch, uid)
-        if fetched is None:
+        if fetched is None:  # expunged since the pass began (by a person, or our own copy filed at once)
+            await self._db(ledger.set, key, "ignored", "gone from the folder before it was read")
+            await self._db(ledger.mark_moved, key)
             return
+        fault_point("after_fetch")
         try:
             email = parse_email(fetched.raw, internal_date=fetched.internal_date,
                                 max_bytes=self.config.imap.max_message_kb * 1024)  # fmt: skip
         except MailParseError as exc:
             await self._finish(ledger, key, "quarantined", f"unparseable: {exc.message}")
             return
-        earlier = await self._db(ledger.done_elsewhere, email.message_id, key)
-        if earlier is not None:
-            await self._finish(ledger, key, "ignored", f"duplicate of {earlier.key.uid}: {earlier.state}",
-                               message_id=email.message_id)  # fmt: skip
+        if await self._is_own_copy(ledger, key, email):
             return
+        earlier = await self._db(ledger.elsewhere, email.message_id, key)
+        if earlier is not None and earlier.final:
+            # The same mail twice (a second copy, or seen again after a UIDVALIDITY change): answered once.
+            reason = f"duplicate of uid {earlier.key.uid}: {earlier.state}"
+            await self._finish(ledger, key, "ignored", reason, message_id=email.message_id)
+            return
+        if earlier is not None and earlier.state == "superseded":
+            record = await self._db(ledger.carry_over, earlier, key)
+            if not _due(record):
+                return
+        elif earlier is not None:
+            return  # another live copy of this mail is in progress; this one waits for its outcome
         decision = decide(email, self.rules)
         log.info("mail uid=%s id=%s from=%s: %s (%s)", uid, email.message_id, email.sender, decision.action,
                  decision.reason)  # fmt: skip
@@ -224,12 +273,19 @@ class Quinn:
                                decision.reason, message_id=email.message_id, user_id=decision.user_id)  # fmt: skip
             return
         assert decision.user_id is not None
-        cap = self.config.policy.max_replies_per_sender_per_hour
-        if await self._db(ledger.replies_since, decision.user_id, utcnow() - timedelta(hours=1)) >= cap:
-            await self._db(ledger.defer, key, f"rate cap: {cap} replies per hour", timedelta(minutes=10))
+        thread = thread_key(email)
+        p = self.config.policy
+        capped = await self._db(ledger.cap_reached, decision.user_id, thread, p.max_replies_per_sender_per_hour,
+                                p.max_replies_per_thread_per_hour)  # fmt: skip
+        if capped is not None:
+            reason, until = capped
+            await self._db(ledger.set, key, "deferred", reason, message_id=email.message_id,
+                           user_id=decision.user_id, thread_key=thread)  # fmt: skip
+            await self._db(ledger.defer, key, reason, until, count_attempt=False)
+            log.info("mail uid=%s deferred until %s: %s", uid, iso(until), reason)
             return
         await self._db(ledger.set, key, "handling", decision.reason, message_id=email.message_id,
-                       user_id=decision.user_id)  # fmt: skip
+                       user_id=decision.user_id, thread_key=thread)  # fmt: skip
         try:
             state = await self._reply(email, decision)
         except RetryLater as exc:
@@ -238,7 +294,7 @@ class Quinn:
                 await self._finish(ledger, key, "failed", f"gave up after {attempts} attempts: {exc.message}")
                 return
             delay = min(LLM_RETRY_BASE * 2 ** (attempts - 1), LLM_RETRY_MAX)
-            await self._db(ledger.defer, key, exc.message, delay)
+            await self._db(ledger.defer, key, exc.message, utcnow() + delay)
             log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", uid, attempts, delay, exc.message)
             return
         except ConnectError as exc:  # a permanent SMTP rejection: the operator must look
@@ -249,16 +305,44 @@ class Quinn:
         if decision.use_memory:
             await self._learn(decision.user_id, email)
 
-    async def _finish(self, ledger: MailLedger, key: MailKey, state: str, reason: str, **ids: str | None) -> None:
+    async def _is_own_copy(self, ledger: MailLedger, key: MailKey, email: InboundEmail) -> bool:
+        """Our own reply, back through smtp.copy_to_self: proof that its send went through; filed as sent."""
+        outbox = Outbox(ledger.db)
+        item = await self._db(outbox.get, email.message_id)
+        if item is None:
+            return False
+        if item.state in ("pending", "sending"):
+            # The server accepted it (for every recipient or none), whatever our last try concluded.
+            await self._db(outbox.mark, item.message_id, "sent")
+            await self._db(ledger.due_now, item.in_reply_to)  # its mail need not wait for a retry to finish
+        await self._finish(ledger, key, "ignored", "copy of our own reply", message_id=email.message_id,
+                           folder=self.config.imap.sent_folder)  # fmt: skip
+        return True
+
+    async def _finish(
+        self, ledger: MailLedger, key: MailKey, state: str, reason: str, *, folder: str | None = None,
+        answered: bool | None = None, **ids: str | None,
+    ) -> None:  # fmt: skip
         await self._db(ledger.set, key, state, reason, **ids)
         self.metrics.mail_finished(state)
         log.info("mail uid=%s -> %s: %s", key.uid, state, reason)
-        await self._file_away(ledger, key, state)
+        fault_point("before_move")
+        await self._file_away(ledger, key, state, reason, folder=folder, answered=answered)
 
-    async def _file_away(self, ledger: MailLedger, key: MailKey, state: str) -> None:
+    async def _file_away(
+        self, ledger: MailLedger, key: MailKey, state: str, reason: str = "", *, folder: str | None = None,
+        answered: bool | None = None,
+    ) -> None:  # fmt: skip
+        """Flag and move a finished mail: quarantine for the operator, our reply copies to the sent folder,
+        the rest to the processed folder. \\Answered when it was answered (RFC 3501 §2.3.2)."""
         c = self.config.imap
-        folder = c.quarantine_folder if state in ("quarantined", "failed") else c.processed_folder
-        await self._imap(self.mailbox.file_away, key.uid, folder, answered=state in ("replied", "drafted"))
+        if folder is None:
+            own_copy = state == "ignored" and reason == "copy of our own reply"
+            folder = c.sent_folder if own_copy else (
+                c.quarantine_folder if state in ("quarantined", "failed") else c.processed_folder)  # fmt: skip
+        if answered is None:
+            answered = state in ("replied", "drafted") or reason.endswith((": replied", ": drafted"))
+        await self._imap(self.mailbox.file_away, key.uid, folder, answered=answered)
         await self._db(ledger.mark_moved, key)
 
     # -- the reply -------------------------------------------------------------------------------------
@@ -268,7 +352,7 @@ class Quinn:
         assert self.store is not None and decision.user_id is not None
         db = self.store.db
         outbox = Outbox(db)
-        sessions = Sessions(db)
+        sessions = Sessions(db, self.config.policy.subject_window_days)
         user = decision.user_id
         own = self.config.smtp.from_address
         message_id = reply_message_id(email.message_id, own)
@@ -291,12 +375,13 @@ class Quinn:
                     answer = await self.agent.answer(email, user, decision.use_memory, thread=thread,
                                                      summary=summary, confirming_purge=confirming,
                                                      session_id=session_id)  # fmt: skip
+            fault_point("after_llm")
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
             # Cost is counted per sender even without memory; after a purge the user's name stays out of it.
             await self.agent.record(answer.template, answer.usage, None if answer.purged else user, email.message_id)
             files = [(a.filename, a.content_type, a.data) for a in answer.attachments]
             reply = compose_reply(email, answer.body, own_address=own, own_name=self.config.smtp.from_name,
-                                  attachments=files)  # fmt: skip
+                                  reply_all=self.config.smtp.reply_all, attachments=files)  # fmt: skip
             item = await self._db(outbox.put, reply.message_id, email.message_id, user if keep else None,
                                   session_id if keep else None, reply.recipients, reply.raw,
                                   template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
@@ -304,23 +389,8 @@ class Quinn:
                 await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
                                reply.subject, own, reply.recipients, reply.body)  # fmt: skip
                 await self._db(sessions.link, session_id, reply.message_id)
-        if item.state in ("sent", "drafted"):
-            return "replied" if item.state == "sent" else "drafted"
-        if self.config.smtp.reply_mode == "draft":
-            await self._imap(self.mailbox.append, self.config.imap.drafts_folder, item.raw, (b"\\Draft",))
-            await self._db(outbox.mark, item.message_id, "drafted")
-            return "drafted"
-        try:
-            with self.metrics.stage("send"):
-                await self.sender.send(item.raw, own, item.recipients)
-        except RetryLater as exc:
-            await self._db(outbox.mark, item.message_id, "pending", exc.message)
-            raise
-        except ConnectError as exc:
-            await self._db(outbox.mark, item.message_id, "failed", exc.message)
-            raise
-        await self._db(outbox.mark, item.message_id, "sent")
-        return "replied"
+        with self.metrics.stage("send"):
+            return await self.delivery.deliver(item)
 
     def _thread(self, email: InboundEmail, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
         """The thread buffer and rolling summary of the mail's session (runs on the DB thread)."""
@@ -382,3 +452,9 @@ def _rules(config: Config) -> Rules:
         unauthenticated=config.policy.unauthenticated,
         loop_header=LOOP_HEADER,
     )
+
+
+def _due(record: MailRecord) -> bool:
+    """A deferred mail is only taken up again once its retry time has come."""
+    waiting = record.state == "deferred" and record.next_attempt_at
+    return not (waiting and str(record.next_attempt_at) > (iso(utcnow()) or ""))

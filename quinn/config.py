@@ -50,9 +50,33 @@ class ImapConfig(Section):
         default="Quinn/Quarantine", description="Mail that cannot be parsed or is too large is moved here."
     )
     drafts_folder: str = Field(default="Drafts", description="Where replies go when reply_mode is draft.")
+    sent_folder: str = Field(
+        default="Quinn/Sent", description="Copies of Quinn's own replies (smtp.copy_to_self) are filed here."
+    )
+    ca_file: Path | None = Field(
+        default=None, description="CA bundle (PEM) to verify the server's certificate; default: the system's CAs."
+    )
     idle: bool = Field(default=True, description="Use IMAP IDLE when the server offers it; poll otherwise.")
-    poll_interval_s: float = Field(default=30.0, gt=0, description="Seconds between polls when not idling.")
+    idle_renew_s: float = Field(
+        default=1500.0, ge=1, le=1740,
+        description="IDLE is ended and re-issued after this many seconds (RFC 2177: servers may drop it at 29 min).",
+    )  # fmt: skip
+    poll_interval_s: float = Field(
+        default=30.0, gt=0,
+        description="Seconds between looks at the folder: polls without IDLE; with IDLE, a safety net for changes "
+        "that reach the server just before an IDLE begins.",
+    )  # fmt: skip
+    keepalive_s: float = Field(
+        default=300.0, gt=0, description="A NOOP is sent after this many quiet seconds while waiting between polls."
+    )
     timeout_s: float = Field(default=30.0, gt=0, description="Socket timeout for IMAP operations, in seconds.")
+    reconnect_max_s: float = Field(
+        default=300.0, gt=0, description="Longest wait between reconnect attempts (the backoff doubles up to it)."
+    )
+    login_retry_s: float = Field(
+        default=300.0, gt=0,
+        description="Wait before logging in again after the server rejected the password while running.",
+    )  # fmt: skip
     max_message_kb: int = Field(
         default=10240, gt=0, description="Mail larger than this (RFC822.SIZE, in KiB) is quarantined unread."
     )
@@ -71,8 +95,25 @@ class SmtpConfig(Section):
     from_address: str = Field(description="Quinn's own address: From of every reply, and how Quinn knows itself.")
     from_name: str = Field(default="Quinn", description="Display name on the From header.")
     timeout_s: float = Field(default=30.0, gt=0, description="Timeout for one SMTP conversation, in seconds.")
+    ca_file: Path | None = Field(
+        default=None, description="CA bundle (PEM) to verify the server's certificate; default: the system's CAs."
+    )
     reply_mode: Literal["send", "draft"] = Field(
         default="send", description="send: reply over SMTP; draft: APPEND the reply to the drafts folder."
+    )
+    reply_all: bool = Field(
+        default=False, description="Keep the other To/Cc recipients of a mail on Cc of the reply (reply-all)."
+    )
+    copy_to_self: bool = Field(
+        default=True,
+        description="Bcc every reply to from_address (which must deliver to the IMAP account): the copy proves "
+        "delivery after a crash, so nothing is sent twice.",
+    )
+    send_attempts: int = Field(
+        default=3, ge=1, le=10, description="Tries per reply on a temporary SMTP failure before the mail waits."
+    )
+    retry_delay_s: float = Field(
+        default=2.0, ge=0, description="Wait before the second SMTP try; doubles for each further try."
     )
 
     @field_validator("from_address")
@@ -171,6 +212,12 @@ class PolicyConfig(Section):
     )
     max_replies_per_sender_per_hour: int = Field(
         default=20, ge=1, description="Rate cap per sender; mail over it waits and is answered later."
+    )
+    max_replies_per_thread_per_hour: int = Field(
+        default=10, ge=1, description="Rate cap per thread (stops reply ping-pong); mail over it waits."
+    )
+    subject_window_days: float = Field(
+        default=14.0, gt=0, description="Mail without thread ids joins a session with the same subject this recent."
     )
 
     @field_validator("allow")

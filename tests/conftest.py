@@ -27,6 +27,7 @@ from tests.lab.guard import install_network_guard  # noqa: E402
 from tests.lab.process import stop_all  # noqa: E402
 from tests.lab.smtp import MailLab, SmtpLab, unique_address  # noqa: E402
 from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld  # noqa: E402
+from tests.lab.tls import make_certificate, openssl_available  # noqa: E402
 
 
 def _missing(what: str, hint: str) -> None:
@@ -169,9 +170,12 @@ def llm_server() -> Iterator[ScriptedLLM]:
 
 def lab_config_text(
     *, imap_port: int, smtp_port: int, address: str, llm_url: str, db_path: Path, extra: str = "",
-    model: str = "openai/gpt-test", idle: bool = True,
+    model: str = "openai/gpt-test", idle: bool = True, imap_extra: str = "", smtp_extra: str = "",
 ) -> str:  # fmt: skip
-    """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables."""
+    """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables.
+
+    ``imap_extra`` / ``smtp_extra`` are more lines for those sections; ``extra`` holds further sections.
+    """
     return f"""
 log_level = "INFO"
 
@@ -183,12 +187,14 @@ password_env = "QUINN_TEST_IMAP_PASSWORD"
 tls = "none"
 idle = {str(idle).lower()}
 poll_interval_s = 0.5
+{imap_extra}
 
 [smtp]
 host = "127.0.0.1"
 port = {smtp_port}
 tls = "none"
 from_address = "{address}"
+{smtp_extra}
 
 [llm]
 model = "{model}"
@@ -211,13 +217,17 @@ def lab_config(
     """A factory of quinn.toml files for the lab: ``lab_config(extra="[policy]...")``."""
 
     def make(*, extra: str = "", name: str = "quinn.toml", **kwargs: Any) -> LabConfig:
+        """kwargs: lab_config_text's, plus ``address``, ``db_path``, ``server`` (another Dovecot) and
+        ``smtp`` (another SmtpLab)."""
         address = kwargs.pop("address", None) or users("quinn")
         db_path = kwargs.pop("db_path", None) or tmp_path / "quinn.db"
-        text = lab_config_text(imap_port=dovecot.port, smtp_port=smtp_lab.port, address=address,
+        server: Dovecot = kwargs.pop("server", None) or dovecot
+        smtp: SmtpLab = kwargs.pop("smtp", None) or smtp_lab
+        text = lab_config_text(imap_port=server.port, smtp_port=smtp.port, address=address,
                                llm_url=llm_server.openai_base_url, db_path=db_path, extra=extra, **kwargs)  # fmt: skip
         path = tmp_path / name
         path.write_text(text, encoding="utf-8")
-        env = {"QUINN_TEST_IMAP_PASSWORD": dovecot.password, "QUINN_TEST_LLM_KEY": "test-key"}
+        env = {"QUINN_TEST_IMAP_PASSWORD": server.password, "QUINN_TEST_LLM_KEY": "test-key"}
         return LabConfig(path=path, env=env, address=address, db_path=db_path)
 
     return make
@@ -271,3 +281,13 @@ def local_embedder() -> Any:
     from quinn.memory.embed import LocalEmbedder
 
     return LocalEmbedder()
+
+
+@pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost / 127.0.0.1: ``(cert.pem, key.pem)``; the cert is its own CA."""
+    if not openssl_available():
+        _missing("openssl", "apt-get install openssl")
+    directory = tmp_path_factory.mktemp("tls")
+    directory.chmod(0o755)
+    return make_certificate(directory)

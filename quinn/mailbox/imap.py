@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from imapclient import IMAPClient
@@ -25,12 +26,16 @@ from quinn.errors import ConfigError, ConnectError
 log = logging.getLogger(__name__)
 
 KEYWORD = b"$QuinnProcessed"
-IDLE_MAX_S = 25 * 60  # RFC 2177: re-issue IDLE before the server's 29-minute inactivity limit
 DEAD_CONNECTION: tuple[type[BaseException], ...] = (IMAPClientAbortError, OSError, socket.timeout, ssl.SSLError)
 
 
 class ImapLoginRejected(ConfigError):
     """The server refused our username/password."""
+
+
+#: Every IMAP failure that the run loop answers with a reconnect: a dead connection, or a NO/BAD that leaves
+#: the session in an unknown state. A rejected login is handled apart (``ImapLoginRejected``).
+IMAP_FAILURES: tuple[type[BaseException], ...] = (*DEAD_CONNECTION, IMAPClientError, ConnectError)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ class Fetched:
     internal_date: datetime | None
 
 
+def tls_context(ca_file: Path | None) -> ssl.SSLContext:
+    """A verifying TLS context; ``ca_file`` replaces the system CAs (a private CA or a self-signed server)."""
+    return ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+
+
 class ImapMailbox:
     """One logged-in IMAP connection watching ``config.folder``."""
 
@@ -51,22 +61,40 @@ class ImapMailbox:
         self.delimiter = "/"
         self.can_idle = False
         self.can_move = False
+        self.can_uidplus = False
         self.uidvalidity = 0
+        self.idle_cycles = 0  # IDLE commands issued; each ends within idle_renew_s (RFC 2177)
+        self.keepalives = 0  # NOOPs sent to keep a quiet connection alive
 
     @property
     def where(self) -> str:
         """``user@host:port`` for messages (no password)."""
         return f"{self.config.username}@{self.config.host}:{self.config.port}"
 
+    @property
+    def connected(self) -> bool:
+        """Whether a logged-in connection is held (it may still turn out dead on the next command)."""
+        return self._client is not None
+
     def connect(self) -> None:
-        """Connect, log in, learn capabilities and the hierarchy delimiter, create our folders, select."""
+        """Connect, log in, learn capabilities and the hierarchy delimiter, create our folders, select.
+
+        Raises ``ImapLoginRejected`` when the password is refused and ``ConnectError`` for everything else.
+        """
         c = self.config
+        context = tls_context(c.ca_file) if c.tls != "none" else None
         try:
-            client = IMAPClient(c.host, port=c.port, ssl=c.tls == "ssl", timeout=c.timeout_s)
-            if c.tls == "starttls":
-                client.starttls()
+            client = IMAPClient(c.host, port=c.port, ssl=c.tls == "ssl", ssl_context=context, timeout=c.timeout_s)
         except (OSError, IMAPClientError) as exc:
-            raise ConnectError(f"IMAP {c.host}:{c.port} unreachable: {exc}", "check imap.host, port and tls") from None
+            raise ConnectError(f"IMAP {c.host}:{c.port} unreachable: {_describe(exc)}",
+                               "check imap.host, port and tls") from None  # fmt: skip
+        try:
+            if c.tls == "starttls":
+                client.starttls(context)
+        except (OSError, IMAPClientError) as exc:
+            _close_quietly(client)
+            raise ConnectError(f"IMAP {c.host}:{c.port} STARTTLS failed: {_describe(exc)}",
+                               "check imap.tls and imap.ca_file") from None  # fmt: skip
         try:
             client.login(c.username, self.config.secret("password") or "")
         except LoginError as exc:
@@ -77,17 +105,28 @@ class ImapMailbox:
             ) from None
         except (*DEAD_CONNECTION, IMAPClientError) as exc:
             _close_quietly(client)
-            raise ConnectError(f"IMAP {c.host}:{c.port} failed during login: {exc}") from exc
-        self._client = client
-        caps = {bytes(cap).upper() for cap in client.capabilities()}
-        self.can_idle = c.idle and b"IDLE" in caps
-        self.can_move = b"MOVE" in caps
-        folders = client.list_folders()
-        if folders:
-            delimiter = folders[0][1]
-            self.delimiter = delimiter.decode() if isinstance(delimiter, bytes) else (delimiter or "/")
-        self.ensure_folders([c.folder, c.processed_folder, c.quarantine_folder, c.drafts_folder])
-        self.uidvalidity = int(client.select_folder(c.folder)[b"UIDVALIDITY"])
+            raise ConnectError(f"IMAP {c.host}:{c.port} failed during login: {_describe(exc)}") from None
+        try:
+            self._client = client
+            caps = {bytes(cap).upper() for cap in client.capabilities()}
+            self.can_idle = c.idle and b"IDLE" in caps
+            self.can_move = b"MOVE" in caps
+            self.can_uidplus = b"UIDPLUS" in caps
+            folders = client.list_folders()
+            if folders:
+                delimiter = folders[0][1]
+                self.delimiter = delimiter.decode() if isinstance(delimiter, bytes) else (delimiter or "/")
+            self.ensure_folders(self.own_folders())
+            self.uidvalidity = int(client.select_folder(self.server_name(c.folder))[b"UIDVALIDITY"])
+            self._take_news()  # a fresh connection is followed by a full pass
+        except (*DEAD_CONNECTION, IMAPClientError) as exc:
+            self.close()
+            raise ConnectError(f"IMAP {c.host}:{c.port} failed after login: {_describe(exc)}") from None
+
+    def own_folders(self) -> list[str]:
+        """The folders Quinn reads or writes, as configured."""
+        c = self.config
+        return [c.folder, c.processed_folder, c.quarantine_folder, c.drafts_folder, c.sent_folder]
 
     def server_name(self, folder: str) -> str:
         """A configured folder name (``/`` separates levels) in the server's own hierarchy delimiter."""
@@ -106,9 +145,12 @@ class ImapMailbox:
                     self._client.create_folder(name)
                     self._client.subscribe_folder(name)
                     log.info("created IMAP folder %s", name)
+                except IMAPClientAbortError:
+                    raise
                 except IMAPClientError as exc:
                     if b"ALREADYEXISTS" not in str(exc).encode().upper() and "exists" not in str(exc).lower():
-                        raise ConnectError(f"IMAP cannot create folder {name}: {exc}") from exc
+                        raise ConnectError(f"IMAP cannot create folder {name}: {exc}",
+                                           "create it by hand or check the account's rights") from exc  # fmt: skip
                 existing.add(name)
 
     def close(self) -> None:
@@ -119,9 +161,38 @@ class ImapMailbox:
 
     # -- reading ---------------------------------------------------------------------------------------
 
+    def check_uidvalidity(self) -> int | None:
+        """The folder's UIDVALIDITY now; returns the old value when it changed (RFC 3501 §2.3.1.1), else None.
+
+        Dovecot drops the session when it changes, but a server may also change it under a live session:
+        then every UID we know is void, and one of them may now name another message.
+        """
+        self._client.noop()  # lets the server catch up with the folder first (Dovecot drops the session here)
+        status = self._client.folder_status(self.server_name(self.config.folder), [b"UIDVALIDITY"])
+        current = int(status[b"UIDVALIDITY"])
+        if current == self.uidvalidity:
+            return None
+        old, self.uidvalidity = self.uidvalidity, current
+        self._client.select_folder(self.server_name(self.config.folder))
+        return old
+
     def uids(self) -> list[int]:
         """Every UID in the watched folder (handled mail is moved away, so what is left is new or in flight)."""
+        self._client.noop()  # Dovecot's SEARCH only sees mail it has announced: let it announce first
+        self._take_news()  # this SEARCH covers everything announced so far
         return sorted(int(u) for u in self._client.search(["NOT", "DELETED"]))
+
+    def _take_news(self) -> bool:
+        """Whether the server announced new mail (RFC 3501 §7.3.1 EXISTS) in a response to any command since the
+        last call, and forget it.
+
+        A server announces new mail once, in the response to whatever command comes next (a FETCH, a MOVE, our
+        NOOP); IDLE reports only what was not announced yet. Mail that arrived while a pass was busy would
+        otherwise wait for the next IDLE renewal (measured: a 25-minute stall). imapclient does not expose these
+        unsolicited responses, so they are read where imaplib collects them.
+        """
+        pending = self._client._imap.untagged_responses
+        return bool(pending.pop("EXISTS", None)) | bool(pending.pop("RECENT", None))
 
     def sizes(self, uids: list[int]) -> dict[int, int]:
         """RFC822.SIZE of each UID, read before the body so oversize mail is never downloaded."""
@@ -141,19 +212,74 @@ class ImapMailbox:
             moment = moment.replace(tzinfo=UTC)  # imapclient normalises to local time without tz
         return Fetched(uid, bytes(item[b"BODY[]"]), moment)
 
+    def holds_message_id(self, message_id: str, folders: list[str]) -> bool:
+        """Whether any of ``folders`` holds a message with this Message-ID (read-only; the watched folder is
+        selected again afterwards). How a send interrupted by a crash is confirmed from its copy."""
+        watched = self.config.folder
+        try:
+            for folder in folders:
+                if folder != watched:
+                    self._client.select_folder(self.server_name(folder), readonly=True)
+                else:
+                    self._client.select_folder(self.server_name(folder))
+                if self._client.search(["HEADER", "Message-ID", message_id]):
+                    return True
+            return False
+        finally:
+            self._client.select_folder(self.server_name(watched))
+
     # -- filing ----------------------------------------------------------------------------------------
 
     def file_away(self, uid: int, folder: str, *, answered: bool = False) -> None:
-        """Flag the message (our keyword, and \\Answered when replied) and move it to ``folder``."""
+        """Flag the message (our keyword, and \\Answered when replied) and move it to ``folder``.
+
+        The copy always exists before the original goes: MOVE (RFC 6851) is atomic; without it, COPY then
+        \\Deleted then UID EXPUNGE (RFC 4315) of this one UID. Without UIDPLUS the original keeps \\Deleted
+        and is left for the owner: a plain EXPUNGE would also remove mail someone else marked deleted.
+        """
         flags = [KEYWORD, b"\\Answered"] if answered else [KEYWORD]
         self._client.add_flags([uid], flags)
         target = self.server_name(folder)
+        try:
+            self._transfer(uid, target)
+        except IMAPClientAbortError:
+            raise
+        except IMAPClientError as exc:
+            if "TRYCREATE" not in str(exc).upper():
+                raise
+            # RFC 3501 §6.4.7: the folder went away under us (deleted by a person): create it and try again.
+            log.warning("IMAP folder %s is missing; creating it again", target)
+            self.ensure_folders([folder])
+            self._transfer(uid, target)
+
+    def copy_folders(self) -> list[str]:
+        """Where the copy of a reply Bcc'd to ourselves arrives: INBOX, and the watched folder if it is another."""
+        return list(dict.fromkeys([self.config.folder, "INBOX"]))
+
+    def file_copies(self, message_id: str, folder: str) -> int:
+        """Move every message with this Message-ID from ``copy_folders()`` to ``folder``; returns how many."""
+        watched, moved = self.config.folder, 0
+        try:
+            for source in self.copy_folders():
+                if source != watched:
+                    self._client.select_folder(self.server_name(source))
+                self._client.noop()  # Dovecot searches only mail it has announced; a NOOP brings in new arrivals
+                uids = [int(u) for u in self._client.search(["UNDELETED", "HEADER", "Message-ID", message_id])]
+                for uid in uids:
+                    self.file_away(uid, folder)
+                moved += len(uids)
+        finally:
+            if self.copy_folders() != [watched]:
+                self._client.select_folder(self.server_name(watched))
+        return moved
+
+    def _transfer(self, uid: int, target: str) -> None:
         if self.can_move:
             self._client.move([uid], target)
-        else:
-            # COPY first, delete second: a crash in between leaves a duplicate, never a loss.
-            self._client.copy([uid], target)
-            self._client.delete_messages([uid])
+            return
+        self._client.copy([uid], target)
+        self._client.delete_messages([uid])
+        if self.can_uidplus:
             self._client.uid_expunge([uid])
 
     def append(self, folder: str, raw: bytes, flags: tuple[bytes, ...] = ()) -> None:
@@ -187,32 +313,70 @@ class ImapMailbox:
     def wait(self, timeout_s: float, stop: threading.Event) -> bool:
         """Block until the folder may have changed, ``timeout_s`` passes, or ``stop`` is set.
 
-        Uses IDLE when available (checked every second so a stop is seen quickly); a NOOP poll otherwise.
+        With IDLE: a NOOP, then one IDLE command, never longer than ``idle_renew_s`` (RFC 2177: re-issue it
+        before the server's 29-minute inactivity timeout), checked every second so a stop is seen quickly. Without IDLE:
+        sleep, sending a NOOP keep-alive every ``keepalive_s``, then a NOOP that is the poll itself.
         Returns True when the server reported something. A BYE or dead socket raises ``IMAPClientAbortError``.
         """
-        deadline = time.monotonic() + min(timeout_s, IDLE_MAX_S)
+        c = self.config
+        if self._take_news():
+            return True  # new mail was announced while the last pass ran: no need to wait
         if not self.can_idle:
-            while time.monotonic() < deadline and not stop.is_set():
-                stop.wait(min(0.25, max(0.0, deadline - time.monotonic())))
-            _resp, untagged = self._client.noop()
-            return _has_bye(untagged) or bool(untagged)
+            start = quiet_since = time.monotonic()
+            deadline = start + timeout_s
+            while (now := time.monotonic()) < deadline and not stop.is_set():
+                if now - quiet_since >= c.keepalive_s:
+                    self._noop()
+                    self.keepalives += 1
+                    quiet_since = now
+                stop.wait(min(0.25, max(0.0, deadline - now)))
+            return self._noop() | self._take_news()
+        # Dovecot's IDLE reports only changes after it began; one that came since our last command would wait
+        # in the server until IDLE ends (measured). A NOOP first asks for them; what slips in between the NOOP
+        # and IDLE (one round trip) is reported when this IDLE ends, within poll_interval_s (see the run loop).
+        if self._noop():
+            return True
+        deadline = time.monotonic() + min(timeout_s, c.idle_renew_s)
         self._client.idle()
+        self.idle_cycles += 1
         changed = False
         try:
-            while time.monotonic() < deadline and not stop.is_set():
-                responses = self._client.idle_check(timeout=1)
+            while (started := time.monotonic()) < deadline and not stop.is_set():
+                slice_s = min(1.0, deadline - started)
+                responses = self._client.idle_check(timeout=slice_s)
                 if _has_bye(responses):
                     raise IMAPClientAbortError("server said BYE during IDLE")
-                if responses:
+                if any(_is_change(r) for r in responses):
                     changed = True
+                    break
+                if not responses and slice_s >= 0.5 and time.monotonic() - started < slice_s / 2:
+                    # imapclient's idle_check swallows EOF and returns [] at once: the socket is readable but
+                    # closed (a killed server sends no BYE). End IDLE; DONE on a dead socket raises.
                     break
         finally:
             self._client.idle_done()
         return changed
 
+    def _noop(self) -> bool:
+        _resp, untagged = self._client.noop()
+        if _has_bye(untagged):
+            raise IMAPClientAbortError("server said BYE")
+        return any(_is_change(r) for r in untagged)
+
+
+def _is_change(response: Any) -> bool:
+    """EXISTS/RECENT/EXPUNGE/FETCH mean the folder changed; "* OK Still here" (Dovecot's keep-alive) does not."""
+    return isinstance(response, tuple) and len(response) > 1 and response[1] in (b"EXISTS", b"RECENT", b"EXPUNGE",
+                                                                                   b"FETCH")  # fmt: skip
+
 
 def _has_bye(responses: list[Any]) -> bool:
-    return any((isinstance(r, tuple) and r and r[-1] == b"BYE") or r == b"BYE" for r in responses or ())
+    """An untagged BYE (RFC 3501 §7.1.5), parsed by imapclient as ``(b"BYE", b"Server", b"shutting", …)``."""
+    return any((isinstance(r, tuple) and r and r[0] == b"BYE") or r == b"BYE" for r in responses or ())
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
 
 
 def _text(exc: BaseException) -> str:

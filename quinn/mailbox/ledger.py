@@ -2,7 +2,8 @@
 
 States: received → handling → replied | drafted | ignored | rejected | quarantined, or deferred (retried at
 ``next_attempt_at``) and failed (needs the operator). Every change carries a reason, so ``quinn mail status``
-can say what happened to any mail.
+can say what happened to any mail. ``superseded`` marks a row whose key died with a UIDVALIDITY change
+(RFC 3501 §2.3.1.1): the same mail is carried on under its new key, found by its Message-ID.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from quinn.clock import iso, utcnow
 from quinn.memory.db import Database
 
 FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed"})
+REPLIED_STATES = ("replied", "drafted")
+_FINAL_SQL = ", ".join(f"'{state}'" for state in sorted(FINAL_STATES))  # constants, never user text
 
 
 @dataclass(frozen=True)
@@ -76,25 +79,46 @@ class MailLedger:
 
     def set(
         self, key: MailKey, state: str, reason: str = "", *, message_id: str | None = None,
-        user_id: str | None = None, session_id: str | None = None,
+        user_id: str | None = None, session_id: str | None = None, thread_key: str | None = None,
     ) -> None:  # fmt: skip
         """Move the mail to ``state`` with a reason; ids are recorded when given."""
+        now = iso(utcnow())
         self.db.execute(
             "UPDATE mail_state SET state = ?, reason = ?, updated_at = ?, message_id = coalesce(?, message_id),"
-            " user_id = coalesce(?, user_id), session_id = coalesce(?, session_id)"
+            " user_id = coalesce(?, user_id), session_id = coalesce(?, session_id),"
+            " thread_key = coalesce(?, thread_key), replied_at = CASE WHEN ? THEN ? ELSE replied_at END"
             " WHERE folder = ? AND uidvalidity = ? AND uid = ?",
-            (state, reason, iso(utcnow()), message_id, user_id, session_id, key.folder, key.uidvalidity, key.uid),
-        )
+            (state, reason, now, message_id, user_id, session_id, thread_key, state in REPLIED_STATES, now,
+             key.folder, key.uidvalidity, key.uid),
+        )  # fmt: skip
 
-    def defer(self, key: MailKey, reason: str, delay: timedelta) -> int:
-        """Keep the mail for a later attempt; returns the number of attempts so far."""
+    def defer(self, key: MailKey, reason: str, until: datetime, *, count_attempt: bool = True) -> int:
+        """Keep the mail for a later attempt at ``until``; returns the number of failed attempts so far.
+
+        A rate cap defers without counting an attempt: waiting for the cap is not a failure.
+        """
         self.db.execute(
-            "UPDATE mail_state SET state = 'deferred', reason = ?, attempts = attempts + 1, next_attempt_at = ?,"
+            "UPDATE mail_state SET state = 'deferred', reason = ?, attempts = attempts + ?, next_attempt_at = ?,"
             " updated_at = ? WHERE folder = ? AND uidvalidity = ? AND uid = ?",
-            (reason, iso(utcnow() + delay), iso(utcnow()), key.folder, key.uidvalidity, key.uid),
+            (reason, int(count_attempt), iso(until), iso(utcnow()), key.folder, key.uidvalidity, key.uid),
         )
         record = self.get(key)
         return record.attempts if record else 0
+
+    def due_now(self, message_id: str) -> None:
+        """Deferred rows of this Message-ID may be taken up at the next pass."""
+        self.db.execute(
+            "UPDATE mail_state SET next_attempt_at = ? WHERE message_id = ? AND state = 'deferred'",
+            (iso(utcnow()), message_id),
+        )
+
+    def next_due(self, folder: str, uidvalidity: int) -> datetime | None:
+        """When the earliest deferred mail of this folder is due again, or None when none waits."""
+        value = self.db.query_value(
+            "SELECT min(next_attempt_at) FROM mail_state WHERE folder = ? AND uidvalidity = ? AND state = 'deferred'",
+            (folder, uidvalidity),
+        )
+        return datetime.fromisoformat(value) if value else None
 
     def mark_moved(self, key: MailKey) -> None:
         """The mail has been filed away from the watched folder."""
@@ -103,25 +127,95 @@ class MailLedger:
             (iso(utcnow()), key.folder, key.uidvalidity, key.uid),
         )
 
-    def done_elsewhere(self, message_id: str, key: MailKey) -> MailRecord | None:
-        """A final record of the same Message-ID under another key (seen before a UIDVALIDITY change)."""
+    def elsewhere(self, message_id: str, key: MailKey) -> MailRecord | None:
+        """Another row of the same Message-ID: a final one first (the mail was dealt with: a duplicate copy,
+        or seen before a UIDVALIDITY change), then a superseded one (to carry on), then one still in progress."""
         row = self.db.query_one(
-            "SELECT folder, uidvalidity, uid FROM mail_state WHERE message_id = ? AND state IN"
-            f" ({','.join('?' * len(FINAL_STATES))}) AND NOT (folder = ? AND uidvalidity = ? AND uid = ?) LIMIT 1",
-            (message_id, *sorted(FINAL_STATES), key.folder, key.uidvalidity, key.uid),
+            "SELECT folder, uidvalidity, uid FROM mail_state WHERE message_id = ?"
+            " AND NOT (folder = ? AND uidvalidity = ? AND uid = ?)"
+            f" ORDER BY CASE WHEN state IN ({_FINAL_SQL}) THEN 0 WHEN state = 'superseded' THEN 1 ELSE 2 END,"
+            " updated_at DESC LIMIT 1",
+            (message_id, key.folder, key.uidvalidity, key.uid),
         )
         return self.get(MailKey(row[0], int(row[1]), int(row[2]))) if row else None
 
-    def replies_since(self, user_id: str, since: datetime) -> int:
-        """Replies sent (or drafted) to this user since ``since``, for the rate cap."""
+    def resync(self, folder: str, uidvalidity: int) -> int:
+        """After a UIDVALIDITY change: rows of ``folder`` under another UIDVALIDITY that are not final can never
+        be finished under their key; mark them superseded (their mail is carried on under its new key when it
+        is seen again, by Message-ID). Returns how many there were."""
+        reason = f"UIDVALIDITY of {folder} is now {uidvalidity}"
+        now = iso(utcnow())
+        rows = self.db.query(
+            "SELECT uidvalidity, uid FROM mail_state WHERE folder = ? AND uidvalidity != ?"
+            f" AND state NOT IN ({_FINAL_SQL}, 'superseded')",
+            (folder, uidvalidity),
+        )
+        for old_validity, uid in rows:
+            self.db.execute(
+                "UPDATE mail_state SET state = 'superseded', reason = ? || ' (was ' || state || ': ' || reason"
+                " || ')', moved = 1, updated_at = ? WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+                (reason, now, folder, old_validity, uid),
+            )
+        return len(rows)
+
+    def carry_over(self, old: MailRecord, key: MailKey) -> MailRecord:
+        """Give the new row of a mail the attempts and retry time of its superseded row."""
+        self.db.execute(
+            "UPDATE mail_state SET message_id = ?, attempts = ?, next_attempt_at = ?,"
+            " state = CASE WHEN ? IS NOT NULL THEN 'deferred' ELSE state END,"
+            " reason = CASE WHEN ? IS NOT NULL THEN ? ELSE reason END"
+            " WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+            (old.message_id, old.attempts, old.next_attempt_at, old.next_attempt_at, old.next_attempt_at,
+             f"carried over from {old.key.uidvalidity}/{old.key.uid}", key.folder, key.uidvalidity, key.uid),
+        )  # fmt: skip
+        self.db.execute(
+            "UPDATE mail_state SET reason = reason || ', carried on as ' || ? WHERE folder = ? AND uidvalidity = ?"
+            " AND uid = ?",
+            (f"{key.uidvalidity}/{key.uid}", old.key.folder, old.key.uidvalidity, old.key.uid),
+        )
+        record = self.get(key)
+        assert record is not None
+        return record
+
+    def replies_since(self, since: datetime, *, user_id: str | None = None, thread_key: str | None = None) -> int:
+        """Replies sent (or drafted) since ``since`` to this user or in this thread, for the rate caps."""
+        column, value = ("user_id", user_id) if user_id is not None else ("thread_key", thread_key)
         return int(
             self.db.query_value(
-                "SELECT count(*) FROM mail_state WHERE user_id = ? AND state IN ('replied', 'drafted')"
-                " AND updated_at >= ?",
-                (user_id, iso(since)),
+                f"SELECT count(*) FROM mail_state WHERE {column} = ? AND replied_at >= ?", (value, iso(since))
             )
             or 0
         )
+
+    def nth_reply_since(self, since: datetime, n: int, *, user_id: str | None = None,
+                        thread_key: str | None = None) -> datetime | None:  # fmt: skip
+        """The time of the ``n``-th reply (1 = oldest) since ``since``: when it leaves the window, a slot frees."""
+        column, value = ("user_id", user_id) if user_id is not None else ("thread_key", thread_key)
+        moment = self.db.query_value(
+            f"SELECT replied_at FROM mail_state WHERE {column} = ? AND replied_at >= ? ORDER BY replied_at"
+            " LIMIT 1 OFFSET ?",
+            (value, iso(since), max(n - 1, 0)),
+        )
+        return datetime.fromisoformat(moment) if moment else None
+
+    def cap_reached(
+        self, user_id: str, thread_key: str, per_sender: int, per_thread: int, now: datetime | None = None
+    ) -> tuple[str, datetime] | None:
+        """``(reason, until)`` when this user or this thread has had its replies for the hour, else None.
+
+        ``until`` is when the oldest counted reply leaves the one-hour window, so the mail is answered as soon
+        as the cap allows: late, never dropped.
+        """
+        now = now or utcnow()
+        since = now - timedelta(hours=1)
+        for what, cap, ids in (("sender", per_sender, {"user_id": user_id}),
+                               ("thread", per_thread, {"thread_key": thread_key})):  # fmt: skip
+            count = self.replies_since(since, **ids)
+            if count >= cap:
+                oldest = self.nth_reply_since(since, count - cap + 1, **ids) or now
+                until = max(oldest + timedelta(hours=1), now + timedelta(seconds=1))
+                return f"rate cap: {count} replies to this {what} in the last hour (cap {cap})", until
+        return None
 
     def counts(self) -> dict[str, int]:
         """Mails per state."""

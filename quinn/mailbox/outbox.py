@@ -1,4 +1,9 @@
-"""The outbox: a reply is written here before it is sent, so a crash never loses it nor sends it twice."""
+"""The outbox: a reply is written here before it is sent, so a crash never loses it nor sends it twice.
+
+States: ``pending`` (written, not tried) → ``sending`` / ``drafting`` (a try is under way: the server may have
+the message) → ``sent`` / ``drafted``, or ``failed`` (permanent refusal, with the reason). An item found in
+``sending`` or ``drafting`` after a crash is checked against the mailbox before it is tried again.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from quinn.memory.db import Database
 
 @dataclass(frozen=True)
 class OutboxItem:
-    """One reply and its delivery state: pending, sent, drafted or failed."""
+    """One reply and its delivery state: pending, sending, drafting, sent, drafted or failed."""
 
     message_id: str
     in_reply_to: str
@@ -24,7 +29,13 @@ class OutboxItem:
     attempts: int
     last_error: str
 
+    @property
+    def in_flight(self) -> bool:
+        """A try began and its outcome was never recorded: the message may have been delivered."""
+        return self.state in IN_FLIGHT
 
+
+IN_FLIGHT = frozenset({"sending", "drafting"})
 _COLUMNS = "message_id, in_reply_to, user_id, session_id, recipients, raw, state, attempts, last_error"
 
 
@@ -57,17 +68,34 @@ class Outbox:
         assert item is not None
         return item
 
-    def mark(self, message_id: str, state: str, error: str = "") -> None:
-        """Record a delivery outcome (sent, drafted, failed) or a failed attempt (state stays pending)."""
+    def begin(self, message_id: str, state: str) -> OutboxItem:
+        """Record that a try starts (``sending`` or ``drafting``), before the message leaves; counts the try."""
+        if state not in IN_FLIGHT:
+            raise ValueError(f"not an in-flight state: {state}")
         self.db.execute(
-            "UPDATE outbox SET state = ?, attempts = attempts + 1, last_error = ?,"
+            "UPDATE outbox SET state = ?, attempts = attempts + 1 WHERE message_id = ?", (state, message_id)
+        )
+        item = self.get(message_id)
+        assert item is not None
+        return item
+
+    def mark(self, message_id: str, state: str, error: str = "") -> OutboxItem:
+        """Record an outcome: ``sent``, ``drafted``, ``failed`` (with the reason), or ``pending`` after a try
+        that certainly did not deliver (with the error)."""
+        self.db.execute(
+            "UPDATE outbox SET state = ?, last_error = ?,"
             " sent_at = CASE WHEN ? IN ('sent', 'drafted') THEN ? ELSE sent_at END WHERE message_id = ?",
             (state, error, state, iso(utcnow()), message_id),
         )
+        item = self.get(message_id)
+        assert item is not None
+        return item
 
     def pending(self) -> list[OutboxItem]:
-        """Replies written but not yet delivered, oldest first."""
-        rows = self.db.query("SELECT message_id FROM outbox WHERE state = 'pending' ORDER BY created_at")
+        """Replies written but not known to be delivered (pending or in flight), oldest first."""
+        rows = self.db.query(
+            "SELECT message_id FROM outbox WHERE state IN ('pending', 'sending', 'drafting') ORDER BY created_at"
+        )
         return [item for (mid,) in rows if (item := self.get(mid)) is not None]
 
     def ours_with_template(self, message_ids: Sequence[str], template: str, user_id: str) -> str | None:
@@ -87,3 +115,7 @@ class Outbox:
     def template_of(self, message_id: str) -> str | None:
         """The template a reply of ours was made with (``reply``, ``digest``, ``purge_done``, …), or None."""
         return self.db.query_value("SELECT template FROM outbox WHERE message_id = ?", (message_id,))
+
+    def counts(self) -> dict[str, int]:
+        """Items per state."""
+        return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM outbox GROUP BY 1")}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import html
 import logging
-from collections.abc import Sequence
+import ssl
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.policy import SMTP
@@ -34,8 +35,28 @@ def reply_message_id(inbound_message_id: str, own_address: str) -> str:
 def reply_recipients(email: InboundEmail) -> list[str]:
     """Reply-To when given, else From (RFC 5322 §3.6.2)."""
     if email.reply_to:
-        return [a.address for a in email.reply_to]
+        return _unique(a.address for a in email.reply_to)
     return [email.sender] if email.sender else []
+
+
+def reply_all_cc(email: InboundEmail, own_address: str) -> list[str]:
+    """For reply-all: the mail's other To and Cc recipients, without Quinn (any +tag) and without the To."""
+    to = set(reply_recipients(email))
+    own = own_address.lower()
+    return _unique(a.address for a in (*email.to, *email.cc) if a.address not in to and not _is_own(a.address, own))
+
+
+def _is_own(address: str, own: str) -> bool:
+    local, _, domain = address.lower().rpartition("@")
+    return address.lower() == own or f"{local.split('+', 1)[0]}@{domain}" == own
+
+
+def _unique(addresses: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for address in addresses:
+        if address and address.lower() not in seen:
+            seen[address.lower()] = None
+    return list(seen)
 
 
 def references_for(email: InboundEmail) -> list[str]:
@@ -53,26 +74,30 @@ class Reply:
     """A composed reply, ready for the outbox."""
 
     message_id: str
-    recipients: list[str]
+    recipients: list[str]  # every envelope recipient: To and Cc
     subject: str
     body: str
     raw: bytes
 
 
 def compose_reply(
-    email: InboundEmail, body: str, *, own_address: str, own_name: str = "Quinn",
+    email: InboundEmail, body: str, *, own_address: str, own_name: str = "Quinn", reply_all: bool = False,
     attachments: Sequence[tuple[str, str, bytes]] = (),
 ) -> Reply:  # fmt: skip
     """The reply to ``email`` with ``body`` as plain text and a simple HTML alternative.
 
-    ``attachments`` are (filename, content type, data); with any, the message becomes multipart/mixed.
+    To is Reply-To or From; with ``reply_all`` the mail's other recipients stay on Cc. ``attachments`` are
+    (filename, content type, data); with any, the message becomes multipart/mixed.
     """
     message_id = reply_message_id(email.message_id, own_address)
-    recipients = reply_recipients(email)
+    to = reply_recipients(email)
+    cc = reply_all_cc(email, own_address) if reply_all else []
     subject = reply_subject(email.subject)
     msg = EmailMessage(policy=SMTP)
     msg["From"] = formataddr((own_name, own_address))
-    msg["To"] = ", ".join(recipients)
+    msg["To"] = ", ".join(to)
+    if cc:
+        msg["Cc"] = ", ".join(cc)
     msg["Subject"] = subject
     msg["Date"] = format_datetime(utcnow())
     msg["Message-ID"] = message_id
@@ -87,7 +112,12 @@ def compose_reply(
     for filename, content_type, data in attachments:
         maintype, _, subtype = content_type.partition("/")
         msg.add_attachment(data, maintype=maintype, subtype=subtype or "octet-stream", filename=filename)
-    return Reply(message_id, recipients, subject, body, msg.as_bytes())
+    return Reply(message_id, [*to, *cc], subject, body, msg.as_bytes())
+
+
+class MaybeSent(RetryLater):
+    """The conversation broke after the message was handed over (timeout or disconnect during or after DATA):
+    the server may have accepted it (RFC 1047). The outbox keeps it in flight, so the next try checks first."""
 
 
 class SmtpSender:
@@ -102,13 +132,16 @@ class SmtpSender:
             "hostname": c.host, "port": c.port, "timeout": c.timeout_s,
             "use_tls": c.tls == "ssl", "start_tls": c.tls == "starttls",
         }  # fmt: skip
+        if c.tls != "none":
+            kwargs["tls_context"] = ssl.create_default_context(cafile=str(c.ca_file) if c.ca_file else None)
         if c.username:
             kwargs["username"] = c.username
             kwargs["password"] = c.secret("password") or ""
         return kwargs
 
     async def send(self, raw: bytes, sender: str, recipients: list[str]) -> None:
-        """Send one message; ``RetryLater`` for transient failures, ``ConnectError`` for permanent (5xx) ones."""
+        """Send one message; ``RetryLater`` for transient failures (``MaybeSent`` when the server may have
+        accepted it), ``ConnectError`` for permanent (5xx) ones."""
         try:
             await aiosmtplib.send(raw, sender=sender, recipients=recipients, **self._kwargs())  # type: ignore[arg-type]
         except aiosmtplib.SMTPRecipientsRefused as exc:
@@ -123,8 +156,10 @@ class SmtpSender:
             if 500 <= exc.code < 600:
                 raise ConnectError(f"SMTP rejected the message permanently: {exc.code} {exc.message}") from exc
             raise RetryLater(f"SMTP answered {exc.code} {exc.message}") from exc
-        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+        except (aiosmtplib.SMTPConnectError, aiosmtplib.SMTPConnectTimeoutError, ConnectionRefusedError) as exc:
             raise RetryLater(f"SMTP {self.config.host}:{self.config.port} unreachable: {exc}") from exc
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            raise MaybeSent(f"SMTP {self.config.host}:{self.config.port} broke off: {exc}") from exc
 
     async def check(self) -> None:
         """Connect, say EHLO, log in when configured, and quit: for ``quinn check``."""
@@ -141,3 +176,6 @@ class SmtpSender:
             raise ConnectError(f"SMTP login as {username} rejected ({exc.code})") from exc
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
             raise ConnectError(f"SMTP {self.config.host}:{self.config.port}: {exc}") from exc
+        finally:
+            if client.is_connected:  # a failed login leaves the connection open; do not leak it
+                client.close()

@@ -31,6 +31,15 @@ class StoredMessage:
     body: str
 
 
+def thread_key(email: InboundEmail) -> str:
+    """The root Message-ID of the mail's thread: the first References id (RFC 5322 §3.6.4: a References field
+    keeps the thread's first message first, also when trimmed), else In-Reply-To, else the mail's own id.
+    Pure and known for every mail, so the per-thread rate cap also covers mail handled without memory."""
+    if email.references:
+        return email.references[0]
+    return email.in_reply_to or email.message_id
+
+
 class Sessions:
     """Assigns mail to sessions and keeps the conversation store."""
 

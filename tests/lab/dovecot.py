@@ -31,10 +31,10 @@ from tests.lab.process import kill_group, remove_at_exit, tail, track, untrack
 DOVECOT_BIN = os.environ.get("QUINN_DOVECOT_BIN", "/usr/sbin/dovecot")
 DOVEADM_BIN = os.environ.get("QUINN_DOVEADM_BIN", "/usr/bin/doveadm")
 
-# Dovecot 2.3's post-login capability list without IDLE; `imap_capability` can only replace the list (or add
-# to it with "+"), not drop one item, so `Dovecot(idle=False)` spells the whole list out.
-_CAPABILITIES_WITHOUT_IDLE = (
-    "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE SORT SORT=DISPLAY THREAD=REFERENCES THREAD=REFS "
+# Dovecot 2.3's post-login capability list; `imap_capability` can only replace the list (or add to it with
+# "+"), not drop one item, so `Dovecot(idle=False)` and `without=` spell the whole list out minus those.
+_CAPABILITIES = (
+    "IMAP4rev1 SASL-IR LOGIN-REFERRALS ID ENABLE IDLE SORT SORT=DISPLAY THREAD=REFERENCES THREAD=REFS "
     "THREAD=ORDEREDSUBJECT MULTIAPPEND URL-PARTIAL CATENATE UNSELECT CHILDREN NAMESPACE UIDPLUS LIST-EXTENDED "
     "I18NLEVEL=1 CONDSTORE QRESYNC ESEARCH ESORT SEARCHRES WITHIN CONTEXT=SEARCH LIST-STATUS BINARY MOVE "
     "SNIPPET=FUZZY PREVIEW=FUZZY PREVIEW STATUS=SIZE SAVEDATE LITERAL+ NOTIFY"
@@ -58,14 +58,27 @@ class Dovecot:
     Use as a context manager, or call `start()` and finally `close()`.
     """
 
-    def __init__(self, *, idle: bool = True, password: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        idle: bool = True,
+        password: str | None = None,
+        port: int | None = None,
+        without: Sequence[str] = (),
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
         """Prepare the config in a new temp dir; nothing runs until `start()`.
 
         idle: advertise the IDLE capability (False: a server without IDLE, for the polling fallback).
+        without: more capabilities not to advertise, e.g. ``("MOVE", "UIDPLUS")`` (clients must cope).
+        tls: ``(cert, key)`` PEM files: STARTTLS on the plain port and implicit TLS on `tls_port`.
         """
         self.idle = idle
+        self.without = {c.upper() for c in without} | (set() if idle else {"IDLE"})
+        self.tls = tls
         self._password = password or f"lab-{secrets.token_hex(4)}"
         self._port = port or free_port()
+        self.tls_port = free_port() if tls else 0
         self.dir = Path(tempfile.mkdtemp(prefix="quinn-dovecot-"))
         remove_at_exit(self.dir)
         self.dir.chmod(0o755)
@@ -106,7 +119,11 @@ class Dovecot:
 
     def _config(self) -> str:
         d = self.dir
-        capability = "" if self.idle else f"protocol imap {{\n  imap_capability = {_CAPABILITIES_WITHOUT_IDLE}\n}}\n"
+        capability = ""
+        if self.without:
+            kept = " ".join(c for c in _CAPABILITIES.split() if c not in self.without)
+            capability = f"protocol imap {{\n  imap_capability = {kept}\n}}\n"
+        ssl = f"ssl = yes\nssl_cert = <{self.tls[0]}\nssl_key = <{self.tls[1]}" if self.tls else "ssl = no"
         return f"""\
 # Written by tests/lab/dovecot.py for one test run.
 instance_name = quinn-lab-{self._port}
@@ -114,7 +131,7 @@ base_dir = {d}/run
 state_dir = {d}/state
 listen = 127.0.0.1
 protocols = imap
-ssl = no
+{ssl}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 auth_failure_delay = 0
@@ -137,7 +154,8 @@ service imap-login {{
     port = {self._port}
   }}
   inet_listener imaps {{
-    port = 0
+    address = 127.0.0.1
+    port = {self.tls_port}
   }}
 }}
 service anvil {{
@@ -175,8 +193,10 @@ service anvil {{
             try:
                 with self.connect("lab-probe@example.test", timeout=1.0) as client:
                     client.noop()
+                # doveadm who/kick talk to anvil, which may come up after the first login works.
+                self.doveadm("who", "-1")
                 return
-            except (IMAPClientError, OSError) as exc:
+            except (IMAPClientError, OSError, DovecotError) as exc:
                 last_error = exc
                 time.sleep(0.02)
         self.stop()
@@ -188,6 +208,11 @@ service anvil {{
         if proc is not None:
             kill_group(proc)
         untrack(self)
+
+    def set_password(self, password: str) -> None:
+        """Accept only `password` from now on (the config is rewritten; takes effect at the next `restart()`)."""
+        self._password = password
+        self.conf_path.write_text(self._config())
 
     def restart(self, timeout_s: float = 10.0) -> None:
         """Stop and start again on the same port with the same mail."""

@@ -15,6 +15,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -24,6 +25,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 from tests.lab.dovecot import Dovecot
 from tests.lab.ports import free_port
 from tests.lab.process import track, untrack
+from tests.lab.tls import server_context
 
 
 class Received(NamedTuple):
@@ -73,7 +75,9 @@ class _Handler:
 class SmtpLab:
     """An SMTP server on 127.0.0.1 that delivers into `dovecot`'s INBOXes.
 
-    auth: ``(user, password)`` to require SMTP AUTH (PLAIN/LOGIN, offered without TLS); None accepts anyone.
+    auth: ``(user, password)`` to require SMTP AUTH (PLAIN/LOGIN; offered without TLS when `tls` is "none");
+    None accepts anyone.
+    tls: "starttls" (required before MAIL) or "ssl" (implicit TLS), with `cert` = ``(cert.pem, key.pem)``.
     """
 
     def __init__(
@@ -83,10 +87,16 @@ class SmtpLab:
         auth: tuple[str, str] | None = None,
         port: int | None = None,
         data_size_limit: int = 33_554_432,
+        tls: str = "none",
+        cert: tuple[Path, Path] | None = None,
     ) -> None:
         """Prepare; nothing listens until `start()`."""
+        if tls not in ("none", "starttls", "ssl") or (tls != "none") != (cert is not None):
+            raise ValueError("tls is none, starttls or ssl; starttls and ssl need cert=(cert, key)")
         self.dovecot = dovecot
         self.auth = auth
+        self.tls = tls
+        self.cert = cert
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.data_size_limit = data_size_limit
@@ -108,7 +118,11 @@ class SmtpLab:
             return
         kwargs: dict[str, Any] = {}
         if self.auth is not None:
-            kwargs = {"authenticator": self._authenticate, "auth_require_tls": False}
+            kwargs = {"authenticator": self._authenticate, "auth_require_tls": self.tls == "starttls"}
+        if self.cert is not None and self.tls == "ssl":
+            kwargs["ssl_context"] = server_context(*self.cert)
+        elif self.cert is not None:
+            kwargs |= {"tls_context": server_context(*self.cert), "require_starttls": True}
         controller = Controller(
             _Handler(self),
             hostname=self.host,

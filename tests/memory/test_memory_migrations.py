@@ -108,7 +108,7 @@ def test_version_2_with_data_migrates_to_3(database_url: str, embedder: LocalEmb
 
     store = MemoryStore.open(database_url, embedder=embedder)
     try:
-        assert store.db.query_value("PRAGMA user_version") == 3
+        assert store.db.query_value("PRAGMA user_version") == LATEST
         assert store.db.query_one("SELECT inserts, changes FROM memory_vector_stamp") == (0, 0)
         assert store.search(ALICE, "beekeeping", k=1)[0].id == bees  # the old rows are cached and found
         store.db.execute("UPDATE memories SET embedding = ? WHERE id = ?", (vectors[0].tobytes(), bike))

@@ -1,0 +1,130 @@
+"""The mail ledger and the outbox on a real libSQL file: states, UIDVALIDITY resync, rate caps, in-flight sends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from quinn.mailbox.ledger import MailKey, MailLedger
+from quinn.mailbox.outbox import Outbox
+from quinn.memory.db import Database
+
+NOW = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database.open(str(tmp_path / "quinn.db"))
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def test_receive_is_idempotent_and_states_carry_reasons(db: Database) -> None:
+    ledger = MailLedger(db)
+    key = MailKey("INBOX", 7, 1)
+    assert ledger.receive(key).state == "received"
+    ledger.set(key, "handling", "authenticated", message_id="<m@x>", user_id="alice@x", thread_key="<root@x>")
+    again = ledger.receive(key)
+    assert (again.state, again.reason, again.message_id, again.user_id) == (
+        "handling",
+        "authenticated",
+        "<m@x>",
+        "alice@x",
+    )
+    ledger.set(key, "replied", "authenticated")
+    assert ledger.get(key).final  # type: ignore[union-attr]
+    assert ledger.counts() == {"replied": 1}
+
+
+def test_defer_counts_attempts_unless_told_not_to(db: Database) -> None:
+    ledger = MailLedger(db)
+    key = MailKey("INBOX", 7, 1)
+    ledger.receive(key)
+    assert ledger.defer(key, "model down", NOW + timedelta(minutes=1)) == 1
+    assert ledger.defer(key, "rate cap", NOW + timedelta(minutes=30), count_attempt=False) == 1
+    record = ledger.get(key)
+    assert record is not None and record.state == "deferred" and record.reason == "rate cap"
+    assert ledger.next_due("INBOX", 7) == NOW + timedelta(minutes=30)
+    assert ledger.next_due("INBOX", 8) is None
+
+
+def test_uidvalidity_resync_supersedes_unfinished_rows_and_carries_them_over(db: Database) -> None:
+    ledger = MailLedger(db)
+    done, waiting, unread = MailKey("INBOX", 1, 1), MailKey("INBOX", 1, 2), MailKey("INBOX", 1, 3)
+    for key in (done, waiting, unread):
+        ledger.receive(key)
+    ledger.set(done, "replied", "ok", message_id="<done@x>")
+    ledger.set(waiting, "handling", "ok", message_id="<waiting@x>")
+    ledger.defer(waiting, "model down", NOW + timedelta(hours=2))
+    ledger.defer(waiting, "model down", NOW + timedelta(hours=2))
+    assert ledger.resync("INBOX", 1) == 0  # nothing under another UIDVALIDITY
+    assert ledger.resync("INBOX", 2) == 2
+    assert ledger.resync("INBOX", 2) == 0
+    assert ledger.get(done).state == "replied"  # type: ignore[union-attr]
+    old = ledger.get(waiting)
+    assert old is not None and old.state == "superseded" and old.moved
+    assert "UIDVALIDITY of INBOX is now 2" in old.reason and "deferred" in old.reason
+    # The same mails under their new keys: the replied one is found final, the waiting one carries on.
+    assert ledger.elsewhere("<done@x>", MailKey("INBOX", 2, 1)).state == "replied"  # type: ignore[union-attr]
+    new_key = MailKey("INBOX", 2, 2)
+    ledger.receive(new_key)
+    earlier = ledger.elsewhere("<waiting@x>", new_key)
+    assert earlier is not None and earlier.key == waiting
+    carried = ledger.carry_over(earlier, new_key)
+    assert (carried.state, carried.attempts, carried.next_attempt_at) == ("deferred", 2, old.next_attempt_at)
+    assert ledger.get(waiting).reason.endswith("carried on as 2/2")  # type: ignore[union-attr]
+
+
+def test_elsewhere_prefers_a_final_row(db: Database) -> None:
+    ledger = MailLedger(db)
+    live, final = MailKey("INBOX", 1, 1), MailKey("INBOX", 1, 2)
+    for key in (live, final):
+        ledger.receive(key)
+        ledger.set(key, "handling", "", message_id="<m@x>")
+    ledger.set(final, "ignored", "duplicate")
+    assert ledger.elsewhere("<m@x>", MailKey("INBOX", 1, 3)).key == final  # type: ignore[union-attr]
+    assert ledger.elsewhere("<m@x>", final).key == live  # type: ignore[union-attr]
+    assert ledger.elsewhere("<other@x>", live) is None
+
+
+def test_rate_caps_per_sender_and_per_thread(db: Database) -> None:
+    ledger = MailLedger(db)
+    for uid in range(1, 4):
+        key = MailKey("INBOX", 1, uid)
+        ledger.receive(key)
+        ledger.set(key, "replied", "ok", user_id="alice@x", thread_key=f"<t{uid % 2}@x>")
+    stamps = ["2026-11-22T08:10:00+00:00", "2026-11-22T08:20:00+00:00", "2026-11-22T08:30:00+00:00"]
+    for uid, stamp in zip(range(1, 4), stamps, strict=True):
+        db.execute("UPDATE mail_state SET replied_at = ? WHERE uid = ?", (stamp, uid))
+    assert ledger.cap_reached("alice@x", "<new@x>", per_sender=4, per_thread=2, now=NOW) is None
+    reason, until = ledger.cap_reached("alice@x", "<new@x>", per_sender=3, per_thread=2, now=NOW)  # type: ignore[misc]
+    assert reason.startswith("rate cap: 3 replies to this sender") and until == datetime(
+        2026, 11, 22, 9, 10, tzinfo=UTC
+    )
+    # uids 1 and 3 share thread <t1@x>: with a cap of 2 the oldest (08:10) must leave the window first.
+    reason, until = ledger.cap_reached("bob@x", "<t1@x>", per_sender=9, per_thread=2, now=NOW)  # type: ignore[misc]
+    assert "this thread" in reason and until == datetime(2026, 11, 22, 9, 10, tzinfo=UTC)
+    # Older than an hour: not counted.
+    assert ledger.cap_reached("alice@x", "<t1@x>", 3, 2, now=NOW + timedelta(hours=2)) is None
+
+
+def test_outbox_in_flight_states(db: Database) -> None:
+    outbox = Outbox(db)
+    item = outbox.put("<quinn.1@q>", "<m@x>", "alice@x", None, ["alice@x"], b"raw")
+    assert (item.state, item.attempts, item.in_flight) == ("pending", 0, False)
+    assert outbox.put("<quinn.1@q>", "<m@x>", None, None, [], b"other").raw == b"raw"  # first write wins
+    item = outbox.begin("<quinn.1@q>", "sending")
+    assert (item.state, item.attempts, item.in_flight) == ("sending", 1, True)
+    assert [i.message_id for i in outbox.pending()] == ["<quinn.1@q>"]
+    item = outbox.mark("<quinn.1@q>", "pending", "451 try later")
+    assert (item.state, item.last_error, item.attempts) == ("pending", "451 try later", 1)
+    outbox.begin("<quinn.1@q>", "sending")
+    assert outbox.mark("<quinn.1@q>", "sent").state == "sent"
+    assert outbox.pending() == [] and outbox.counts() == {"sent": 1}
+    with pytest.raises(ValueError, match="in-flight"):
+        outbox.begin("<quinn.1@q>", "sent")
