@@ -134,6 +134,11 @@ def sqld() -> Iterator[Sqld]:
 # ======================================================================================================
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--long``: the long variants of the proof suites (more generated cases, more trials)."""
+    parser.addoption("--long", action="store_true", default=False, help="run the long variants of the proof suites")
+
+
 from tests.lab.daemon import LabConfig, QuinnProcess  # noqa: E402
 from tests.lab.llm_server import ScriptedLLM  # noqa: E402
 
