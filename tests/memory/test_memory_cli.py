@@ -73,7 +73,7 @@ def lab(tmp_path: Path, llm_server: ScriptedLLM, capsys, monkeypatch: pytest.Mon
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
     # cli.main configures the root logger for a real process; here it would replace pytest's log capture.
-    monkeypatch.setattr(cli, "setup_logging", lambda level: None)
+    monkeypatch.setattr(cli, "setup_logging", lambda *args, **kwargs: None)
     return Lab(tmp_path, llm_server, capsys)
 
 
