@@ -57,7 +57,8 @@ def test_metrics_endpoint_reports_mail_replies_tokens_latency_and_errors(mail_la
     quinn = config.address
     mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "First", "This one meets a model error", "<m-1@x.test>"))
     daemon.wait_for_log("deferred")  # the 503 defers the mail (retried later, with backoff)
-    mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Second", "This one is answered", "<m-2@x.test>"))
+    second = "I moved to Lisbon in May and I prefer short answers in Portuguese."  # passes the sensory gate
+    mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Second", second, "<m-2@x.test>"))
     mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
     daemon.wait_for_log("extraction for")
     after = scrape(url)

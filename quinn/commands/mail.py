@@ -82,6 +82,9 @@ def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
     if record.state != "failed":
         raise QuinnError(f"mail {name} is {record.state}, not failed", "only failed mail can be retried")
     ledger.set(key, "retried", f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
+    # Its reply, refused for good last time, goes back to pending so the delivery tries it again.
+    db.execute("UPDATE outbox SET state = 'pending', last_error = '' WHERE in_reply_to = ? AND state = 'failed'",
+               (record.message_id,))  # fmt: skip
     if not record.moved:  # still in the watched folder: the daemon handles it again on its next pass
         return {"key": name, "state": "retried", "moved": 0}
     mailbox = ImapMailbox(config.imap)

@@ -120,7 +120,7 @@ def apply_memories(
             skipped += 1  # the per-mail extraction (or an earlier, interrupted close) has it already
             continue
         fresh.append(NewMemory(
-            user_id=user_id, content=memory.content, scope=scope_for(memory), type=memory.type,
+            user_id=user_id, content=memory.content, scope=scope_for(memory.type, memory.domain), type=memory.type,
             domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
             metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
         ))  # fmt: skip
