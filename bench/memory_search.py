@@ -11,7 +11,8 @@ The large cases use synthetic clustered vectors fed through ``add_many`` by ``Pr
 its SQL are under test, not the model); the real model's cost is measured on its own: ingest of a sample of
 realistic memories through ``add_many`` with ``LocalEmbedder``, and the query embedding time. The numpy
 baseline is an exact brute force (matrix product + top-k) over the very same vectors of the same user, held in
-RAM: what an in-process vector cache would cost.
+RAM. Searches are timed in steady state (every asked user searched once before, so the store's vector cache
+holds them); that first, cold search of each user is reported on its own.
 """
 
 from __future__ import annotations
@@ -127,9 +128,14 @@ def run_case(case: Case, queries: int, seed: int, workdir: Path) -> dict[str, An
         matrices = [np.ascontiguousarray(vectors[rows]) for rows in by_user]
         texts, qvecs = gen.queries(queries)
         asked = rng.integers(case.users, size=queries)
-        for j in range(min(5, queries)):  # warm the page cache and the statement paths
-            embedder.preset(qvecs[j : j + 1])
-            store.search(users[asked[j]], texts[j], k=K)
+        # Steady state: every asked user has searched once (their vectors sit in the store's cache, when it
+        # has one). That first search, cold, is timed on its own: a daemon pays it once per user.
+        first_s = []
+        for u in sorted(set(asked.tolist())):
+            embedder.preset(qvecs[0:1])
+            t0 = time.perf_counter()
+            hybrid_search(store, users[u], texts[0], k=K, touch=False)
+            first_s.append(time.perf_counter() - t0)
 
         search_s, quiet_s, numpy_s, numpy_all_s, agree = [], [], [], [], []
         for j in range(queries):
@@ -173,6 +179,7 @@ def run_case(case: Case, queries: int, seed: int, workdir: Path) -> dict[str, An
         "db_bytes": size,
         "search_ms": {"p50": percentile_ms(search_s, 50), "p95": percentile_ms(search_s, 95)},
         "search_without_access_write_ms": {"p50": percentile_ms(quiet_s, 50), "p95": percentile_ms(quiet_s, 95)},
+        "first_search_of_a_user_ms": {"p50": percentile_ms(first_s, 50), "p95": percentile_ms(first_s, 95)},
         "numpy_ms": {"p50": percentile_ms(numpy_s, 50), "p95": percentile_ms(numpy_s, 95)},
         "numpy_all_rows_ms": {"p50": percentile_ms(numpy_all_s, 50), "p95": percentile_ms(numpy_all_s, 95)},
         "sql_vector_top_k_agreement": round(float(np.mean(agree)), 4) if agree else None,
@@ -264,16 +271,17 @@ def real_model_costs(
 def table(cases: list[dict[str, Any]], model: dict[str, Any]) -> str:
     """The results as a Markdown table (printed, and pasted into bench/README.md)."""
     head = (
-        "| case | per user | ingest/s | DB MB | search p50 | search p95 | no-write p95 | numpy p95 user rows "
-        "| numpy p95 all rows | ratio | ratio all rows | goal |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+        "| case | per user | ingest/s | DB MB | search p50 | search p95 | no-write p95 | first search p95 "
+        "| numpy p95 user rows | numpy p95 all rows | ratio | ratio all rows | goal |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
     )
     rows = []
     for c in cases:
         rows.append(
             f"| {c['case']} | {c['memories_per_user']:,} | {c['ingest_per_s']:,.0f} | {c['db_bytes'] / 1e6:,.1f} "
             f"| {c['search_ms']['p50']:.2f} ms | {c['search_ms']['p95']:.2f} ms "
-            f"| {c['search_without_access_write_ms']['p95']:.2f} ms | {c['numpy_ms']['p95']:.3f} ms "
+            f"| {c['search_without_access_write_ms']['p95']:.2f} ms | {c['first_search_of_a_user_ms']['p95']:.2f} ms "
+            f"| {c['numpy_ms']['p95']:.3f} ms "
             f"| {c['numpy_all_rows_ms']['p95']:.2f} ms | {c['ratio_p95']:,.1f}x | {c['ratio_all_rows_p95']:,.2f}x "
             f"| {c['goal']}: {'met' if c['goal_met'] else 'MISSED'} |"
         )
