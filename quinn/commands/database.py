@@ -71,7 +71,9 @@ def copy_database(source: Database, target: Database) -> dict[str, int]:
             raise QuinnError(f"table {name} is missing in the target", "upgrade Quinn where the target is created")
         columns = [row[1] for row in source.query(f"PRAGMA table_info({name})")]
         column_list = ", ".join(columns)
-        insert = f"INSERT INTO {name} ({column_list}) VALUES ({', '.join('?' * len(columns))})"
+        # OR REPLACE: content tables are checked empty above; bookkeeping rows a migration seeded (the vector stamp)
+        # are taken from the source.
+        insert = f"INSERT OR REPLACE INTO {name} ({column_list}) VALUES ({', '.join('?' * len(columns))})"
         offset, count = 0, 0
         while True:
             # rowid order keeps AUTOINCREMENT ids and the FTS rowids the triggers derive from them.
