@@ -35,7 +35,8 @@ from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.db import Database
 from quinn.memory.embed import Embedder
 from quinn.memory.filters import memory_filter
-from quinn.memory.search import content_words, fts_query, hybrid_search
+from quinn.memory.lexical import content_words, fts_query
+from quinn.memory.search import hybrid_search
 
 KS = (1, 5, 10)
 DEPTH = max(KS)

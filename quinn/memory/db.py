@@ -59,6 +59,7 @@ class Database:
         self.remote = is_remote(url)
         self._auth_token = auth_token
         self._lock = threading.RLock()
+        self._local = threading.local()  # per thread: how deep inside transaction() blocks
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-db")
         self._conn: Any = None
 
@@ -171,6 +172,7 @@ class Database:
         with self._lock:
             conn = self._require()
             tx = Transaction(conn)
+            self._local.depth = getattr(self._local, "depth", 0) + 1
             try:
                 yield tx
             except BaseException:
@@ -181,6 +183,12 @@ class Database:
                 raise
             else:
                 conn.commit()
+            finally:
+                self._local.depth -= 1
+
+    def in_transaction(self) -> bool:
+        """True inside a ``transaction()`` block of this thread (work handed to another thread would wait on it)."""
+        return getattr(self._local, "depth", 0) > 0
 
     def executescript(self, sql: str) -> None:
         """Run several statements (DDL, maintenance) and commit."""

@@ -16,8 +16,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -57,6 +58,7 @@ STABILITY_GROWTH = 1.2  # each retrieval multiplies a memory's stability (hours 
 STABILITY_CAP_H = 24.0 * 365
 REEMBED_BATCH = 64
 DEFAULT = "default"
+T = TypeVar("T")
 
 
 class MemoryStore:
@@ -71,6 +73,8 @@ class MemoryStore:
         self._access_lock = threading.Lock()
         self._pending_access: dict[int, tuple[int, str]] = {}  # memory id -> (retrievals, last moment)
         self._pending_since: float | None = None
+        self._background: ThreadPoolExecutor | None = None
+        self._background_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -95,7 +99,27 @@ class MemoryStore:
         try:
             self.flush_access()
         finally:
+            if self._background is not None:
+                self._background.shutdown(wait=True)
             self.db.close()
+
+    def in_background(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Run ``fn(*args)`` on the store's background thread (a search's lexical leg beside its vector leg).
+
+        Inside a transaction of the calling thread the work runs inline: the connection is that thread's until
+        the transaction ends, so another thread would wait on it forever.
+        """
+        if self.db.in_transaction():
+            done: Future[T] = Future()
+            try:
+                done.set_result(fn(*args))
+            except Exception as exc:
+                done.set_exception(exc)
+            return done
+        with self._background_lock:
+            if self._background is None:
+                self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-search")
+            return self._background.submit(fn, *args)
 
     def first_time(self, key: str) -> bool:
         """True the first time ``key`` is asked for on this store: for things said once (e.g. "FTS only")."""

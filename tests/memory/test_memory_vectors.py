@@ -13,7 +13,7 @@ from quinn.memory.embed import OpenAIEmbedder
 from quinn.memory.filters import memory_filter
 from quinn.memory.models import Memory, iso, utcnow
 from quinn.memory.rows import insert_rows
-from quinn.memory.search import CANDIDATES, _cached_vector_ranks, _sql_vector_ranks
+from quinn.memory.search import CANDIDATES, _cached_matrix, _cached_vector_ranks, _sql_vector_ranks
 from tests.lab.llm_server import ScriptedLLM
 
 ALICE = "alice@example.test"
@@ -63,7 +63,9 @@ def test_cached_ranking_equals_the_sql_scan(
         owners = [user, None] if filters.get("include_global") else [user]
         cached_found: dict[int, tuple] = {}
         sql_found: dict[int, tuple] = {}
-        cached = _cached_vector_ranks(store, where, params, query, cached_found, owners)
+        matrix = _cached_matrix(store, owners)
+        assert matrix is not None
+        cached = _cached_vector_ranks(store, where, params, query, cached_found, matrix)
         scanned = _sql_vector_ranks(store, where, params, query, sql_found)
         assert len(cached) == len(scanned) == min(CANDIDATES, len(store.get_all(user, **filters))), case
         for mid in cached.keys() & scanned.keys():

@@ -1,0 +1,116 @@
+"""The lexical leg of retrieval: FTS5 BM25 over the memories, scored as the share of the query it matches.
+
+The score is BM25 divided by the query's total IDF ("coverage", capped at 1): unlike dividing by the best BM25 of
+the query, it stays low when the query has no good lexical match at all (search.py explains the fusion).
+
+Common terms are left out of the MATCH when the query's terms together would read more than ``POSTINGS_BUDGET``
+index entries, rarest first, as Lucene's common-terms query (``cutoff_frequency``) does: FTS5 computes BM25 for
+every matching row before it can sort, so one word found in a tenth of 100k memories costs tens of milliseconds,
+while such a word carries little IDF (log(9.5) ≈ 2.2 against ≈ 11 for a word found once) and the vector leg
+covers its meaning. Left-out terms still count in the query's IDF mass: a memory matching only them is not a
+good lexical match. Small stores never reach the budget, so their ranking is plain BM25.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from quinn.memory.db import Database, Row
+from quinn.memory.models import memory_columns
+
+CANDIDATES = 50
+MAX_TERMS = 48
+POSTINGS_BUDGET = 5000  # index entries the MATCH may read before common terms are left out
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+STOPWORDS = frozenset(
+    (
+        "a an and are as at be but by can could did do does for from had has have hi hello how i i'm if in "
+        "into is it its just me my no not of on or our please so that the their them then there these they "
+        "this to up us was we were what when where which who why will with would you your yours dear thanks "
+        "thank regards best "
+    ).split()
+)
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased words without stopwords."""
+    return {w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS and len(w) > 1}
+
+
+def query_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
+    """The first ``max_terms`` distinct content words, in order of appearance (the leading chunks count most)."""
+    words: list[str] = []
+    for match in _WORD.finditer(text):
+        word = match.group(0).lower()
+        if word not in STOPWORDS and len(word) > 1 and word not in words:
+            words.append(word)
+    return words[:max_terms]
+
+
+def match_expression(terms: Sequence[str]) -> str | None:
+    """An FTS5 MATCH expression: the terms OR-ed, each quoted, so no user text becomes FTS syntax."""
+    if not terms:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def fts_query(text: str, max_terms: int = MAX_TERMS) -> str | None:
+    """The MATCH expression for ``text``: its content words OR-ed (``query_terms``, ``match_expression``)."""
+    return match_expression(query_terms(text, max_terms))
+
+
+def idf(total: float, found: float) -> float:
+    """FTS5's IDF (fts5_aux.c): log((N - n + 0.5) / (n + 0.5)), floored at 1e-6."""
+    return max(math.log((total - found + 0.5) / (found + 0.5)), 1e-6)
+
+
+def document_frequencies(db: Database, terms: Sequence[str]) -> tuple[int, list[int]]:
+    """(rows in the index, rows matching each term), in one statement: counting reads no BM25."""
+    counts = ", ".join("(SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?)" for _ in terms)
+    row = db.query_one(f"SELECT (SELECT count(*) FROM memories), {counts}", [match_expression([t]) for t in terms])
+    if not row:
+        return 0, [0] * len(terms)
+    return int(row[0]), [int(n) for n in row[1:]]
+
+
+def within_budget(terms: Sequence[str], frequencies: Sequence[int], budget: int = POSTINGS_BUDGET) -> list[str]:
+    """The terms to MATCH: rarest first while their postings fit ``budget``, and always the rarest one found."""
+    kept: list[str] = []
+    used = 0
+    for frequency, term in sorted((f, t) for t, f in zip(terms, frequencies, strict=True) if f > 0):
+        if kept and used + frequency > budget:
+            break
+        kept.append(term)
+        used += frequency
+    return kept
+
+
+def lexical_scores(
+    db: Database, where: str, params: Sequence[Any], text: str, *, budget: int = POSTINGS_BUDGET
+) -> tuple[dict[int, tuple[int, float]], dict[int, Row]]:
+    """BM25 rank and coverage (BM25 / the query's total IDF, capped at 1) of the best matches under ``where``,
+    and their rows (selected with ``memory_columns``), keyed by memory id."""
+    terms = query_terms(text)
+    if not terms:
+        return {}, {}
+    total, frequencies = document_frequencies(db, terms)
+    match = match_expression(within_budget(terms, frequencies, budget))
+    if match is None:  # no term occurs anywhere
+        return {}, {}
+    rows = db.query(
+        f"SELECT bm25(memories_fts), {memory_columns('m')} FROM memories_fts JOIN memories m"
+        f" ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+        [match, *params, CANDIDATES],
+    )
+    mass = max(sum(idf(total, n) for n in frequencies), 1e-6)
+    scores: dict[int, tuple[int, float]] = {}
+    found: dict[int, Row] = {}
+    for rank, (bm25, *columns) in enumerate(rows, start=1):
+        mid = int(columns[0])
+        found[mid] = tuple(columns)
+        # FTS5's bm25() is negative (lower is better); a memory matching every query word once scores about -mass.
+        scores[mid] = (rank, min(1.0, -float(bm25) / mass))
+    return scores, found

@@ -1,0 +1,63 @@
+"""The lexical leg: common terms left out past the postings budget, and the leg run beside the vector leg."""
+
+from __future__ import annotations
+
+import threading
+
+from quinn.memory import MemoryStore, NewMemory
+from quinn.memory.filters import memory_filter
+from quinn.memory.lexical import document_frequencies, lexical_scores, query_terms, within_budget
+
+ALICE = "alice@example.test"
+BOB = "bob@example.test"
+
+
+def test_within_budget_keeps_the_rarest_terms_that_fit_and_always_one():
+    terms = ["meeting", "zanzibar", "project", "ghost"]
+    assert within_budget(terms, [900, 3, 400, 0], budget=500) == ["zanzibar", "project"]
+    assert within_budget(terms, [900, 3, 400, 0], budget=10_000) == ["zanzibar", "project", "meeting"]
+    assert within_budget(terms, [900, 700, 800, 0], budget=500) == ["zanzibar"]  # the rarest, though over budget
+    assert within_budget(terms, [0, 0, 0, 0], budget=500) == []  # a term found nowhere matches nothing
+
+
+def _plant(store: MemoryStore) -> dict[str, int]:
+    common = [f"Weekly meeting number {i} went fine, nothing to report." for i in range(40)]
+    rows = [NewMemory(user_id=BOB, content=text, scope="episodic") for text in common]
+    rows += [
+        NewMemory(user_id=ALICE, content="The Zanzibar trip is booked for the spring meeting.", scope="episodic"),
+        NewMemory(user_id=ALICE, content="Another meeting about the garden.", scope="episodic"),
+    ]
+    ids = store.add_many(rows)
+    return {"zanzibar": ids[-2], "garden": ids[-1]}
+
+
+def test_a_common_term_past_the_budget_is_left_out_of_the_match_but_counts_in_the_idf(store: MemoryStore):
+    planted = _plant(store)
+    where, params = memory_filter(ALICE)
+    text = "meeting in Zanzibar"
+    assert query_terms(text) == ["meeting", "zanzibar"]
+    _total, frequencies = document_frequencies(store.db, query_terms(text))
+    assert frequencies == [42, 1]
+    everything, _ = lexical_scores(store.db, where, params, text, budget=1000)
+    assert set(everything) == {planted["zanzibar"], planted["garden"]}  # both match "meeting"
+    assert everything[planted["zanzibar"]][0] == 1
+    rare_only, rows = lexical_scores(store.db, where, params, text, budget=10)
+    assert set(rare_only) == {planted["zanzibar"]} == set(rows)  # "meeting" (42 rows) was left out
+    # Coverage is measured against the whole query's IDF: matching the rare word alone is not a full match.
+    assert 0 < rare_only[planted["zanzibar"]][1] < 1.0
+
+
+def test_search_inside_a_transaction_runs_its_lexical_leg_inline(store: MemoryStore):
+    planted = _plant(store)
+    outcome: list[object] = []
+
+    def search_in_transaction() -> None:
+        with store.db.transaction():
+            outcome.append([hit.memory.id for hit in store.search(ALICE, "Zanzibar trip", k=1, touch=False)])
+
+    worker = threading.Thread(target=search_in_transaction, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    # A lexical leg handed to the background thread would wait forever for the connection this one holds.
+    assert not worker.is_alive(), "search inside a transaction deadlocked"
+    assert outcome == [[planted["zanzibar"]]]
