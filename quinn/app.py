@@ -29,7 +29,7 @@ from quinn.hardening import fit_torch_to_sandbox
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.delivery import Delivery
 from quinn.mailbox.imap import IMAP_FAILURES, ImapLoginRejected, ImapMailbox
-from quinn.mailbox.ledger import MailKey, MailLedger, MailRecord
+from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger, MailRecord
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
@@ -259,8 +259,12 @@ class Quinn:
             reason = f"duplicate of uid {earlier.key.uid}: {earlier.state}"
             await self._finish(ledger, key, "ignored", reason, message_id=email.message_id)
             return
-        if earlier is not None and earlier.state == "superseded":
+        if earlier is not None and earlier.state in HANDED_ON_STATES:
+            # Seen before under another key: a UIDVALIDITY change, or the operator's `mail status --retry`
+            # moved it back from quarantine (a MOVE gives it a new UID, RFC 6851 §3.3).
             record = await self._db(ledger.carry_over, earlier, key)
+            log.info("mail uid=%s id=%s: carried on from %s/%s (%s)", uid, email.message_id,
+                     earlier.key.uidvalidity, earlier.key.uid, earlier.state)  # fmt: skip
             if not _due(record):
                 return
         elif earlier is not None:

@@ -2,9 +2,10 @@
 
 A mail is named by its ledger key ``FOLDER:UIDVALIDITY:UID`` (as the table shows it). ``--retry KEY`` takes a
 ``failed`` mail (a permanent SMTP rejection, or too many transient failures) back: its ledger row becomes
-``retried`` so the daemon does not take it for a duplicate, and the message is moved from the quarantine folder
-back to the watched folder, where the daemon picks it up as new mail. Its reply, already in the outbox, is
-sent again rather than written anew.
+``retried`` (with a fresh count of attempts) so the daemon does not take it for a duplicate, and the message is
+moved from the quarantine folder back to the watched folder, where the daemon picks it up as new mail under a
+new UID and carries the ledger row on to it. Its reply, already in the outbox, is sent again rather than written
+anew.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
         raise QuinnError(f"no mail {name} in the ledger", "copy a key from `quinn mail status`")
     if record.state != "failed":
         raise QuinnError(f"mail {name} is {record.state}, not failed", "only failed mail can be retried")
-    ledger.set(key, "retried", f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
+    ledger.retry(key, f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
     # Its reply, refused for good last time, goes back to pending so the delivery tries it again.
     db.execute("UPDATE outbox SET state = 'pending', last_error = '' WHERE in_reply_to = ? AND state = 'failed'",
                (record.message_id,))  # fmt: skip
