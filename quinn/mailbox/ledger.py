@@ -50,6 +50,11 @@ class MailRecord:
         """Nothing more will be done with this mail except filing it away."""
         return self.state in FINAL_STATES
 
+    def due(self, now: datetime) -> bool:
+        """False for a deferred mail whose retry time has not come yet."""
+        waiting = self.state == "deferred" and self.next_attempt_at
+        return not (waiting and str(self.next_attempt_at) > (iso(now) or ""))
+
 
 class MailLedger:
     """Reads and writes ``mail_state``."""
@@ -123,6 +128,21 @@ class MailLedger:
             "UPDATE mail_state SET next_attempt_at = ? WHERE message_id = ? AND state = 'deferred'",
             (iso(utcnow()), message_id),
         )
+
+    def release(self, reason_prefix: str) -> int:
+        """Deferred rows whose reason starts with ``reason_prefix`` are due now; returns how many."""
+        now = iso(utcnow())
+        rows = self.db.query(
+            "SELECT folder, uidvalidity, uid FROM mail_state WHERE state = 'deferred'"
+            " AND substr(reason, 1, length(?)) = ?",
+            (reason_prefix, reason_prefix),
+        )
+        for folder, uidvalidity, uid in rows:
+            self.db.execute(
+                "UPDATE mail_state SET next_attempt_at = ? WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+                (now, folder, uidvalidity, uid),
+            )
+        return len(rows)
 
     def next_due(self, folder: str, uidvalidity: int) -> datetime | None:
         """When the earliest deferred mail of this folder is due again, or None when none waits."""
