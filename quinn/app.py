@@ -38,7 +38,7 @@ from quinn.mailbox.policy import Decision, Rules, decide
 from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_message_id
 from quinn.mailbox.threads import Sessions, thread_key
 from quinn.memory.db import Database
-from quinn.memory.embed import build_embedder
+from quinn.memory.embed import embedder_for
 from quinn.memory.store import MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan, plan_reload
@@ -99,10 +99,7 @@ class Quinn:
         self.db = Database.open(c.database.url, c.database.secret("auth_token"))
         if c.embeddings.backend == "local":
             fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
-        embedder = await asyncio.to_thread(
-            build_embedder, c.embeddings.backend, c.embeddings.model, c.embeddings.base_url,
-            c.embeddings.secret("api_key"), c.embeddings.dimensions,
-        )  # fmt: skip
+        embedder = await asyncio.to_thread(embedder_for, c.embeddings)
         self.store = MemoryStore(self.db, embedder)
         self.agent = Agent(c, self.llm, self.prompts, self.store)
         if c.scheduler.enabled:

@@ -79,7 +79,7 @@ def render_command(args: argparse.Namespace, config: Config) -> int:
     from quinn.agent.samples import sample_email, sample_variables
     from quinn.mailbox.message import Address
     from quinn.memory.db import Database
-    from quinn.memory.embed import build_embedder
+    from quinn.memory.embed import embedder_for
     from quinn.memory.store import MemoryStore
 
     user = args.user.strip().lower()
@@ -89,8 +89,7 @@ def render_command(args: argparse.Namespace, config: Config) -> int:
     c = config
     db = Database.open(c.database.url, c.database.secret("auth_token"))
     try:
-        embedder = build_embedder(c.embeddings.backend, c.embeddings.model, c.embeddings.base_url,
-                                  c.embeddings.secret("api_key"), c.embeddings.dimensions)  # fmt: skip
+        embedder = embedder_for(c.embeddings)
         store = MemoryStore(db, embedder)
         agent = Agent(c, LLM(c.llm), store_prompts, store)
         email = replace(sample_email(args.text), subject=args.subject, from_=Address("", user),
