@@ -14,9 +14,11 @@ import argparse
 import os
 from typing import Any
 
+from rich.console import Console
+
 from quinn.clock import iso, utcnow
-from quinn.commands.database import DATABASE_ONLY, open_database
-from quinn.commands.output import add_json_flag, console, print_json, shorten, table
+from quinn.commands.database import DATABASE_ONLY, opened_database
+from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config, resolve_secrets
 from quinn.errors import ConfigError, QuinnError
 from quinn.mailbox.ledger import MailKey, MailLedger
@@ -111,33 +113,23 @@ def mail_status(args: argparse.Namespace, config: Config) -> int:
     if args.retry:
         key = parse_key(args.retry)
         resolve_secrets(config, os.environ, ("imap",))  # the retry talks to IMAP: now the password is needed
-        db = open_database(config)
-        try:
+        with opened_database(config) as db:
             done = retry(config, db, key)
-        finally:
-            db.close()
-        if args.json:
-            print_json(done)
-        else:
-            console().print(f"{done['key']}: moved back to {done.get('to', 'the watched folder')}; "
-                            "the daemon answers it on its next pass")  # fmt: skip
-        return 0
-    db = open_database(config)
-    try:
+        return answer(args, done, lambda out: out.print(
+            f"{done['key']}: moved back to {done.get('to', 'the watched folder')}; "
+            "the daemon answers it on its next pass"))  # fmt: skip
+    with opened_database(config) as db:
         report = status_report(db, args.limit)
-    finally:
-        db.close()
-    if args.json:
-        print_json(report)
-        return 0
-    out = console()
-    counts = [{"state": s, "mails": n} for s, n in sorted(report["counts"].items())]
-    out.print(table(f"Mail by state ({report['total']} in all)", ["state", "mails"], counts, empty="no mail yet"))
-    outbox = [{"state": s, "replies": n} for s, n in sorted(report["outbox"].items())]
-    out.print(table("Replies by delivery state", ["state", "replies"], outbox, empty="no replies yet"))
-    rows = [{**item, "reason": shorten(item["reason"], 100)} for item in report["attention"]]
-    out.print(table("Needs attention", ["key", "state", "reason", "message_id", "attempts", "updated_at"], rows,
-                    empty="nothing: no failed, quarantined or deferred mail"))  # fmt: skip
-    if any(item["state"] == "failed" for item in report["attention"]):
-        out.print("Retry a failed mail with: quinn mail status --retry KEY")
-    return 0
+
+    def show(out: Console) -> None:
+        counts = [{"state": s, "mails": n} for s, n in sorted(report["counts"].items())]
+        out.print(table(f"Mail by state ({report['total']} in all)", ["state", "mails"], counts, empty="no mail yet"))
+        outbox = [{"state": s, "replies": n} for s, n in sorted(report["outbox"].items())]
+        out.print(table("Replies by delivery state", ["state", "replies"], outbox, empty="no replies yet"))
+        rows = [{**item, "reason": shorten(item["reason"], 100)} for item in report["attention"]]
+        out.print(table("Needs attention", ["key", "state", "reason", "message_id", "attempts", "updated_at"], rows,
+                        empty="nothing: no failed, quarantined or deferred mail"))  # fmt: skip
+        if any(item["state"] == "failed" for item in report["attention"]):
+            out.print("Retry a failed mail with: quinn mail status --retry KEY")
+
+    return answer(args, report, show)
