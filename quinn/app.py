@@ -23,13 +23,14 @@ from quinn.agent.respond import Agent
 from quinn.agent.samples import sample_variables
 from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
-from quinn.errors import ConnectError, MailParseError, QuinnError, RetryLater
+from quinn.errors import ConfigError, ConnectError, MailParseError, QuinnError, RetryLater
 from quinn.faults import fault_point
 from quinn.hardening import fit_torch_to_sandbox
+from quinn.hold import HELD_PREFIX, SetupHold
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.delivery import Delivery
 from quinn.mailbox.imap import IMAP_FAILURES, ImapLoginRejected, ImapMailbox
-from quinn.mailbox.ledger import MailKey, MailLedger, MailRecord
+from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
@@ -37,7 +38,7 @@ from quinn.mailbox.policy import Decision, Rules, decide
 from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_message_id
 from quinn.mailbox.threads import Sessions, thread_key
 from quinn.memory.db import Database
-from quinn.memory.embed import build_embedder
+from quinn.memory.embed import embedder_for
 from quinn.memory.store import MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan, plan_reload
@@ -68,7 +69,7 @@ class Quinn:
         self.prompts = PromptStore(config.prompts.dir, samples=sample_variables)
         for name in TEMPLATE_NAMES:  # a broken template is a startup error, not a failure on the first mail
             self.prompts.load(name)
-        self.rules = _rules(config)
+        self.rules = Rules.from_config(config, LOOP_HEADER)
         self.llm = LLM(config.llm)
         self.sender = SmtpSender(config.smtp)
         self.mailbox = ImapMailbox(config.imap)
@@ -81,6 +82,8 @@ class Quinn:
         self._in_flight: asyncio.Task[Any] | None = None
         self.handled = 0
         self.metrics = Metrics()
+        self.hold = SetupHold()
+        self._release_held = True  # at start and after a reload: the operator may have fixed the setup
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -96,10 +99,7 @@ class Quinn:
         self.db = Database.open(c.database.url, c.database.secret("auth_token"))
         if c.embeddings.backend == "local":
             fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
-        embedder = await asyncio.to_thread(
-            build_embedder, c.embeddings.backend, c.embeddings.model, c.embeddings.base_url,
-            c.embeddings.secret("api_key"), c.embeddings.dimensions,
-        )  # fmt: skip
+        embedder = await asyncio.to_thread(embedder_for, c.embeddings)
         self.store = MemoryStore(self.db, embedder)
         self.agent = Agent(c, self.llm, self.prompts, self.store)
         if c.scheduler.enabled:
@@ -212,6 +212,12 @@ class Quinn:
         """Handle every message in the watched folder once; returns how many were looked at."""
         if await self._imap(self.mailbox.check_uidvalidity) is not None:
             await self._resync()
+        if self._release_held:
+            self._release_held = False
+            assert self.store is not None
+            released = await self._db(MailLedger(self.store.db).release, HELD_PREFIX)
+            if released:
+                log.info("%d mails held for a setup error are tried again now", released)
         uids = await self._imap(self.mailbox.uids)
         sizes = await self._imap(self.mailbox.sizes, uids)
         for uid in uids:
@@ -219,7 +225,13 @@ class Quinn:
                 break
             if uid in sizes:
                 with self.metrics.stage("mail"):
-                    await self.handle(uid, sizes[uid])
+                    try:
+                        await self.handle(uid, sizes[uid])
+                    except (*IMAP_FAILURES, ImapLoginRejected):
+                        raise  # the run loop reconnects
+                    except Exception as exc:  # a bug, or a failure nobody foresaw: this mail waits, the rest go on
+                        log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
+                        await self._retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
         return len(uids)
 
     async def handle(self, uid: int, size: int) -> None:
@@ -232,7 +244,7 @@ class Quinn:
             if not record.moved:  # a crash between "done" and "filed away"
                 await self._file_away(ledger, key, record.state, record.reason)
             return
-        if record.state == "superseded" or not _due(record):
+        if record.state == "superseded" or not record.due(utcnow()):
             return
         limit_kb = self.config.imap.max_message_kb
         if size > limit_kb * 1024:
@@ -259,9 +271,13 @@ class Quinn:
             reason = f"duplicate of uid {earlier.key.uid}: {earlier.state}"
             await self._finish(ledger, key, "ignored", reason, message_id=email.message_id)
             return
-        if earlier is not None and earlier.state == "superseded":
+        if earlier is not None and earlier.state in HANDED_ON_STATES:
+            # Seen before under another key: a UIDVALIDITY change, or the operator's `mail status --retry`
+            # moved it back from quarantine (a MOVE gives it a new UID, RFC 6851 §3.3).
             record = await self._db(ledger.carry_over, earlier, key)
-            if not _due(record):
+            log.info("mail uid=%s id=%s: carried on from %s/%s (%s)", uid, email.message_id,
+                     earlier.key.uidvalidity, earlier.key.uid, earlier.state)  # fmt: skip
+            if not record.due(utcnow()):
                 return
         elif earlier is not None:
             return  # another live copy of this mail is in progress; this one waits for its outcome
@@ -284,26 +300,56 @@ class Quinn:
             await self._db(ledger.defer, key, reason, until, count_attempt=False)
             log.info("mail uid=%s deferred until %s: %s", uid, iso(until), reason)
             return
+        if self.hold.active(utcnow()):  # the model path is known broken: no call until the hold's probe time
+            await self._hold(ledger, key, email, decision, thread)
+            return
         await self._db(ledger.set, key, "handling", decision.reason, message_id=email.message_id,
                        user_id=decision.user_id, thread_key=thread)  # fmt: skip
         try:
             state = await self._reply(email, decision)
         except RetryLater as exc:
-            attempts = (await self._db(ledger.get, key) or record).attempts + 1
-            if attempts >= MAX_ATTEMPTS:
-                await self._finish(ledger, key, "failed", f"gave up after {attempts} attempts: {exc.message}")
-                return
-            delay = min(LLM_RETRY_BASE * 2 ** (attempts - 1), LLM_RETRY_MAX)
-            await self._db(ledger.defer, key, exc.message, utcnow() + delay)
-            log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", uid, attempts, delay, exc.message)
+            await self._retry_later(uid, exc.message)
             return
         except ConnectError as exc:  # a permanent SMTP rejection: the operator must look
             await self._finish(ledger, key, "failed", exc.message)
             return
+        except ConfigError as exc:  # a revoked key, an unknown model: the operator's to fix, not the mail's fault
+            self.hold.fail(exc, utcnow())
+            await self._hold(ledger, key, email, decision, thread)
+            return
+        if self.hold.clear("a reply went through"):
+            self._release_held = True  # the probe worked: every held mail is due at once
         await self._finish(ledger, key, state, decision.reason)
         self.handled += 1
         if decision.use_memory:
             await self._learn(decision.user_id, email)
+
+    async def _retry_later(self, uid: int, reason: str) -> None:
+        """A transient failure: the mail is tried again with backoff, and fails after ``MAX_ATTEMPTS``."""
+        assert self.store is not None
+        key = MailKey(self.config.imap.folder, self.mailbox.uidvalidity, uid)
+        ledger = MailLedger(self.store.db)
+        record = await self._db(ledger.receive, key)
+        if record.final:  # it failed after its outcome was recorded: the next pass only files it away
+            return
+        attempts = record.attempts + 1
+        if attempts >= MAX_ATTEMPTS:
+            await self._finish(ledger, key, "failed", f"gave up after {attempts} attempts: {reason}")
+            return
+        delay = min(LLM_RETRY_BASE * 2 ** (attempts - 1), LLM_RETRY_MAX)
+        await self._db(ledger.defer, key, reason, utcnow() + delay)
+        log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", uid, attempts, delay, reason)
+
+    async def _hold(
+        self, ledger: MailLedger, key: MailKey, email: InboundEmail, decision: Decision, thread: str
+    ) -> None:
+        """Defer a mail, without counting an attempt, until the setup error of ``self.hold`` is fixed."""
+        assert self.hold.until is not None
+        await self._db(ledger.set, key, "deferred", self.hold.reason, message_id=email.message_id,
+                       user_id=decision.user_id, thread_key=thread)  # fmt: skip
+        await self._db(ledger.defer, key, self.hold.reason, self.hold.until, count_attempt=False)
+        self.hold.hold()
+        log.info("mail uid=%s held until %s: the setup error above", key.uid, iso(self.hold.until))
 
     async def _is_own_copy(self, ledger: MailLedger, key: MailKey, email: InboundEmail) -> bool:
         """Our own reply, back through smtp.copy_to_self: proof that its send went through; filed as sent."""
@@ -418,6 +464,10 @@ class Quinn:
                 await self.agent.learn(user, email)
         except QuinnError as exc:
             log.warning("memory extraction for %s failed: %s", email.message_id, exc)
+        except IMAP_FAILURES:
+            raise
+        except Exception:  # a bug: the reply is out and the mail filed; the daemon goes on
+            log.exception("memory extraction for %s failed", email.message_id)
 
     def reload(self, new: Config | None = None) -> ReloadPlan:
         """SIGHUP: apply the reloadable part of ``new`` (default: the current config) and re-read the templates.
@@ -432,29 +482,14 @@ class Quinn:
         for name in TEMPLATE_NAMES:  # a broken edit fails the reload, not the next mail
             prompts.load(name)
         llm = LLM(c.llm) if plan.changed("llm") else self.llm
-        self.prompts, self.llm, self.rules, self.config = prompts, llm, _rules(c), c
+        self.prompts, self.llm, self.rules, self.config = prompts, llm, Rules.from_config(c, LOOP_HEADER), c
         if plan.changed("smtp"):
             self.sender = SmtpSender(c.smtp)
         if self.store is not None:
             self.agent = Agent(c, llm, prompts, self.store)
+        if self.scheduler is not None:  # the next job run uses the new templates and model
+            self.scheduler.use(llm, prompts)
+        self.hold.clear("configuration reloaded")
+        self._release_held = True  # the operator may have fixed the setup: held mail is tried at the next pass
         log.info("prompts reloaded: %s", ", ".join(prompts.load(n).version for n in TEMPLATE_NAMES))
         return plan
-
-
-def _rules(config: Config) -> Rules:
-    """The reply policy's rules from the config."""
-    return Rules(
-        own_address=config.smtp.from_address,
-        allow=tuple(config.policy.allow),
-        aliases={k.lower(): [a.lower() for a in v] for k, v in config.policy.aliases.items()},
-        require_authentication=config.policy.require_authentication,
-        authserv_id=config.policy.authserv_id,
-        unauthenticated=config.policy.unauthenticated,
-        loop_header=LOOP_HEADER,
-    )
-
-
-def _due(record: MailRecord) -> bool:
-    """A deferred mail is only taken up again once its retry time has come."""
-    waiting = record.state == "deferred" and record.next_attempt_at
-    return not (waiting and str(record.next_attempt_at) > (iso(utcnow()) or ""))

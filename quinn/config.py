@@ -179,6 +179,11 @@ class EmbeddingsConfig(Section):
     dimensions: int | None = Field(
         default=None, gt=0, description="Vector size; found from the model when left out."
     )
+    threads: int = Field(
+        default=1, ge=1,
+        description="CPU threads torch uses for the local model (for the whole process). 1 keeps queries fast "
+        "on a small machine with other work; more only helps with idle cores and big batches (memory reembed).",
+    )  # fmt: skip
 
 
 class PromptsConfig(Section):

@@ -4,7 +4,7 @@
 
 * READY=1 once IMAP, the database and (when enabled) the scheduler are up, with a STATUS= line; STATUS= again
   whenever the counts change.
-* WATCHDOG=1 every half ``WATCHDOG_USEC``, but only while the event loop turns and the database thread
+* WATCHDOG=1 every half ``WATCHDOG_USEC`` from READY=1 on, only while the event loop turns and the database thread
   answers: a wedged daemon stops pinging and systemd restarts it (``WatchdogSec=``).
 * SIGTERM / SIGINT: STOPPING=1, no new mail is fetched, the mail in flight gets ``[service] shutdown_grace_s``
   to finish; past that it is cancelled (every step is idempotent, so the next start resumes it). Exit 0.
@@ -162,6 +162,8 @@ class Service:
         """WATCHDOG=1 while the loop turns and the DB thread answers within one interval."""
         while True:
             await asyncio.sleep(interval_s)
+            if not self.ready:  # systemd starts the watchdog at READY=1 (systemd.service(5), WatchdogSec=)
+                continue
             if await _answers(self.app, interval_s):
                 self.notifier.watchdog()
             else:
@@ -170,7 +172,7 @@ class Service:
 
 async def _answers(app: Quinn, timeout_s: float) -> bool:
     db = app.db
-    if db is None:  # still starting (systemd's watchdog only counts after READY=1)
+    if db is None:  # not started: nothing to check
         return True
     try:
         await asyncio.wait_for(db.run(_nothing), timeout=timeout_s)

@@ -194,8 +194,6 @@ def test_admin_commands_refuse_a_missing_database(tmp_path):
         assert not (tmp_path / "nowhere").exists()
 
 
-@pytest.mark.skip(reason="known bug after the mailbox/ops merge: a mail moved back into INBOX by `mail status "
-                  "--retry` is not picked up by the idling daemon within 60 s; see the closing note")
 def test_mail_retry_answers_a_failed_mail(mail_lab, lab_config, llm_server, quinn_daemon):
     alice = mail_lab.new_user("alice")
     config = lab_config(extra='[embeddings]\nbackend = "none"\n')

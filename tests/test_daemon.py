@@ -8,9 +8,10 @@ import email.policy
 import os
 import signal
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import pytest
 
 from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.dovecot import Dovecot
@@ -23,27 +24,45 @@ QUIET = '[embeddings]\nbackend = "none"\n'  # no memory model to load: restarts 
 Start = Callable[..., QuinnProcess]
 
 
-@contextmanager
-def smtp_for(server: Dovecot) -> Iterator[SmtpLab]:
-    lab = SmtpLab(server)
-    lab.start()
+class PrivateLab(NamedTuple):
+    """A Dovecot of the test's own (to stop, restart, kick or re-password), its SMTP server, a config for them."""
+
+    server: Dovecot
+    smtp: SmtpLab
+    config: LabConfig
+
+
+MakeLab = Callable[..., PrivateLab]
+Users = Callable[[str], str]
+
+
+@pytest.fixture
+def private_lab(
+    make_dovecot: Callable[..., Dovecot], lab_config: Callable[..., LabConfig], llm_server: ScriptedLLM
+) -> Iterator[MakeLab]:
+    """``private_lab(idle=True, imap_extra=...)``: a private mail lab and a quiet config (no embedding model);
+    the scripted model answers plainly unless the test sets another responder."""
+    llm_server.responder = plain_model
+    smtps: list[SmtpLab] = []
+
+    def make(*, idle: bool = True, **config: Any) -> PrivateLab:
+        server = make_dovecot(idle=idle)
+        smtp = SmtpLab(server)
+        smtp.start()
+        smtps.append(smtp)
+        return PrivateLab(server, smtp, lab_config(server=server, smtp=smtp, extra=QUIET, **config))
+
     try:
-        yield lab
+        yield make
     finally:
-        lab.stop()
+        for smtp in smtps:
+            smtp.stop()
 
 
 def started(quinn_daemon: Start, config: LabConfig) -> QuinnProcess:
     daemon = quinn_daemon(config)
     daemon.wait_for_log("quinn started", timeout_s=90)
     return daemon
-
-
-def flags(server: Dovecot, user: str, folder: str) -> list[tuple[bytes, ...]]:
-    with server.connect(user) as client:
-        client.select_folder(folder, readonly=True)
-        uids = client.search("ALL")
-        return [f[b"FLAGS"] for f in client.fetch(uids, ["FLAGS"]).values()] if uids else []
 
 
 def answered_once(server: Dovecot, user: str, message_ids: list[str], daemon: QuinnProcess) -> None:
@@ -58,35 +77,21 @@ def answered_once(server: Dovecot, user: str, message_ids: list[str], daemon: Qu
     wait_for(done, f"one reply to each of {message_ids}", timeout_s=90, log=daemon.log)
 
 
-def test_polling_folders_size_limit_and_quarantine(
-    make_dovecot: Callable[..., Dovecot],
-    users: Callable[[str], str],
-    lab_config: Callable[..., LabConfig],
-    llm_server: ScriptedLLM,
-    quinn_daemon: Start,
-) -> None:
-    server = make_dovecot(idle=False)
-    llm_server.responder = plain_model
-    with smtp_for(server) as smtp:
-        config = lab_config(
-            server=server,
-            smtp=smtp,
-            extra=QUIET,
-            imap_extra='max_message_kb = 20\nprocessed_folder = "Archive/Quinn"\nquarantine_folder = "Bad"',
-        )
-        daemon = started(quinn_daemon, config)
-        assert "polling" in daemon.log()
-        assert {"Archive", "Archive.Quinn", "Bad", "Drafts", "Quinn", "Quinn.Sent"} <= set(
-            server.folders(config.address)
-        )
-        alice = users("alice")
-        big = make_mail(alice, config.address, "Big", "word " * 10_000, message_id="<big@example.test>")
-        smtp.send(alice, config.address, big)
-        server.append(config.address, (FIXTURES / "garbage.eml").read_bytes())
-        smtp.send(alice, config.address, make_mail(alice, config.address, message_id="<small@example.test>"))
-        answered_once(server, alice, ["<small@example.test>"], daemon)
-        wait_for(lambda: len(server.messages(config.address, "Bad")) == 2, "two mails in quarantine", log=daemon.log)
-        assert daemon.terminate() == 0
+def test_polling_folders_size_limit_and_quarantine(private_lab: MakeLab, users: Users, quinn_daemon: Start) -> None:
+    server, smtp, config = private_lab(
+        idle=False, imap_extra='max_message_kb = 20\nprocessed_folder = "Archive/Quinn"\nquarantine_folder = "Bad"'
+    )
+    daemon = started(quinn_daemon, config)
+    assert "polling" in daemon.log()
+    assert {"Archive", "Archive.Quinn", "Bad", "Drafts", "Quinn", "Quinn.Sent"} <= set(server.folders(config.address))
+    alice = users("alice")
+    big = make_mail(alice, config.address, "Big", "word " * 10_000, message_id="<big@example.test>")
+    smtp.send(alice, config.address, big)
+    server.append(config.address, (FIXTURES / "garbage.eml").read_bytes())
+    smtp.send(alice, config.address, make_mail(alice, config.address, message_id="<small@example.test>"))
+    answered_once(server, alice, ["<small@example.test>"], daemon)
+    wait_for(lambda: len(server.messages(config.address, "Bad")) == 2, "two mails in quarantine", log=daemon.log)
+    assert daemon.terminate() == 0
     rows = ledger_rows(config.db_path)
     states = sorted((r["state"], r["reason"].split(":")[0]) for r in rows)
     assert states == [
@@ -95,103 +100,85 @@ def test_polling_folders_size_limit_and_quarantine(
         ("replied", "authentication not required (no authserv_id configured)"),
     ]
     assert next(r for r in rows if r["reason"].startswith("too large"))["message_id"] == ""  # never downloaded
-    assert all(b"\\Seen" not in f for f in flags(server, config.address, "Bad"))
+    assert all(b"\\Seen" not in f for f in server.flags(config.address, "Bad"))
     assert replies_to(server.messages(alice), "<big@example.test>") == []
     assert len(server.messages(config.address, "Archive.Quinn")) == 1
     assert server.messages(config.address) == []
 
 
-def test_reconnects_through_every_failure(
-    make_dovecot: Callable[..., Dovecot],
-    users: Callable[[str], str],
-    lab_config: Callable[..., LabConfig],
-    llm_server: ScriptedLLM,
-    quinn_daemon: Start,
-) -> None:
-    server = make_dovecot()
-    llm_server.responder = plain_model
+def test_reconnects_through_every_failure(private_lab: MakeLab, users: Users, quinn_daemon: Start) -> None:
+    server, smtp, config = private_lab(imap_extra="timeout_s = 2\nreconnect_max_s = 1\nidle_renew_s = 2")
     alice = users("alice")
     sent: list[str] = []
-    with smtp_for(server) as smtp:
-        config = lab_config(
-            server=server, smtp=smtp, extra=QUIET, imap_extra="timeout_s = 2\nreconnect_max_s = 1\nidle_renew_s = 2"
-        )
 
-        def lost() -> int:
-            return daemon.log().count("IMAP connection lost")
+    def lost() -> int:
+        return daemon.log().count("IMAP connection lost")
 
-        def mail_and_wait(n: int) -> None:
-            mid = f"<step{n}@example.test>"
-            sent.append(mid)
-            smtp.send(alice, config.address, make_mail(alice, config.address, f"Step {n}", message_id=mid))
-            answered_once(server, alice, sent, daemon)
-            # Also wait for the reply's copy to be filed: the lab delivers to one recipient after the other, so
-            # stopping Dovecot in the middle would be a partial delivery no real server makes.
-            wait_for(lambda: ledger(config.db_path).get(mid, {}).get("moved"), f"{mid} filed", log=daemon.log)
+    def mail_and_wait(n: int) -> None:
+        mid = f"<step{n}@example.test>"
+        sent.append(mid)
+        smtp.send(alice, config.address, make_mail(alice, config.address, f"Step {n}", message_id=mid))
+        answered_once(server, alice, sent, daemon)
+        # Also wait for the reply's copy to be filed: the lab delivers to one recipient after the other, so
+        # stopping Dovecot in the middle would be a partial delivery no real server makes.
+        wait_for(lambda: ledger(config.db_path).get(mid, {}).get("moved"), f"{mid} filed", log=daemon.log)
 
-        server.stop()  # refused at startup: the daemon says so and keeps trying
-        daemon = quinn_daemon(config)
-        daemon.wait_for_log("will keep trying", timeout_s=90)
-        wait_for(lambda: lost() >= 2, "two refused reconnects", log=daemon.log)
-        server.start()
-        daemon.wait_for_log("IMAP reconnected")
-        mail_and_wait(1)
+    server.stop()  # refused at startup: the daemon says so and keeps trying
+    daemon = quinn_daemon(config)
+    daemon.wait_for_log("will keep trying", timeout_s=90)
+    wait_for(lambda: lost() >= 2, "two refused reconnects", log=daemon.log)
+    server.start()
+    daemon.wait_for_log("IMAP reconnected")
+    mail_and_wait(1)
 
-        before = lost()
-        server.kick(config.address)  # BYE / abort mid-IDLE
-        wait_for(lambda: lost() > before, "the kick noticed", log=daemon.log)
-        mail_and_wait(2)
+    before = lost()
+    server.kick(config.address)  # BYE / abort mid-IDLE
+    wait_for(lambda: lost() > before, "the kick noticed", log=daemon.log)
+    mail_and_wait(2)
 
-        before = lost()
-        server.restart()  # a full restart: EOF without BYE
-        wait_for(lambda: lost() > before, "the restart noticed", log=daemon.log)
-        mail_and_wait(3)
+    before = lost()
+    server.restart()  # a full restart: EOF without BYE
+    wait_for(lambda: lost() > before, "the restart noticed", log=daemon.log)
+    mail_and_wait(3)
 
-        before = lost()
-        server.stop()  # refused for several tries
-        wait_for(lambda: lost() >= before + 3, "three refused reconnects", log=daemon.log)
-        server.start()
-        mail_and_wait(4)
+    before = lost()
+    server.stop()  # refused for several tries
+    wait_for(lambda: lost() >= before + 3, "three refused reconnects", log=daemon.log)
+    server.start()
+    mail_and_wait(4)
 
-        before = lost()
-        assert server._proc is not None
-        os.killpg(server._proc.pid, signal.SIGSTOP)  # hung, not dead: only a timeout can tell
-        try:
-            wait_for(lambda: lost() >= before + 2 and "timed out" in daemon.log(), "timeouts noticed", log=daemon.log)
-        finally:
-            os.killpg(server._proc.pid, signal.SIGCONT)
-        mail_and_wait(5)
-        assert daemon.terminate() == 0
+    before = lost()
+    assert server._proc is not None
+    os.killpg(server._proc.pid, signal.SIGSTOP)  # hung, not dead: only a timeout can tell
+    try:
+        wait_for(lambda: lost() >= before + 2 and "timed out" in daemon.log(), "timeouts noticed", log=daemon.log)
+    finally:
+        os.killpg(server._proc.pid, signal.SIGCONT)
+    mail_and_wait(5)
+    assert daemon.terminate() == 0
     assert [r["state"] for r in ledger(config.db_path).values() if r["message_id"] in sent] == ["replied"] * 5
     assert "Traceback" not in daemon.log()
 
 
 def test_password_rejected_while_running_is_retried_slowly(
-    make_dovecot: Callable[..., Dovecot],
-    users: Callable[[str], str],
-    lab_config: Callable[..., LabConfig],
-    llm_server: ScriptedLLM,
-    quinn_daemon: Start,
+    private_lab: MakeLab, users: Users, quinn_daemon: Start
 ) -> None:
-    server = make_dovecot()
-    llm_server.responder = plain_model
+    server, smtp, config = private_lab(imap_extra="login_retry_s = 1\nreconnect_max_s = 1")
     good = server.password
-    with smtp_for(server) as smtp:
-        config = lab_config(server=server, smtp=smtp, extra=QUIET, imap_extra="login_retry_s = 1\nreconnect_max_s = 1")
-        daemon = started(quinn_daemon, config)
-        server.set_password("changed-by-the-admin")
-        server.restart()
-        wait_for(
-            lambda: daemon.log().count("IMAP login rejected while running") >= 2, "two rejected logins", log=daemon.log
-        )
-        assert daemon.proc is not None and daemon.proc.poll() is None  # still running: no crash loop
-        alice = users("alice")
-        server.set_password(good)
-        server.restart()
-        daemon.wait_for_log("IMAP reconnected")
-        smtp.send(alice, config.address, make_mail(alice, config.address, message_id="<after@example.test>"))
-        answered_once(server, alice, ["<after@example.test>"], daemon)
-        assert daemon.terminate() == 0
+    daemon = started(quinn_daemon, config)
+    server.set_password("changed-by-the-admin")
+    server.restart()
+    wait_for(
+        lambda: daemon.log().count("IMAP login rejected while running") >= 2, "two rejected logins", log=daemon.log
+    )
+    assert daemon.proc is not None and daemon.proc.poll() is None  # still running: no crash loop
+    alice = users("alice")
+    server.set_password(good)
+    server.restart()
+    daemon.wait_for_log("IMAP reconnected")
+    smtp.send(alice, config.address, make_mail(alice, config.address, message_id="<after@example.test>"))
+    answered_once(server, alice, ["<after@example.test>"], daemon)
+    assert daemon.terminate() == 0
     log = daemon.log()
     line = next(x for x in log.splitlines() if "IMAP login rejected while running" in x)
     assert config.address in line and "QUINN_TEST_IMAP_PASSWORD" in line
@@ -212,11 +199,11 @@ def test_draft_mode_sends_nothing(
     assert daemon.terminate() == 0
     msg = email.message_from_bytes(draft, policy=email.policy.default)
     assert (msg["To"], msg["In-Reply-To"], msg["Subject"]) == (alice, "<plan@x.test>", "Re: Plan")
-    assert all(b"\\Draft" in f for f in flags(dovecot, config.address, "Drafts"))
+    assert all(b"\\Draft" in f for f in dovecot.flags(config.address, "Drafts"))
     assert dovecot.messages(alice) == []
     assert [r.data for r in mail_lab.smtp.received if r.mail_from == config.address] == []
     assert ledger(config.db_path)["<plan@x.test>"]["state"] == "drafted"
-    assert [b"\\Answered" in f for f in flags(dovecot, config.address, "Quinn.Processed")] == [True]
+    assert [b"\\Answered" in f for f in dovecot.flags(config.address, "Quinn.Processed")] == [True]
 
 
 def test_smtp_refusals_and_reply_all(
@@ -311,46 +298,40 @@ def _age_replies(db_path: Path) -> None:
 
 
 def test_uidvalidity_change_neither_loses_nor_reanswers(
-    make_dovecot: Callable[..., Dovecot],
-    users: Callable[[str], str],
-    lab_config: Callable[..., LabConfig],
-    llm_server: ScriptedLLM,
-    quinn_daemon: Start,
+    private_lab: MakeLab, users: Users, llm_server: ScriptedLLM, quinn_daemon: Start
 ) -> None:
-    server = make_dovecot()
+    server, _smtp, config = private_lab()
     alice = users("alice")
 
     def model(request: RecordedRequest) -> Any:
         return Error(500, "model overloaded") if "please wait" in request.text else plain_model(request)
 
     llm_server.responder = model
-    with smtp_for(server) as smtp:
-        config = lab_config(server=server, smtp=smtp, extra=QUIET)
-        quinn = config.address
-        # 1. A reply is sent and recorded, then the daemon dies before filing the mail away.
-        config.env["QUINN_FAULT"] = "before_move:1"
-        crashing = quinn_daemon(config)
-        server.append(quinn, make_mail(alice, quinn, "First", message_id="<first@x.test>"))
-        assert crashing.proc is not None and crashing.proc.wait(timeout=90) == -signal.SIGKILL
-        assert len(replies_to(server.messages(alice), "<first@x.test>")) == 1
-        del config.env["QUINN_FAULT"]
-        # 2. While it is down the folder gets a new UIDVALIDITY: the answered mail is back under a new UID.
-        old = ledger(config.db_path)["<first@x.test>"]["uidvalidity"]
-        server.doveadm("mailbox", "update", "-u", quinn, "--uid-validity", str(old + 1000), "INBOX")
-        daemon = started(quinn_daemon, config)
-        # 3. A mail waits for the model (deferred); then another UIDVALIDITY change, noticed at the next look at
-        #    the folder (here: new mail wakes the IDLE; otherwise the next renewal).
-        server.append(quinn, make_mail(alice, quinn, "Second", "please wait", message_id="<second@x.test>"))
-        wait_for(
-            lambda: ledger(config.db_path).get("<second@x.test>", {}).get("state") == "deferred",
-            "deferred",
-            log=daemon.log,
-        )
-        server.doveadm("mailbox", "update", "-u", quinn, "--uid-validity", str(old + 2000), "INBOX")
-        server.append(quinn, make_mail(alice, quinn, "Third", message_id="<third@x.test>"))
-        daemon.wait_for_log("unfinished mails will be taken up again")
-        answered_once(server, alice, ["<first@x.test>", "<third@x.test>"], daemon)
-        assert daemon.terminate() == 0
+    quinn = config.address
+    # 1. A reply is sent and recorded, then the daemon dies before filing the mail away.
+    config.env["QUINN_FAULT"] = "before_move:1"
+    crashing = quinn_daemon(config)
+    server.append(quinn, make_mail(alice, quinn, "First", message_id="<first@x.test>"))
+    assert crashing.proc is not None and crashing.proc.wait(timeout=90) == -signal.SIGKILL
+    assert len(replies_to(server.messages(alice), "<first@x.test>")) == 1
+    del config.env["QUINN_FAULT"]
+    # 2. While it is down the folder gets a new UIDVALIDITY: the answered mail is back under a new UID.
+    old = ledger(config.db_path)["<first@x.test>"]["uidvalidity"]
+    server.doveadm("mailbox", "update", "-u", quinn, "--uid-validity", str(old + 1000), "INBOX")
+    daemon = started(quinn_daemon, config)
+    # 3. A mail waits for the model (deferred); then another UIDVALIDITY change, noticed at the next look at
+    #    the folder (here: new mail wakes the IDLE; otherwise the next renewal).
+    server.append(quinn, make_mail(alice, quinn, "Second", "please wait", message_id="<second@x.test>"))
+    wait_for(
+        lambda: ledger(config.db_path).get("<second@x.test>", {}).get("state") == "deferred",
+        "deferred",
+        log=daemon.log,
+    )
+    server.doveadm("mailbox", "update", "-u", quinn, "--uid-validity", str(old + 2000), "INBOX")
+    server.append(quinn, make_mail(alice, quinn, "Third", message_id="<third@x.test>"))
+    daemon.wait_for_log("unfinished mails will be taken up again")
+    answered_once(server, alice, ["<first@x.test>", "<third@x.test>"], daemon)
+    assert daemon.terminate() == 0
     rows = ledger_rows(config.db_path)
     first = [(r["uidvalidity"] - old, r["state"], r["reason"]) for r in rows if r["message_id"] == "<first@x.test>"]
     assert first == [
@@ -361,5 +342,5 @@ def test_uidvalidity_change_neither_loses_nor_reanswers(
     assert second == [(1000, "superseded", 1), (2000, "deferred", 1)]  # carried on, its retry time kept
     assert len(replies_to(server.messages(alice), "<first@x.test>")) == 1
     assert replies_to(server.messages(alice), "<second@x.test>") == []
-    assert [b"\\Answered" in f for f in flags(server, quinn, "Quinn.Processed")] == [True, True]
+    assert [b"\\Answered" in f for f in server.flags(quinn, "Quinn.Processed")] == [True, True]
     assert len(server.messages(quinn)) == 1  # the waiting one, still in the inbox

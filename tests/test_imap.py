@@ -24,13 +24,6 @@ def mailbox(dovecot: Dovecot, user: str, **imap: object) -> ImapMailbox:
     return box
 
 
-def flags_in(dovecot: Dovecot, user: str, folder: str) -> list[tuple[bytes, ...]]:
-    with dovecot.connect(user) as client:
-        client.select_folder(folder, readonly=True)
-        uids = client.search("ALL")
-        return [data[b"FLAGS"] for data in client.fetch(uids, ["FLAGS"]).values()] if uids else []
-
-
 def test_connect_creates_missing_folders_once(dovecot: Dovecot, users: Users) -> None:
     user = users("quinn")
     box = mailbox(dovecot, user, processed_folder="Quinn/Done/2026", quarantine_folder="Bad")
@@ -55,7 +48,7 @@ def test_fetch_leaves_mail_unseen_and_sizes_come_first(dovecot: Dovecot, users: 
     assert fetched.internal_date is not None and fetched.internal_date.tzinfo is not None
     assert box.fetch(uid + 100) is None
     box.close()
-    assert b"\\Seen" not in flags_in(dovecot, user, "INBOX")[0]
+    assert b"\\Seen" not in dovecot.flags(user, "INBOX")[0]
 
 
 def test_file_away_moves_with_keyword_and_answered(dovecot: Dovecot, users: Users) -> None:
@@ -66,9 +59,9 @@ def test_file_away_moves_with_keyword_and_answered(dovecot: Dovecot, users: User
     box.file_away(second, "Quinn/Quarantine")
     box.close()
     assert dovecot.messages(user) == []
-    [done] = flags_in(dovecot, user, "Quinn.Processed")
+    [done] = dovecot.flags(user, "Quinn.Processed")
     assert KEYWORD in done and b"\\Answered" in done
-    [bad] = flags_in(dovecot, user, "Quinn.Quarantine")
+    [bad] = dovecot.flags(user, "Quinn.Quarantine")
     assert KEYWORD in bad and b"\\Answered" not in bad
 
 

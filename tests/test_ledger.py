@@ -92,6 +92,26 @@ def test_elsewhere_prefers_a_final_row(db: Database) -> None:
     assert ledger.elsewhere("<other@x>", live) is None
 
 
+def test_a_retried_mail_is_carried_on_under_its_new_uid_with_fresh_attempts(db: Database) -> None:
+    """`quinn mail status --retry` moves a failed mail back: it returns under a new UID and must be handled."""
+    ledger = MailLedger(db)
+    failed = MailKey("INBOX", 1, 1)
+    ledger.receive(failed)
+    ledger.set(failed, "handling", "ok", message_id="<m@x>")
+    for _ in range(3):
+        ledger.defer(failed, "model down", NOW)
+    ledger.set(failed, "failed", "gave up after 3 attempts")
+    ledger.retry(failed, "retry requested by the operator")
+    assert ledger.resync("INBOX", 2) == 0  # a retried row is not unfinished work of its own
+    again = MailKey("INBOX", 1, 2)
+    ledger.receive(again)
+    earlier = ledger.elsewhere("<m@x>", again)
+    assert earlier is not None and (earlier.key, earlier.state, earlier.attempts) == (failed, "retried", 0)
+    carried = ledger.carry_over(earlier, again)
+    assert (carried.state, carried.message_id, carried.attempts) == ("received", "<m@x>", 0)
+    assert ledger.get(failed).reason.endswith("carried on as 1/2")  # type: ignore[union-attr]
+
+
 def test_rate_caps_per_sender_and_per_thread(db: Database) -> None:
     ledger = MailLedger(db)
     for uid in range(1, 4):

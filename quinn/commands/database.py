@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,16 @@ def open_database(config: Config) -> Database:
             "check database.url and -c, or start `quinn run` once to create it",
         )
     return Database.open(url, config.database.secret("auth_token"))
+
+
+@contextmanager
+def opened_database(config: Config) -> Iterator[Database]:
+    """``with opened_database(config) as db:`` the daemon's database (``open_database``), closed after the block."""
+    db = open_database(config)
+    try:
+        yield db
+    finally:
+        db.close()
 
 
 def register(sub: Any, with_config: Any) -> None:

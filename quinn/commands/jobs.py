@@ -81,7 +81,7 @@ def run_job(args: argparse.Namespace, config: Config) -> int:
     """Run one job now and print what it did; exit 1 when it failed or another daemon holds it."""
     from quinn.agent.llm import LLM
     from quinn.agent.prompts import PromptStore
-    from quinn.memory.embed import build_embedder
+    from quinn.memory.embed import embedder_for
     from quinn.memory.store import MemoryStore
     from quinn.scheduler.jobs import job
     from quinn.scheduler.runner import JobRunner
@@ -93,8 +93,7 @@ def run_job(args: argparse.Namespace, config: Config) -> int:
     try:
         embedder = None
         if spec.uses_embeddings:
-            e = config.embeddings
-            embedder = build_embedder(e.backend, e.model, e.base_url, e.secret("api_key"), e.dimensions)
+            embedder = embedder_for(config.embeddings)
         with _quiet("quinn.memory.store"):  # "no embedder" is expected for jobs that never touch vectors
             store = MemoryStore(db, embedder)
         runner = JobRunner(store, llm, prompts, config.scheduler)

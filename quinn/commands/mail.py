@@ -2,9 +2,10 @@
 
 A mail is named by its ledger key ``FOLDER:UIDVALIDITY:UID`` (as the table shows it). ``--retry KEY`` takes a
 ``failed`` mail (a permanent SMTP rejection, or too many transient failures) back: its ledger row becomes
-``retried`` so the daemon does not take it for a duplicate, and the message is moved from the quarantine folder
-back to the watched folder, where the daemon picks it up as new mail. Its reply, already in the outbox, is
-sent again rather than written anew.
+``retried`` (with a fresh count of attempts) so the daemon does not take it for a duplicate, and the message is
+moved from the quarantine folder back to the watched folder, where the daemon picks it up as new mail under a
+new UID and carries the ledger row on to it. Its reply, already in the outbox, is sent again rather than written
+anew.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import argparse
 import os
 from typing import Any
 
+from rich.console import Console
+
 from quinn.clock import iso, utcnow
-from quinn.commands.database import DATABASE_ONLY, open_database
-from quinn.commands.output import add_json_flag, console, print_json, shorten, table
+from quinn.commands.database import DATABASE_ONLY, opened_database
+from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config, resolve_secrets
 from quinn.errors import ConfigError, QuinnError
 from quinn.mailbox.ledger import MailKey, MailLedger
@@ -81,7 +84,7 @@ def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
         raise QuinnError(f"no mail {name} in the ledger", "copy a key from `quinn mail status`")
     if record.state != "failed":
         raise QuinnError(f"mail {name} is {record.state}, not failed", "only failed mail can be retried")
-    ledger.set(key, "retried", f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
+    ledger.retry(key, f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
     # Its reply, refused for good last time, goes back to pending so the delivery tries it again.
     db.execute("UPDATE outbox SET state = 'pending', last_error = '' WHERE in_reply_to = ? AND state = 'failed'",
                (record.message_id,))  # fmt: skip
@@ -110,33 +113,23 @@ def mail_status(args: argparse.Namespace, config: Config) -> int:
     if args.retry:
         key = parse_key(args.retry)
         resolve_secrets(config, os.environ, ("imap",))  # the retry talks to IMAP: now the password is needed
-        db = open_database(config)
-        try:
+        with opened_database(config) as db:
             done = retry(config, db, key)
-        finally:
-            db.close()
-        if args.json:
-            print_json(done)
-        else:
-            console().print(f"{done['key']}: moved back to {done.get('to', 'the watched folder')}; "
-                            "the daemon answers it on its next pass")  # fmt: skip
-        return 0
-    db = open_database(config)
-    try:
+        return answer(args, done, lambda out: out.print(
+            f"{done['key']}: moved back to {done.get('to', 'the watched folder')}; "
+            "the daemon answers it on its next pass"))  # fmt: skip
+    with opened_database(config) as db:
         report = status_report(db, args.limit)
-    finally:
-        db.close()
-    if args.json:
-        print_json(report)
-        return 0
-    out = console()
-    counts = [{"state": s, "mails": n} for s, n in sorted(report["counts"].items())]
-    out.print(table(f"Mail by state ({report['total']} in all)", ["state", "mails"], counts, empty="no mail yet"))
-    outbox = [{"state": s, "replies": n} for s, n in sorted(report["outbox"].items())]
-    out.print(table("Replies by delivery state", ["state", "replies"], outbox, empty="no replies yet"))
-    rows = [{**item, "reason": shorten(item["reason"], 100)} for item in report["attention"]]
-    out.print(table("Needs attention", ["key", "state", "reason", "message_id", "attempts", "updated_at"], rows,
-                    empty="nothing: no failed, quarantined or deferred mail"))  # fmt: skip
-    if any(item["state"] == "failed" for item in report["attention"]):
-        out.print("Retry a failed mail with: quinn mail status --retry KEY")
-    return 0
+
+    def show(out: Console) -> None:
+        counts = [{"state": s, "mails": n} for s, n in sorted(report["counts"].items())]
+        out.print(table(f"Mail by state ({report['total']} in all)", ["state", "mails"], counts, empty="no mail yet"))
+        outbox = [{"state": s, "replies": n} for s, n in sorted(report["outbox"].items())]
+        out.print(table("Replies by delivery state", ["state", "replies"], outbox, empty="no replies yet"))
+        rows = [{**item, "reason": shorten(item["reason"], 100)} for item in report["attention"]]
+        out.print(table("Needs attention", ["key", "state", "reason", "message_id", "attempts", "updated_at"], rows,
+                        empty="nothing: no failed, quarantined or deferred mail"))  # fmt: skip
+        if any(item["state"] == "failed" for item in report["attention"]):
+            out.print("Retry a failed mail with: quinn mail status --retry KEY")
+
+    return answer(args, report, show)

@@ -21,7 +21,7 @@ from typing import Any
 from quinn.config import Config
 from quinn.errors import StoreError
 from quinn.memory.db import Database
-from quinn.memory.embed import build_embedder
+from quinn.memory.embed import embedder_for
 from quinn.memory.models import Memory
 from quinn.memory.records import dump_document, export_document
 from quinn.memory.store import MemoryStore
@@ -119,8 +119,7 @@ def open_store(config: Config, *, embed: bool = False) -> Iterator[MemoryStore]:
     try:
         embedder = None
         if embed:
-            c = config.embeddings
-            embedder = build_embedder(c.backend, c.model, c.base_url, c.secret("api_key"), c.dimensions)
+            embedder = embedder_for(config.embeddings)
         store = MemoryStore(db, embedder)
         try:
             yield store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -28,6 +28,15 @@ def console() -> Console:
 def print_json(data: Any) -> None:
     """One JSON document on stdout."""
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def answer(args: argparse.Namespace, data: Any, show: Callable[[Console], object]) -> int:
+    """A command's answer: ``data`` as JSON with ``--json``, else ``show`` prints it for people; exit code 0."""
+    if args.json:
+        print_json(data)
+    else:
+        show(console())
+    return 0
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Mapping[str, Any]], *, empty: str = "none") -> Group:

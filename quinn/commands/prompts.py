@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
-from quinn.commands.database import DATABASE_ONLY, open_database
-from quinn.commands.output import add_json_flag, console, print_json, shorten, table
+from quinn.commands.database import DATABASE_ONLY, opened_database
+from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config
 from quinn.errors import ConfigError, TemplateError
 from quinn.memory.db import Database
@@ -79,7 +79,7 @@ def render_command(args: argparse.Namespace, config: Config) -> int:
     from quinn.agent.samples import sample_email, sample_variables
     from quinn.mailbox.message import Address
     from quinn.memory.db import Database
-    from quinn.memory.embed import build_embedder
+    from quinn.memory.embed import embedder_for
     from quinn.memory.store import MemoryStore
 
     user = args.user.strip().lower()
@@ -89,8 +89,7 @@ def render_command(args: argparse.Namespace, config: Config) -> int:
     c = config
     db = Database.open(c.database.url, c.database.secret("auth_token"))
     try:
-        embedder = build_embedder(c.embeddings.backend, c.embeddings.model, c.embeddings.base_url,
-                                  c.embeddings.secret("api_key"), c.embeddings.dimensions)  # fmt: skip
+        embedder = embedder_for(c.embeddings)
         store = MemoryStore(db, embedder)
         agent = Agent(c, LLM(c.llm), store_prompts, store)
         email = replace(sample_email(args.text), subject=args.subject, from_=Address("", user),
@@ -151,14 +150,8 @@ def prompt_stats(db: Database) -> list[dict[str, Any]]:
 
 def prompts_stats(args: argparse.Namespace, config: Config) -> int:
     """Print the stats."""
-    db = open_database(config)
-    try:
+    with opened_database(config) as db:
         stats = prompt_stats(db)
-    finally:
-        db.close()
-    if args.json:
-        print_json(stats)
-    else:
-        rows = [{**s, "latest_suggestion": shorten(s["latest_suggestion"], 80)} for s in stats]
-        console().print(table("Prompt versions", COLUMNS, rows, empty="no replies or summaries yet"))
-    return 0
+    rows = [{**s, "latest_suggestion": shorten(s["latest_suggestion"], 80)} for s in stats]
+    return answer(args, stats, lambda out: out.print(table("Prompt versions", COLUMNS, rows,
+                                                           empty="no replies or summaries yet")))  # fmt: skip

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.console import Console
 from rich.text import Text
 
-from quinn.commands.database import DATABASE_ONLY, open_database
-from quinn.commands.output import add_json_flag, console, print_json, shorten, table
+from quinn.commands.database import DATABASE_ONLY, opened_database
+from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config
 from quinn.errors import QuinnError
 from quinn.memory.db import Database
@@ -67,37 +68,27 @@ def show_session(db: Database, session_id: str) -> dict[str, Any]:
 
 def sessions_list(args: argparse.Namespace, config: Config) -> int:
     """Print recent sessions."""
-    db = open_database(config)
-    try:
+    with opened_database(config) as db:
         sessions = list_sessions(db, args.user, args.limit)
-    finally:
-        db.close()
-    if args.json:
-        print_json(sessions)
-    else:
-        rows = [{**s, "subject": shorten(s["subject"], 60)} for s in sessions]
-        console().print(table(f"Sessions ({len(sessions)})", LIST_COLUMNS, rows, empty="no sessions"))
-    return 0
+    rows = [{**s, "subject": shorten(s["subject"], 60)} for s in sessions]
+    return answer(args, sessions, lambda out: out.print(table(f"Sessions ({len(sessions)})", LIST_COLUMNS, rows,
+                                                              empty="no sessions")))  # fmt: skip
 
 
 def sessions_show(args: argparse.Namespace, config: Config) -> int:
     """Print one session with its messages."""
-    db = open_database(config)
-    try:
+    with opened_database(config) as db:
         session = show_session(db, args.id)
-    finally:
-        db.close()
-    if args.json:
-        print_json(session)
-        return 0
-    out = console()
-    out.print(Text(session["subject"] or "(no subject)", style="bold"),
-              f" session {session['id']}, user {session['user']}")  # fmt: skip
-    out.print(f"started {session['created_at']}, last message {session['last_message_at']}, {session['status']}"
-              + (f", merged into {session['merged_into']}" if session["merged_into"] else ""))  # fmt: skip
-    if session["summary"]:
-        out.print(f"summary: {session['summary']}")
-    rows = [{**m, "dir": "→ in" if m["direction"] == "in" else "← out", "body": shorten(m["body"], 300)}
-            for m in session["messages"]]  # fmt: skip
-    out.print(table("Messages", ["dir", "sent_at", "from", "body"], rows, empty="no stored messages"))
-    return 0
+
+    def show(out: Console) -> None:
+        out.print(Text(session["subject"] or "(no subject)", style="bold"),
+                  f" session {session['id']}, user {session['user']}")  # fmt: skip
+        out.print(f"started {session['created_at']}, last message {session['last_message_at']}, {session['status']}"
+                  + (f", merged into {session['merged_into']}" if session["merged_into"] else ""))  # fmt: skip
+        if session["summary"]:
+            out.print(f"summary: {session['summary']}")
+        rows = [{**m, "dir": "→ in" if m["direction"] == "in" else "← out", "body": shorten(m["body"], 300)}
+                for m in session["messages"]]  # fmt: skip
+        out.print(table("Messages", ["dir", "sent_at", "from", "body"], rows, empty="no stored messages"))
+
+    return answer(args, session, show)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from quinn.commands.database import DATABASE_ONLY, open_database
-from quinn.commands.output import add_json_flag, console, print_json, table
+from quinn.commands.database import DATABASE_ONLY, opened_database
+from quinn.commands.output import add_json_flag, answer, table
 from quinn.config import Config
 from quinn.memory.db import Database
 
@@ -46,13 +46,7 @@ def list_users(db: Database) -> list[dict[str, Any]]:
 
 def users_list(args: argparse.Namespace, config: Config) -> int:
     """Print the users."""
-    db = open_database(config)
-    try:
+    with opened_database(config) as db:
         users = list_users(db)
-    finally:
-        db.close()
-    if args.json:
-        print_json(users)
-    else:
-        console().print(table(f"Users ({len(users)})", COLUMNS, users, empty="nobody has written yet"))
-    return 0
+    return answer(args, users, lambda out: out.print(table(f"Users ({len(users)})", COLUMNS, users,
+                                                           empty="nobody has written yet")))  # fmt: skip

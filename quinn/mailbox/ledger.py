@@ -3,7 +3,9 @@
 States: received → handling → replied | drafted | ignored | rejected | quarantined, or deferred (retried at
 ``next_attempt_at``) and failed (needs the operator). Every change carries a reason, so ``quinn mail status``
 can say what happened to any mail. ``superseded`` marks a row whose key died with a UIDVALIDITY change
-(RFC 3501 §2.3.1.1): the same mail is carried on under its new key, found by its Message-ID.
+(RFC 3501 §2.3.1.1), ``retried`` a failed mail the operator moved back into the watched folder (it comes back
+under a new UID, RFC 3501 §2.3.1.1 again): in both cases the same mail is carried on under its new key, found by
+its Message-ID.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from quinn.memory.db import Database
 
 FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed"})
 REPLIED_STATES = ("replied", "drafted")
+#: Rows whose mail lives on under another key: the next copy seen with the same Message-ID carries it on.
+HANDED_ON_STATES = ("superseded", "retried")
 _FINAL_SQL = ", ".join(f"'{state}'" for state in sorted(FINAL_STATES))  # constants, never user text
 
 
@@ -45,6 +49,11 @@ class MailRecord:
     def final(self) -> bool:
         """Nothing more will be done with this mail except filing it away."""
         return self.state in FINAL_STATES
+
+    def due(self, now: datetime) -> bool:
+        """False for a deferred mail whose retry time has not come yet."""
+        waiting = self.state == "deferred" and self.next_attempt_at
+        return not (waiting and str(self.next_attempt_at) > (iso(now) or ""))
 
 
 class MailLedger:
@@ -105,12 +114,35 @@ class MailLedger:
         record = self.get(key)
         return record.attempts if record else 0
 
+    def retry(self, key: MailKey, reason: str) -> None:
+        """The operator sends a failed mail round again: ``retried``, with a fresh count of attempts."""
+        self.db.execute(
+            "UPDATE mail_state SET state = 'retried', reason = ?, attempts = 0, next_attempt_at = NULL,"
+            " updated_at = ? WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+            (reason, iso(utcnow()), key.folder, key.uidvalidity, key.uid),
+        )
+
     def due_now(self, message_id: str) -> None:
         """Deferred rows of this Message-ID may be taken up at the next pass."""
         self.db.execute(
             "UPDATE mail_state SET next_attempt_at = ? WHERE message_id = ? AND state = 'deferred'",
             (iso(utcnow()), message_id),
         )
+
+    def release(self, reason_prefix: str) -> int:
+        """Deferred rows whose reason starts with ``reason_prefix`` are due now; returns how many."""
+        now = iso(utcnow())
+        rows = self.db.query(
+            "SELECT folder, uidvalidity, uid FROM mail_state WHERE state = 'deferred'"
+            " AND substr(reason, 1, length(?)) = ?",
+            (reason_prefix, reason_prefix),
+        )
+        for folder, uidvalidity, uid in rows:
+            self.db.execute(
+                "UPDATE mail_state SET next_attempt_at = ? WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+                (now, folder, uidvalidity, uid),
+            )
+        return len(rows)
 
     def next_due(self, folder: str, uidvalidity: int) -> datetime | None:
         """When the earliest deferred mail of this folder is due again, or None when none waits."""
@@ -129,11 +161,13 @@ class MailLedger:
 
     def elsewhere(self, message_id: str, key: MailKey) -> MailRecord | None:
         """Another row of the same Message-ID: a final one first (the mail was dealt with: a duplicate copy,
-        or seen before a UIDVALIDITY change), then a superseded one (to carry on), then one still in progress."""
+        or seen before a UIDVALIDITY change), then a superseded or retried one (to carry on), then one still in
+        progress."""
         row = self.db.query_one(
             "SELECT folder, uidvalidity, uid FROM mail_state WHERE message_id = ?"
             " AND NOT (folder = ? AND uidvalidity = ? AND uid = ?)"
-            f" ORDER BY CASE WHEN state IN ({_FINAL_SQL}) THEN 0 WHEN state = 'superseded' THEN 1 ELSE 2 END,"
+            f" ORDER BY CASE WHEN state IN ({_FINAL_SQL}) THEN 0 WHEN state IN ('superseded', 'retried') THEN 1"
+            " ELSE 2 END,"
             " updated_at DESC LIMIT 1",
             (message_id, key.folder, key.uidvalidity, key.uid),
         )
@@ -147,7 +181,7 @@ class MailLedger:
         now = iso(utcnow())
         rows = self.db.query(
             "SELECT uidvalidity, uid FROM mail_state WHERE folder = ? AND uidvalidity != ?"
-            f" AND state NOT IN ({_FINAL_SQL}, 'superseded')",
+            f" AND state NOT IN ({_FINAL_SQL}, 'superseded', 'retried')",
             (folder, uidvalidity),
         )
         for old_validity, uid in rows:
@@ -159,7 +193,7 @@ class MailLedger:
         return len(rows)
 
     def carry_over(self, old: MailRecord, key: MailKey) -> MailRecord:
-        """Give the new row of a mail the attempts and retry time of its superseded row."""
+        """Give the new row of a mail the attempts and retry time of its superseded (or retried) row."""
         self.db.execute(
             "UPDATE mail_state SET message_id = ?, attempts = ?, next_attempt_at = ?,"
             " state = CASE WHEN ? IS NOT NULL THEN 'deferred' ELSE state END,"

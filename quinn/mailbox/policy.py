@@ -15,6 +15,7 @@ from typing import Literal
 
 import authres  # type: ignore[import-untyped]
 
+from quinn.config import Config
 from quinn.errors import ConfigError
 from quinn.mailbox.message import InboundEmail
 
@@ -50,6 +51,15 @@ class Rules:
     unauthenticated: Literal["no_memory", "reject"] = "no_memory"
     loop_header: str = "X-Quinn-Loop"
     own_message_id_domain: str | None = None  # None: recognise only Quinn's own "<quinn.…@own domain>" ids
+
+    @classmethod
+    def from_config(cls, config: Config, loop_header: str) -> Rules:
+        """The rules of ``[policy]``, for the address ``[smtp] from_address``."""
+        p = config.policy
+        return cls(own_address=config.smtp.from_address, allow=tuple(p.allow),
+                   aliases={k.lower(): [a.lower() for a in v] for k, v in p.aliases.items()},
+                   require_authentication=p.require_authentication, authserv_id=p.authserv_id,
+                   unauthenticated=p.unauthenticated, loop_header=loop_header)  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.unauthenticated not in ("no_memory", "reject"):

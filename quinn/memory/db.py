@@ -3,6 +3,9 @@
 The same code serves an embedded file (the default) and a remote libSQL server (``http://``, ``https://`` or
 ``libsql://`` with an auth token). The driver is synchronous and holds the GIL for a whole query, so every
 statement runs under one lock, and async callers go through ``Database.run``, which uses one dedicated thread.
+For the same reason a process must hold one connection per remote database: a second one that waits for the
+first's write lock holds the GIL, so the first can never commit (until sqld's 5 s transaction timeout). The
+daemon shares its one ``Database`` with every part; opening a second one to the same server is logged.
 Schema changes are numbered migrations applied at open (``PRAGMA user_version``).
 """
 
@@ -12,12 +15,13 @@ import asyncio
 import logging
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import libsql
 
@@ -54,6 +58,15 @@ def is_remote(url: str) -> bool:
 class Database:
     """A libSQL connection with one writer, numbered migrations, and an async door for the event loop."""
 
+    _remote_open: ClassVar[Counter[str]] = Counter()  # open connections per remote URL, in this process
+    _remote_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def connections_to(cls, url: str) -> int:
+        """How many connections this process holds to the remote database at ``url``."""
+        with cls._remote_lock:
+            return cls._remote_open[url.rstrip("/")]
+
     def __init__(self, url: str, auth_token: str | None = None) -> None:
         self.url = url
         self.remote = is_remote(url)
@@ -62,6 +75,7 @@ class Database:
         self._local = threading.local()  # per thread: how deep inside transaction() blocks
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-db")
         self._conn: Any = None
+        self._counted = False  # this connection is in ``_remote_open``
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -83,6 +97,7 @@ class Database:
             if self.remote:
                 self._conn = libsql.connect(self.url, auth_token=self._auth_token or "")
                 self._conn.execute("SELECT 1").fetchall()
+                self._count_remote(+1)
             else:
                 path = Path(self.url).expanduser()
                 if not path.parent.exists():
@@ -99,6 +114,17 @@ class Database:
         except Exception as exc:  # the driver raises ValueError / RuntimeError / libsql.Error alike
             raise ConnectError(f"database {self.redacted_url}: cannot open: {exc}", "check database.url") from exc
 
+    def _count_remote(self, change: int) -> None:
+        self._counted = change > 0
+        key = self.url.rstrip("/")
+        with Database._remote_lock:
+            Database._remote_open[key] += change
+            count = Database._remote_open[key]
+        if change > 0 and count > 1:
+            log.warning("database %s: %d connections in this process; two can deadlock (the driver holds the GIL "
+                        "while it waits for the other's write lock): share one Database",
+                        self.redacted_url, count)  # fmt: skip
+
     @property
     def redacted_url(self) -> str:
         """The URL without credentials, for logs and errors."""
@@ -112,6 +138,8 @@ class Database:
                     self._conn.close()
                 finally:
                     self._conn = None
+                    if self._counted:
+                        self._count_remote(-1)
         self._executor.shutdown(wait=True)
 
     def migrate(self, target: int | None = None) -> int:

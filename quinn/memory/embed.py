@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from quinn.config import EmbeddingsConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,10 @@ def packaged_model_path(name: str) -> Path | None:
 class LocalEmbedder:
     """sentence-transformers on the CPU; the default model is found offline in its PyPI package.
 
-    ``threads`` sets torch's CPU threads for the whole process (torch has no per-model setting). Measured on a
-    2-core machine that other work kept busy: one query took 0.38 s with torch's default of 2 threads and
-    0.05 s with 1 (OpenMP threads spin while they wait for a core). Leave it None on an idle machine.
+    ``threads`` sets torch's CPU threads for the whole process (torch has no per-model setting); the daemon
+    passes ``[embeddings] threads`` (default 1). Measured on a 2-core machine that other work kept busy: one
+    query took 0.38 s with torch's default of 2 threads and 0.05 s with 1 (OpenMP threads spin while they wait
+    for a core). None leaves torch's default.
     """
 
     def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, threads: int | None = None) -> None:
@@ -163,6 +165,12 @@ def default_embedder() -> Embedder | None:
         log.warning("sentence-transformers is not installed: memory search will use full-text only")
         return None
     return LocalEmbedder()
+
+
+def embedder_for(config: EmbeddingsConfig) -> Embedder | None:
+    """The embedder ``[embeddings]`` describes (every command and the daemon build it here)."""
+    return build_embedder(config.backend, config.model, config.base_url, config.secret("api_key"),
+                          config.dimensions, threads=config.threads)  # fmt: skip
 
 
 def build_embedder(

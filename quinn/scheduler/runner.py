@@ -138,6 +138,11 @@ class JobRunner:
     async def _db(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         return await self.store.db.run(fn, *args, **kwargs)
 
+    def use(self, llm: LLM | None, prompts: PromptStore) -> None:
+        """Run the next jobs with this model seam and these templates (SIGHUP); a running job keeps its own."""
+        self.llm = llm
+        self.prompts = prompts
+
     # -- the schedule ----------------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -310,6 +310,14 @@ service anvil {{
             data = client.fetch(uids, [b"BODY.PEEK[]"])
             return [data[uid][b"BODY[]"] for uid in uids if uid in data]
 
+    def flags(self, user: str, folder: str) -> list[tuple[bytes, ...]]:
+        """The flags of every message in `user`'s `folder`, in UID order (read-only: nothing changes)."""
+        with self.connect(user) as client:
+            client.select_folder(folder, readonly=True)
+            uids = sorted(client.search("ALL"))
+            data = client.fetch(uids, ["FLAGS"]) if uids else {}
+            return [data[uid][b"FLAGS"] for uid in uids if uid in data]
+
     def folders(self, user: str) -> list[str]:
         """The names of `user`'s folders."""
         with self.connect(user) as client:
