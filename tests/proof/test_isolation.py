@@ -35,6 +35,7 @@ from quinn.agent.prompts import PromptStore
 from quinn.agent.respond import Agent, Answer
 from quinn.mailbox.parse import parse_email
 from quinn.memory.db import Database
+from quinn.memory.models import NewMemory
 from quinn.memory.store import MemoryStore
 from tests.lab.brain import EXTRACT_MARK, Brain
 from tests.lab.llm_server import RecordedRequest, Text, ToolCall
@@ -80,30 +81,34 @@ class Person:
 
 
 def seed_people(store: MemoryStore, rng: random.Random, count: int) -> list[Person]:
-    """``count`` users, each with a personal and a PII memory (private), a preference and three topic facts."""
-    people = []
+    """``count`` users, each with a personal and a PII memory (private), a preference and three topic facts;
+    stored in one batch (one embedding call)."""
+    people, items = [], []
     for i in range(count):
         person = Person(unique_address(f"user{i}"), f"Person{i}")
         mark = lambda: f"QX{rng.getrandbits(40):010x}"  # noqa: E731
         personal, pii, pref = mark(), mark(), mark()
         person.private |= {personal, pii}
         person.public.add(pref)
-        ids = [
-            store.add(person.address, f"{person.name} privately told me the family code word {personal}.",
+        mine = [
+            NewMemory(person.address, f"{person.name} privately told me the family code word {personal}.",
                       type="personal", scope="profile"),
-            store.add(person.address, f"{person.name}'s passport number for the {rng.choice(TOPICS)} trip is {pii}.",
+            NewMemory(person.address, f"{person.name}'s passport number for the {rng.choice(TOPICS)} trip is {pii}.",
                       type="fact", scope="episodic", metadata={"pii": True}),
-            store.add(person.address, f"{person.name} likes replies signed off with {pref}.", type="preference",
+            NewMemory(person.address, f"{person.name} likes replies signed off with {pref}.", type="preference",
                       scope="profile"),
         ]  # fmt: skip
         for topic in rng.sample(TOPICS, 3):
             marker = mark()
             person.topics[topic] = marker
             person.public.add(marker)
-            ids.append(store.add(person.address, f"{person.name} keeps the {topic} notes in the folder labelled "
-                                 f"{marker}.", type="fact", scope="episodic"))  # fmt: skip
-        person.memory_ids = ids
+            mine.append(NewMemory(person.address, f"{person.name} keeps the {topic} notes in the folder labelled "
+                                  f"{marker}.", type="fact", scope="episodic"))  # fmt: skip
+        items += mine
         people.append(person)
+    ids = iter(store.add_many(items))
+    for person in people:
+        person.memory_ids = [next(ids) for _ in range(3 + len(person.topics))]
     return people
 
 
