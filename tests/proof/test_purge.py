@@ -21,8 +21,9 @@ from pathlib import Path
 from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
 from tests.lab.brain import Brain
+from tests.lab.inprocess import body_of, build_mail
 from tests.lab.llm_server import Text
-from tests.lab.mails import make_mail, query, wait_for
+from tests.lab.mails import make_mail, plain_model, query, wait_for
 
 # Bob's memories as a purge of someone else could change them (not the access statistics, flushed at close).
 BOB_MEMORIES = "SELECT id, content, version, valid_to, superseded_by, active, embedding FROM memories WHERE user_id = ?"
@@ -144,3 +145,31 @@ def _alice_counts(db_path: Path, user: str) -> dict[str, int]:
         db_path, f"SELECT count(*) FROM memory_retrievals WHERE memory_id IN (SELECT id FROM memories WHERE user_id"
         f" = ?) OR session_id IN {sessions}", (user, user))[0][0]  # fmt: skip
     return counts
+
+
+async def test_a_receipt_that_waited_for_smtp_stores_nothing_again(make_quinn, mail_lab, llm_server) -> None:
+    """The receipt cannot leave (SMTP down): the confirming mail waits and is taken up again; the retry sends the
+    receipt written before and stores nothing of the purged user again (no session, no message, no ledger ids)."""
+    llm_server.responder = plain_model
+    quinn = await make_quinn('[embeddings]\nbackend = "none"\n')
+    alice = mail_lab.new_user("alice")
+    secret = marker("alice")
+    await quinn.send(alice, "Note", f"Hi Quinn, remember my locker code is {secret}.")
+    await quinn.send(alice, "Privacy", "Please delete everything you know about me.")
+    question = quinn.replies(alice, 2)[-1]
+    mail_lab.smtp.down()
+    confirm_id, raw = build_mail(alice, quinn.address, "Re: Privacy", "Yes, delete it all.",
+                                 in_reply_to=str(question["Message-ID"]))  # fmt: skip
+    mail_lab.dovecot.append(quinn.address, raw)
+    await quinn.process()
+    [(reason,)] = quinn.query("SELECT reason FROM mail_state WHERE state = 'deferred'")
+    assert "SMTP" in reason
+    mail_lab.smtp.up()
+    quinn.execute("UPDATE mail_state SET next_attempt_at = '2000-01-01T00:00:00+00:00' WHERE state = 'deferred'")
+    await quinn.process()  # the retry, as when its time has come
+    receipt = quinn.replies(alice, 3)[-1]
+    assert str(receipt["In-Reply-To"]) == confirm_id
+    text = body_of(receipt)
+    assert text.startswith("Done: I deleted everything I knew about you (") and " 1 memories," in text, text
+    leftovers = found_in_rows(every_row(quinn.config.db_path), [secret, alice, confirm_id])
+    assert not leftovers, "after the retried receipt:\n" + "\n".join(leftovers)
