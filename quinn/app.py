@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from quinn.agent.context import ThreadMessage
 from quinn.agent.llm import LLM
-from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_CONFIRM_TEMPLATE
+from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_CONFIRM_TEMPLATE, PURGE_DONE_TEMPLATE
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.agent.respond import Agent
 from quinn.agent.samples import sample_variables
@@ -402,11 +402,13 @@ class Quinn:
         user = decision.user_id
         own = self.config.smtp.from_address
         message_id = reply_message_id(email.message_id, own)
+        item = await self._db(outbox.get, message_id)
+        # A purge receipt waiting to be sent again: the person is gone, so the mail is not stored again either.
+        receipt = item is not None and await self._db(outbox.template_of, message_id) == PURGE_DONE_TEMPLATE
         session_id = None
-        if decision.use_memory:
+        if decision.use_memory and not receipt:
             session_id = await self._db(sessions.assign, email, user)
             await self._db(sessions.store_inbound, session_id, user, email)
-        item = await self._db(outbox.get, message_id)
         if item is None:
             assert self.agent is not None
             thread, summary = await self._db(self._thread, email, session_id)
@@ -422,6 +424,7 @@ class Quinn:
                                                      summary=summary, confirming_purge=confirming,
                                                      session_id=session_id)  # fmt: skip
             fault_point("after_llm")
+            receipt = answer.purged
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
             # Cost is counted per sender even without memory; after a purge the user's name stays out of it.
             await self.agent.record(answer.template, answer.usage, None if answer.purged else user, email.message_id)
@@ -436,7 +439,18 @@ class Quinn:
                                reply.subject, own, reply.recipients, reply.body)  # fmt: skip
                 await self._db(sessions.link, session_id, reply.message_id)
         with self.metrics.stage("send"):
-            return await self.delivery.deliver(item)
+            state = await self.delivery.deliver(item)
+        if receipt:
+            await self._db(self._forget_receipt, item.message_id, email.message_id)
+        return state
+
+    def _forget_receipt(self, receipt_id: str, confirmation_id: str) -> None:
+        """Once the purge receipt is delivered, it and the confirming mail's ledger row were the last traces of
+        the person: drop them, and vacuum so they leave the file's bytes too (runs on the DB thread)."""
+        assert self.db is not None
+        Outbox(self.db).forget_delivered(receipt_id)
+        MailLedger(self.db).unlink(confirmation_id)
+        self.db.vacuum()
 
     def _thread(self, email: InboundEmail, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
         """The thread buffer and rolling summary of the mail's session (runs on the DB thread)."""

@@ -171,6 +171,7 @@ def llm_server() -> Iterator[ScriptedLLM]:
 def lab_config_text(
     *, imap_port: int, smtp_port: int, address: str, llm_url: str, db_path: Path, extra: str = "",
     model: str = "openai/gpt-test", idle: bool = True, imap_extra: str = "", smtp_extra: str = "",
+    llm_timeout_s: float = 20,
 ) -> str:  # fmt: skip
     """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables.
 
@@ -200,7 +201,7 @@ from_address = "{address}"
 model = "{model}"
 base_url = "{llm_url}"
 api_key_env = "QUINN_TEST_LLM_KEY"
-timeout_s = 20
+timeout_s = {llm_timeout_s}
 max_retries = 0
 
 [database]

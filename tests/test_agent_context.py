@@ -60,6 +60,16 @@ def test_private_memories_withheld_when_someone_else_is_on_the_thread() -> None:
     assert shared["others_on_thread"] is True
 
 
+def test_private_memories_withheld_when_the_reply_goes_to_someone_else() -> None:
+    """Found by tests/proof/test_isolation.py: Reply-To is where the reply goes, so it counts as on the thread."""
+    private = sample_memory(1, "Alice is expecting a baby in May.", "personal")
+    elsewhere = replace(sample_email(), reply_to=(Address("Helper", "helper@elsewhere.test"),))
+    shared = reply_variables(inputs(email=elsewhere, profile=[private]))
+    assert "expecting a baby" not in shared["profile"] and shared["others_on_thread"] is True
+    own = replace(sample_email(), reply_to=(Address("Alice", SAMPLE_USER),))  # Reply-To herself: nobody else
+    assert "expecting a baby" in reply_variables(inputs(email=own, profile=[private]))["profile"]
+
+
 def test_detected_domains_keep_retrieval_to_them_plus_undomained_and_global() -> None:
     work = sample_memory(1, "Project Alpha is due March 15.", "fact", "work")
     health = sample_memory(2, "Alice sees a physio on Tuesdays.", "fact", "health")

@@ -336,12 +336,15 @@ async def test_decay_rewards_use_across_sessions_more_than_within_one(bench):
     await bench.runner(spaced_growth=1.25).run_job("decay")
     assert bench.store.get(massed).stability == pytest.approx(24.0 * 1.25)
 
-    # Far in the future everything has faded; a purged user's retrieval rows are dropped.
-    bench.store.purge(user)
+    # A purged user's retrieval rows go with the purge; rows of a memory deleted otherwise are dropped by the
+    # job. Far in the future everything has faded.
+    assert bench.store.purge(user)["memory_retrievals"] == 5
+    assert bench.db.query_value("SELECT count(*) FROM memory_retrievals") == 0
+    record_retrievals(bench.db, "s-5", [10**9], bench.clock.now())  # no such memory
     bench.clock.advance(days=60)
     bench.store.add("frank@example.test", "Frank speaks Dutch.")
     later = await bench.runner().run_job("decay")
-    assert later.counts["details"]["retrievals_dropped"] == 5 and later.counts["details"]["faded"] == 1
+    assert later.counts["details"]["retrievals_dropped"] == 1 and later.counts["details"]["faded"] == 1
     assert bench.db.query_value("SELECT count(*) FROM memory_retrievals") == 0
 
 

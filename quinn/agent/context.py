@@ -53,8 +53,12 @@ class ReplyInputs:
 
 
 def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> list[str]:
-    """Addresses on From/To/Cc other than the user and Quinn: their presence withholds private memories."""
-    seen = {a.address for a in (*email.to, *email.cc, *((email.from_,) if email.from_ else ()))}
+    """Addresses on From/To/Cc/Reply-To other than the user and Quinn: their presence withholds private memories.
+
+    Reply-To counts because the reply goes there (RFC 5322 §3.6.2), not to From: a mail from the user with
+    ``Reply-To: someone@elsewhere`` would otherwise send the user's private memories to someone else.
+    """
+    seen = {a.address for a in (*email.to, *email.cc, *email.reply_to, *((email.from_,) if email.from_ else ()))}
     return sorted(seen - {user_id, own_address})
 
 

@@ -122,6 +122,14 @@ class MailLedger:
             (reason, iso(utcnow()), key.folder, key.uidvalidity, key.uid),
         )
 
+    def unlink(self, message_id: str) -> None:
+        """Forget who sent ``message_id`` and the id itself (after a purge); the rows keep their states."""
+        self.db.execute(
+            "UPDATE mail_state SET message_id = '', user_id = NULL, session_id = NULL, thread_key = NULL"
+            " WHERE message_id = ?",
+            (message_id,),
+        )
+
     def due_now(self, message_id: str) -> None:
         """Deferred rows of this Message-ID may be taken up at the next pass."""
         self.db.execute(

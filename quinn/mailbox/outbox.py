@@ -112,6 +112,15 @@ class Outbox:
             (*ids, template, user_id),
         )
 
+    def forget_delivered(self, message_id: str) -> None:
+        """Drop the text, recipients and parent id of a delivered item (a purge receipt: the last trace of a
+        person). The row stays with its state and template, so the copy coming back is still known as ours."""
+        self.db.execute(
+            "UPDATE outbox SET in_reply_to = '', user_id = NULL, session_id = NULL, recipients = '[]', raw = ?"
+            " WHERE message_id = ? AND state IN ('sent', 'drafted')",
+            (b"", message_id),
+        )
+
     def template_of(self, message_id: str) -> str | None:
         """The template a reply of ours was made with (``reply``, ``digest``, ``purge_done``, …), or None."""
         return self.db.query_value("SELECT template FROM outbox WHERE message_id = ?", (message_id,))

@@ -452,7 +452,8 @@ class MemoryStore:
     # -- purge -----------------------------------------------------------------------------------------
 
     def purge(self, user_id: str) -> dict[str, int]:
-        """Delete every trace of a user: memories, history, messages, sessions, state, summaries, outbox, graph.
+        """Delete every trace of a user: memories, history, retrievals, messages, sessions, state, summaries,
+        outbox, graph, token usage; the ledger rows of their mail lose their user and Message-IDs.
 
         Full-text indexes are merged and a local file is vacuumed, so the user's text leaves the file's bytes.
         Returns the number of rows removed per table.
@@ -463,11 +464,18 @@ class MemoryStore:
         counts: dict[str, int] = {}
         with self.db.transaction() as tx:
             sessions = [r[0] for r in tx.query("SELECT id FROM sessions WHERE user_id = ?", (user,))]
+            in_sessions = f"session_id IN ({marks(sessions) or 'NULL'})"
             for table, where, params in (
+                # Before the memories: which of them a session retrieved (ids only, but they are the user's).
+                (
+                    "memory_retrievals",
+                    f"memory_id IN (SELECT id FROM memories WHERE user_id = ?) OR {in_sessions}",
+                    (user, *sessions),
+                ),
                 ("memories", "user_id = ?", (user,)),
                 ("memory_versions", "user_id = ?", (user,)),
                 ("messages", "user_id = ?", (user,)),
-                ("session_ids", f"session_id IN ({marks(sessions) or 'NULL'})", tuple(sessions)),
+                ("session_ids", in_sessions, tuple(sessions)),
                 ("sessions", "user_id = ?", (user,)),
                 ("user_state", "user_id = ?", (user,)),
                 ("conversation_summaries", "user_id = ?", (user,)),
@@ -478,9 +486,12 @@ class MemoryStore:
             ):
                 counts[table] = int(tx.query(f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0])
                 tx.execute(f"DELETE FROM {table} WHERE {where}", params)
-            # mail_state keeps no text, but its user column names the person: unlink it.
+            # The ledger keeps no text, but its user column names the person and the Message-IDs of their mail
+            # (and the thread roots) are theirs too: unlink the rows and blank the ids. The rows stay, so the
+            # counts per state still add up; a copy of the same mail seen again would now be answered again.
             counts["mail_state"] = int(tx.query("SELECT count(*) FROM mail_state WHERE user_id = ?", (user,))[0][0])
-            tx.execute("UPDATE mail_state SET user_id = NULL, session_id = NULL WHERE user_id = ?", (user,))
+            tx.execute("UPDATE mail_state SET user_id = NULL, session_id = NULL, message_id = '', thread_key = NULL"
+                       " WHERE user_id = ?", (user,))  # fmt: skip
         # FTS5 keeps deleted terms in its segments until they are merged: optimize rewrites them.
         self.db.executescript(
             "INSERT INTO memories_fts (memories_fts) VALUES ('optimize');"

@@ -154,8 +154,9 @@ def _plant(store: MemoryStore, user: str, marker: str, uid: int) -> None:
             (t, user, f"<{marker}@x>"),
         )
         tx.execute("INSERT INTO mail_state (folder, uidvalidity, uid, message_id, state, user_id, session_id,"
-                   " received_at, updated_at) VALUES ('INBOX', 1, ?, '', 'replied', ?, ?, ?, ?)",
-                   (uid, user, sid, t, t))  # fmt: skip
+                   " thread_key, received_at, updated_at) VALUES ('INBOX', 1, ?, ?, 'replied', ?, ?, ?, ?, ?)",
+                   (uid, f"<{marker}@x>", user, sid, f"<{marker}root@x>", t, t))  # fmt: skip
+        tx.execute("INSERT INTO memory_retrievals (memory_id, session_id, at) VALUES (?, ?, ?)", (mid, sid, t))
     store.search(user, f"{marker} flat", k=2)
 
 
@@ -175,12 +176,14 @@ def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
         assert counts == {
             "memories": 3, "memory_versions": 5, "messages": 1, "session_ids": 1, "sessions": 1, "user_state": 1,
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,
-            "mail_state": 1,
+            "mail_state": 1, "memory_retrievals": 1,
         }  # fmt: skip
         assert store.get_all("alice@example.test", include_inactive=True) == []
         assert store.search("alice@example.test", "qzalicemark flat", k=5, include_inactive=True) == []
         assert "alice@example.test" not in store.users()
         assert store.db.query_value("SELECT count(*) FROM mail_state WHERE user_id IS NULL") == 1  # kept, unlinked
+        assert store.db.query("SELECT message_id, thread_key FROM mail_state WHERE uid = 1") == [("", None)]
+        assert store.db.query_value("SELECT count(*) FROM memory_retrievals") == 1  # only bob's is left
         assert len(store.get_all("bob@example.test", include_inactive=True)) == 3  # Bob keeps everything
         assert store.search("bob@example.test", "qzbobmark flat", k=1)[0].content.startswith("qzbobmark second")
         for fts in ("memories_fts", "messages_fts"):  # the full-text indexes still match their tables
