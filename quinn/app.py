@@ -101,7 +101,7 @@ class Quinn:
             fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
         embedder = await asyncio.to_thread(embedder_for, c.embeddings)
         self.store = MemoryStore(self.db, embedder)
-        self.agent = Agent(c, self.llm, self.prompts, self.store)
+        self.agent = Agent(c, self.llm, self.prompts, self.store, self.metrics.stage)
         if c.scheduler.enabled:
             self.scheduler = JobRunner(self.store, self.llm, self.prompts, c.scheduler, clock=self.clock)
             await self.scheduler.start()
@@ -258,8 +258,9 @@ class Quinn:
             return
         fault_point("after_fetch")
         try:
-            email = parse_email(fetched.raw, internal_date=fetched.internal_date,
-                                max_bytes=self.config.imap.max_message_kb * 1024)  # fmt: skip
+            with self.metrics.stage("parse"):
+                email = parse_email(fetched.raw, internal_date=fetched.internal_date,
+                                    max_bytes=self.config.imap.max_message_kb * 1024)  # fmt: skip
         except MailParseError as exc:
             await self._finish(ledger, key, "quarantined", f"unparseable: {exc.message}")
             return
@@ -388,8 +389,9 @@ class Quinn:
                 c.quarantine_folder if state in ("quarantined", "failed") else c.processed_folder)  # fmt: skip
         if answered is None:
             answered = state in ("replied", "drafted") or reason.endswith((": replied", ": drafted"))
-        await self._imap(self.mailbox.file_away, key.uid, folder, answered=answered)
-        await self._db(ledger.mark_moved, key)
+        with self.metrics.stage("mark"):
+            await self._imap(self.mailbox.file_away, key.uid, folder, answered=answered)
+            await self._db(ledger.mark_moved, key)
 
     # -- the reply -------------------------------------------------------------------------------------
 
@@ -406,12 +408,14 @@ class Quinn:
         # A purge receipt waiting to be sent again: the person is gone, so the mail is not stored again either.
         receipt = item is not None and await self._db(outbox.template_of, message_id) == PURGE_DONE_TEMPLATE
         session_id = None
-        if decision.use_memory and not receipt:
-            session_id = await self._db(sessions.assign, email, user)
-            await self._db(sessions.store_inbound, session_id, user, email)
+        with self.metrics.stage("thread"):  # the session, the stored message and the thread buffer
+            if decision.use_memory and not receipt:
+                session_id = await self._db(sessions.assign, email, user)
+                await self._db(sessions.store_inbound, session_id, user, email)
+            if item is None:
+                thread, summary = await self._db(self._thread, email, session_id)
         if item is None:
             assert self.agent is not None
-            thread, summary = await self._db(self._thread, email, session_id)
             answer = None
             if session_id is not None and wants_summary(email.text):  # "summarize this and remember it"
                 context = JobContext("summarize", self.store, self.llm, self.prompts, self.config.scheduler, self.clock)
@@ -500,7 +504,7 @@ class Quinn:
         if plan.changed("smtp"):
             self.sender = SmtpSender(c.smtp)
         if self.store is not None:
-            self.agent = Agent(c, llm, prompts, self.store)
+            self.agent = Agent(c, llm, prompts, self.store, self.metrics.stage)
         if self.scheduler is not None:  # the next job run uses the new templates and model
             self.scheduler.use(llm, prompts)
         self.hold.clear("configuration reloaded")

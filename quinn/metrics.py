@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -29,6 +29,14 @@ log = logging.getLogger(__name__)
 
 # Stages of one mail run from milliseconds (parse) to minutes (a slow model): buckets in seconds.
 STAGE_BUCKETS_S = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class StageSample(NamedTuple):
+    """One timed stage: its name, when it began (Unix time) and how long it took."""
+
+    stage: str
+    started_at_s: float
+    duration_s: float
 
 
 class Metrics:
@@ -56,6 +64,14 @@ class Metrics:
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._db_collector: DatabaseCollector | None = None
+        self.samples: list[StageSample] | None = None  # raw timings, only when keep_samples() asked for them
+
+    def keep_samples(self) -> None:
+        """Also keep every stage timing as a ``StageSample`` in ``samples`` (bench/pipeline.py: exact percentiles
+        of sub-millisecond stages, which the histogram's buckets cannot give). In-process only, never exported;
+        a benchmark's daemon turns it on, ``quinn run`` does not (the list would grow without bound)."""
+        if self.samples is None:
+            self.samples = []
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -64,7 +80,10 @@ class Metrics:
         try:
             yield
         finally:
-            self.stage_seconds.labels(name).observe(time.perf_counter() - start)
+            duration_s = time.perf_counter() - start
+            self.stage_seconds.labels(name).observe(duration_s)
+            if self.samples is not None:
+                self.samples.append(StageSample(name, time.time() - duration_s, duration_s))
 
     @contextmanager
     def llm_call(self, model: str, stage: str) -> Iterator[None]:

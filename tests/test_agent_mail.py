@@ -187,3 +187,28 @@ async def test_token_usage_recorded_per_user_and_email(make_quinn, mail_lab, bra
     quinn.replies(alice, 2)
     assert [r[0] for r in quinn.query("SELECT purpose FROM llm_usage WHERE message_id = ?", (thanks,))] == ["reply"]
     assert any(f"mail {thanks}: sensory gate: skip (small talk only)" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_mail_with_domains_embeds_each_query_sentence_once(make_quinn, mail_lab, brain: Brain,
+                                                                   llm_server) -> None:  # fmt: skip
+    """Domain detection and memory search read the same sentences of the mail: one embedding serves both
+    (bench/pipeline.py measured the query embedding as the largest part of Quinn's own work per mail)."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn(f"""
+[embeddings]
+backend = "openai"
+model = "scripted"
+base_url = "{llm_server.openai_base_url}"
+api_key_env = "QUINN_TEST_LLM_KEY"
+dimensions = 384
+
+[[domains]]
+name = "work"
+description = "Work: projects, deadlines, meetings, colleagues and clients."
+""")
+    sentence = "Could you move the quarterly planning meeting with the client to Thursday?"
+    await quinn.send(alice, "Planning", sentence, date=DAY0)
+    quinn.replies(alice, 1)
+    embedded = [text for r in llm_server.requests_of("embeddings") for text in r.body_json["input"]]
+    assert "work" in " ".join(embedded)  # the domain's description was embedded: detection ran on vectors
+    assert sum(sentence in text for text in embedded) == 1, embedded

@@ -1,5 +1,8 @@
 """The benchmarks still run (tiny sizes), and the retrieval data set keeps the shape issue 7 asks for.
 
+The pipeline benchmark (issue 6) runs its quick size through the real lab: every mail must be answered and
+every stage timed.
+
 Speed and quality figures are not asserted here (no timed assertions in tests): bench/README.md has them.
 """
 
@@ -11,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import memory_search, retrieval_quality
+from bench import memory_search, pipeline, retrieval_quality
 from bench.conversations import generate
+from bench.pipeline_report import STAGES
 from quinn.memory.embed import LocalEmbedder
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -53,6 +57,29 @@ def test_retrieval_quality_runs_on_one_user(tmp_path: Path, model: LocalEmbedder
     # Something is found: a broken store or search would score zero everywhere.
     assert report["summary"]["hybrid"]["overall"]["hit@10"] > 0.3
     assert (tmp_path / "retrieval_quality.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_pipeline_runs_through_the_lab_and_answers_every_mail(tmp_path: Path, model: LocalEmbedder) -> None:
+    # One torch thread: the quick run shares the 2 cores with the rest of the suite.
+    pipeline.main(["--quick", "--out", str(tmp_path), "--torch-threads", "1"], embedder=model)
+    report = json.loads((tmp_path / "pipeline.json").read_text())
+    sizes = pipeline.QUICK
+    assert set(report["phases"]) == {"burst", "paced_idle", "paced_polling"}
+    for name, phase in report["phases"].items():
+        assert phase["missing_replies"] == 0, name
+        assert len(phase["latency_s"]) == phase["mails"] and min(phase["latency_s"]) > 0, name
+        for stage in STAGES:  # every stage of every answered mail was timed inside the daemon
+            assert phase["stages_ms"][stage]["count"] >= phase["mails"], (name, stage)
+    assert report["phases"]["burst"]["mails"] == sizes.mails and report["phases"]["burst"]["throughput_per_s"] > 0
+    assert 0 < report["bare_lab_ms"]["total"]["p50"] <= report["bare_lab_ms"]["total"]["p95"]
+    # The memory block grows with what is stored until the token budget caps it: it reached the prompt.
+    levels = report["memory_tokens"]
+    assert [t["stored_memories"] for t in levels] == list(sizes.memory_levels)
+    assert all(t["replies"] == sizes.memory_mails for t in levels)
+    assert 0 < levels[0]["tokens_mean"] < levels[-1]["tokens_mean"] <= 1200
+    assert len(report["goals"]) == 6 and all(isinstance(g["met"], bool) for g in report["goals"])
+    assert (tmp_path / "pipeline.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| every mail answered | 0 replies missing | met |" in (tmp_path / "pipeline.md").read_text()
 
 
 def test_generated_data_set_has_the_shape_issue_7_asks_for() -> None:

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import re
+import time
 import urllib.request
 from email.message import EmailMessage
 
@@ -14,6 +15,7 @@ from imapclient import IMAPClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from quinn.logs import RedactingFilter, setup_logging
+from quinn.metrics import Metrics
 from tests.lab.llm_server import Error, Json, RecordedRequest, Text
 
 FAST = '[embeddings]\nbackend = "none"\n'
@@ -72,10 +74,31 @@ def test_metrics_endpoint_reports_mail_replies_tokens_latency_and_errors(mail_la
     assert after[("quinn_llm_calls_total", (("model", model), ("purpose", "reply")))] == 1
     errors = {k: v for k, v in after.items() if k[0] == "quinn_llm_errors_total"}
     assert list(errors.values()) == [1] and dict(next(iter(errors))[1])["model"] == model
-    for stage in ("fetch", "reply", "send", "extract", "mail"):
+    # Every stage of one mail's path (bench/pipeline.py reports them), then the wider ones around them.
+    for stage in ("fetch", "parse", "thread", "retrieve", "render", "llm", "send", "mark", "reply", "extract", "mail"):
         assert after[("quinn_stage_seconds_count", (("stage", stage),))] >= 1, stage
     assert ("quinn_memories", (("scope", "profile"),)) not in after  # no memory was written: no invented rows
     assert daemon.terminate() == 0
+
+
+def test_kept_stage_samples_are_the_histograms_observations() -> None:
+    metrics = Metrics()
+    with metrics.stage("fetch"):
+        pass
+    assert metrics.samples is None  # off unless asked for: quinn run keeps no list that grows
+    metrics.keep_samples()
+    started = time.time()
+    with metrics.stage("parse"):
+        time.sleep(0.002)
+    with pytest.raises(ValueError), metrics.stage("send"):
+        raise ValueError("a failing stage is timed too")
+    assert metrics.samples is not None
+    assert [s.stage for s in metrics.samples] == ["parse", "send"]
+    parse = metrics.samples[0]
+    assert parse.duration_s >= 0.002 and started <= parse.started_at_s <= started + 1
+    histogram = {(s.name, s.labels.get("stage")): s.value for f in metrics.stage_seconds.collect() for s in f.samples}
+    assert histogram[("quinn_stage_seconds_count", "parse")] == 1
+    assert histogram[("quinn_stage_seconds_sum", "parse")] == pytest.approx(parse.duration_s)
 
 
 # -- logs --------------------------------------------------------------------------------------------------

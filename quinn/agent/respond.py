@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,12 @@ from quinn.memory.store import MemoryStore
 log = logging.getLogger(__name__)
 
 RunDb = Callable[..., Awaitable[Any]]
+#: Times a named stage (``Metrics.stage``); the default times nothing.
+StageTimer = Callable[[str], AbstractContextManager[Any]]
+
+
+def _untimed(name: str) -> AbstractContextManager[Any]:
+    return nullcontext()
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,12 @@ def source_of(email: InboundEmail) -> dict[str, Any]:
 class Agent:
     """Reply and learn for one mailbox; built once the store is open."""
 
-    def __init__(self, config: Config, llm: LLM, prompts: PromptStore, store: MemoryStore) -> None:
+    def __init__(
+        self, config: Config, llm: LLM, prompts: PromptStore, store: MemoryStore, stage: StageTimer = _untimed
+    ) -> None:
+        """``stage`` times the reply's parts (retrieve, render, llm): the app passes ``Metrics.stage``."""
         self.config = config
+        self.stage = stage
         self.llm = llm
         self.prompts = prompts
         self.store = store
@@ -145,7 +156,8 @@ class Agent:
         summary: str | None, confirming_purge: bool, session_id: str | None = None,
     ) -> Answer:  # fmt: skip
         if not use_memory:
-            inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
+            with self.stage("retrieve"):
+                inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
             return await self._model_reply(inputs, None, _Work())
         private_ok = not others_on_thread(email, user, self.config.smtp.from_address)
         if confirming_purge:
@@ -158,8 +170,9 @@ class Agent:
         work = await self._db(self._carry_out, email, user, requests, private_ok)
         if "digest" in kinds:
             return await self._digest(email, user, private_ok, work)
-        inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions,
-                                session_id=session_id)
+        with self.stage("retrieve"):
+            inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions,
+                                    session_id=session_id)  # fmt: skip
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
@@ -198,12 +211,14 @@ class Agent:
         return work
 
     async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
-        rendered = self.prompts.render("reply", reply_variables(inputs))
-        if deps is None:
-            result = await self.llm.text(rendered.system, rendered.user)
-        else:
-            ctx = mirascope_llm.Context(deps=deps)
-            result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
+        with self.stage("render"):
+            rendered = self.prompts.render("reply", reply_variables(inputs))
+        with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
+            if deps is None:
+                result = await self.llm.text(rendered.system, rendered.user)
+            else:
+                ctx = mirascope_llm.Context(deps=deps)
+                result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = result.text + memory_mail.changes_footer(changes)
         return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -173,6 +174,53 @@ def embedder_for(config: EmbeddingsConfig) -> Embedder | None:
                           config.dimensions, threads=config.threads)  # fmt: skip
 
 
+class RecentEmbeddings:
+    """An embedder that keeps the vectors of the last ``size`` texts it embedded, and reuses them.
+
+    One mail embeds the same text more than once: its query sentences for domain detection and again for the
+    memory search, and a new memory's text for the duplicate check and again when it is stored. A query
+    embedding is the largest part of Quinn's own work per mail on 2 cores (bench/pipeline.py: 45-120 ms with
+    torch at one thread on a busy machine), so the second one is worth saving. A model's vector is a function of
+    the text alone, so reuse is exact; ``model_id`` and ``dim`` are the wrapped embedder's.
+    """
+
+    def __init__(self, inner: Embedder, size: int = 256) -> None:
+        self.inner = inner
+        self.size = size
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        """The wrapped embedder's model id."""
+        return self.inner.model_id
+
+    @property
+    def dim(self) -> int:
+        """The wrapped embedder's vector size."""
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The vectors of ``texts``; only texts not seen lately reach the wrapped embedder (once each)."""
+        texts = list(texts)
+        if not texts:
+            return self.inner.embed([])
+        with self._lock:
+            known = {t: self._recent[t] for t in texts if t in self._recent}
+            for text in known:
+                self._recent.move_to_end(text)
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            vectors = self.inner.embed(missing)
+            with self._lock:
+                for text, vector in zip(missing, vectors, strict=True):
+                    known[text] = self._recent[text] = vector.copy()
+                    self._recent.move_to_end(text)
+                while len(self._recent) > self.size:
+                    self._recent.popitem(last=False)
+        return np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
+
+
 def build_embedder(
     backend: str, model: str, base_url: str | None = None, api_key: str | None = None, dimensions: int | None = None,
     *, threads: int | None = None,
@@ -181,7 +229,7 @@ def build_embedder(
     if backend == "none":
         return None
     if backend == "local":
-        return LocalEmbedder(model, threads=threads)
+        return RecentEmbeddings(LocalEmbedder(model, threads=threads))
     if backend == "openai":
-        return OpenAIEmbedder(model, base_url, api_key, dimensions)
+        return RecentEmbeddings(OpenAIEmbedder(model, base_url, api_key, dimensions))
     raise ConfigError(f"embeddings.backend {backend!r} is unknown", "use local, openai or none")

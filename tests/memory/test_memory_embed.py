@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from quinn.errors import ConfigError, ConnectError
-from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder, build_embedder
+from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder, RecentEmbeddings, build_embedder
 from quinn.memory.models import NewMemory
 from quinn.memory.store import MemoryStore
 from tests.lab.llm_server import ScriptedLLM
@@ -51,6 +51,29 @@ def test_openai_embedder_store_round_trip(llm_server: ScriptedLLM, tmp_path):
         assert [len(r.body_json["input"]) for r in llm_server.requests_of("embeddings")] == [64, 36]
     finally:
         store.close()
+
+
+def test_recent_texts_reach_the_model_once_and_get_the_same_vectors(llm_server: ScriptedLLM):
+    embedder = build_embedder("openai", "scripted", llm_server.openai_base_url, "k", dimensions=384)
+    assert isinstance(embedder, RecentEmbeddings)  # what the daemon gets
+    assert (embedder.model_id, embedder.dim) == ("openai/scripted@384", 384)
+    first = embedder.embed(["a question", "a fact"])
+    again = embedder.embed(["a fact", "a question", "a fact"])
+    third = embedder.embed(["new text", "a question"])
+    inputs = [r.body_json["input"] for r in llm_server.requests_of("embeddings")]
+    assert inputs == [["a question", "a fact"], ["new text"]]  # only unseen texts, each once
+    assert again.shape == (3, 384) and again.dtype == np.float32
+    assert np.array_equal(again, first[[1, 0, 1]])
+    assert np.allclose(third[0], np.array(llm_server.embed("new text"), dtype=np.float32), atol=1e-6)
+    assert embedder.embed([]).shape == (0, 384)
+
+
+def test_recent_embeddings_forget_the_oldest_text(llm_server: ScriptedLLM):
+    embedder = RecentEmbeddings(OpenAIEmbedder("scripted", llm_server.openai_base_url, "k", dimensions=384), size=2)
+    for text in ("a", "b", "a", "c", "a", "b"):  # "a" was used again, so "b" is the one "c" pushes out
+        embedder.embed([text])
+    inputs = [r.body_json["input"] for r in llm_server.requests_of("embeddings")]
+    assert inputs == [["a"], ["b"], ["c"], ["b"]]
 
 
 def test_unreachable_embeddings_endpoint_is_a_connect_error():
