@@ -119,7 +119,7 @@ def test_embeddings_threads_sets_torchs_threads():
     try:
         torch.set_num_threads(2)
         embedder = embedder_for(config.embeddings)
-        assert isinstance(embedder, LocalEmbedder) and torch.get_num_threads() == 1
+        assert isinstance(getattr(embedder, "inner", None), LocalEmbedder) and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
     with pytest.raises(ConfigError, match=r"embeddings\.threads"):
