@@ -22,6 +22,7 @@ from quinn.memory.db import Database, Row
 from quinn.memory.models import memory_columns
 
 CANDIDATES = 50
+BM25 = "bm25(memories_fts, 1.0, 1.0, 0.0)"  # content, tags; the owner column weighs nothing
 MAX_TERMS = 48
 POSTINGS_BUDGET = 5000  # index entries the MATCH may read before common terms are left out
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
@@ -50,11 +51,26 @@ def query_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
     return words[:max_terms]
 
 
+def _quoted(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
 def match_expression(terms: Sequence[str]) -> str | None:
-    """An FTS5 MATCH expression: the terms OR-ed, each quoted, so no user text becomes FTS syntax."""
+    """An FTS5 MATCH expression: the terms OR-ed in the content and tags columns, each quoted, so no user text
+    becomes FTS syntax (and no word reaches the owner column)."""
     if not terms:
         return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return "{content tags} : (" + " OR ".join(_quoted(t) for t in terms) + ")"
+
+
+def owner_token(user_id: str | None) -> str:
+    """The ``owner_key`` token of a user's memories (migration 0006): the id's UTF-8 in hex between "o" and "z"."""
+    return "o" + (user_id or "").encode("utf-8").hex() + "z"
+
+
+def owned(match: str, owners: Sequence[str | None]) -> str:
+    """``match`` narrowed to the memories of ``owners`` (user ids, None for global memories)."""
+    return "(" + " OR ".join(f"owner_key : {_quoted(owner_token(o))}" for o in owners) + f") AND {match}"
 
 
 def fts_query(text: str, max_terms: int = MAX_TERMS) -> str | None:
@@ -89,10 +105,16 @@ def within_budget(terms: Sequence[str], frequencies: Sequence[int], budget: int 
 
 
 def lexical_scores(
-    db: Database, where: str, params: Sequence[Any], text: str, *, budget: int = POSTINGS_BUDGET
-) -> tuple[dict[int, tuple[int, float]], dict[int, Row]]:
+    db: Database, where: str, params: Sequence[Any], text: str, columns: str | None = None, *,
+    owners: Sequence[str | None] | None = None, owned_rows: int | None = None, budget: int = POSTINGS_BUDGET,
+) -> tuple[dict[int, tuple[int, float]], dict[int, Row]]:  # fmt: skip
     """BM25 rank and coverage (BM25 / the query's total IDF, capped at 1) of the best matches under ``where``,
-    and their rows (selected with ``memory_columns``), keyed by memory id."""
+    and their rows, keyed by memory id. ``columns``: what the rows hold, of ``memories m`` with the id first
+    (default every column, ``memory_columns("m")``).
+
+    ``owners``: the users (None: global) that ``where`` keeps; the MATCH then reads only their postings, unless
+    they hold half the index or more (``owned_rows``, when known), where the extra AND costs more than it saves.
+    """
     terms = query_terms(text)
     if not terms:
         return {}, {}
@@ -100,9 +122,11 @@ def lexical_scores(
     match = match_expression(within_budget(terms, frequencies, budget))
     if match is None:  # no term occurs anywhere
         return {}, {}
+    if owners and (owned_rows is None or 2 * owned_rows < total):
+        match = owned(match, owners)
     rows = db.query(
-        f"SELECT bm25(memories_fts), {memory_columns('m')} FROM memories_fts JOIN memories m"
-        f" ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? AND {where} ORDER BY bm25(memories_fts) LIMIT ?",
+        f"SELECT {BM25}, {columns or memory_columns('m')} FROM memories_fts JOIN memories m"
+        f" ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? AND {where} ORDER BY {BM25} LIMIT ?",
         [match, *params, CANDIDATES],
     )
     mass = max(sum(idf(total, n) for n in frequencies), 1e-6)

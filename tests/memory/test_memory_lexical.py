@@ -6,7 +6,8 @@ import threading
 
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.filters import memory_filter
-from quinn.memory.lexical import document_frequencies, lexical_scores, query_terms, within_budget
+from quinn.memory.lexical import document_frequencies, lexical_scores, match_expression, query_terms, within_budget
+from quinn.memory.lexical import owned as owned_match
 
 ALICE = "alice@example.test"
 BOB = "bob@example.test"
@@ -61,3 +62,22 @@ def test_search_inside_a_transaction_runs_its_lexical_leg_inline(store: MemorySt
     # A lexical leg handed to the background thread would wait forever for the connection this one holds.
     assert not worker.is_alive(), "search inside a transaction deadlocked"
     assert outcome == [[planted["zanzibar"]]]
+
+
+def test_the_owner_filter_reads_only_the_users_postings_and_changes_no_score(store: MemoryStore):
+    planted = _plant(store)
+    where, params = memory_filter(ALICE)
+    text = "meeting in Zanzibar"
+    everyone, _ = lexical_scores(store.db, where, params, text)  # the user filter in SQL only
+    owned, rows = lexical_scores(store.db, where, params, text, owners=[ALICE])
+    assert set(owned) == set(everyone) == set(rows) == {planted["zanzibar"], planted["garden"]}
+    for mid, (rank, coverage) in owned.items():
+        assert everyone[mid] == (rank, coverage)
+    # Bob's 40 meeting memories are not even matched: the MATCH itself is narrowed to Alice's token.
+    match = owned_match(match_expression(["meeting"]), [ALICE])
+    assert store.db.query_value("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (match,)) == 2
+    match = owned_match(match_expression(["meeting"]), [BOB])
+    assert store.db.query_value("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", (match,)) == 40
+    # A user who holds half the index or more is matched without the owner term: the AND would cost more.
+    most, _ = lexical_scores(store.db, where, params, text, owners=[ALICE], owned_rows=10**6)
+    assert most == everyone

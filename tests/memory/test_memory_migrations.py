@@ -120,3 +120,35 @@ def test_version_2_with_data_migrates_to_3(database_url: str, embedder: LocalEmb
         assert by_id[bike].vector_similarity == pytest.approx(by_id[bees].vector_similarity, abs=1e-5)
     finally:
         store.close()
+
+
+def test_version_5_with_data_migrates_to_6(database_url: str):
+    db = Database.open(database_url, migrate=False)
+    assert db.migrate(target=5) == 5
+    when = "2026-05-01T00:00:00+00:00"
+    rows = [
+        {"user_id": user, "scope": "profile" if user else "global", "domain": None, "type": "fact", "content": text,
+         "content_format": "text", "tags": "[]", "metadata": "{}", "importance": 0.5, "created_at": when,
+         "updated_at": when, "valid_from": when, "expires_at": None, "embedding": None, "embedding_model": None}
+        for user, text in ((ALICE, "Alice plans a Zanzibar trip"), ("bob@example.test", "Bob went to Zanzibar"),
+                           (None, "Zanzibar ferries run hourly"))
+    ]  # fmt: skip
+    with db.transaction() as tx:
+        alice, _bob, everyone = insert_rows(tx, rows)
+        tx.execute("UPDATE memories SET root_id = id")
+    db.close()
+
+    store = MemoryStore.open(database_url, embedder=None)  # full-text only: the index under test
+    try:
+        assert store.db.query_value("PRAGMA user_version") == LATEST
+        # The old rows are in the rebuilt index, each under its owner's token.
+        assert store.db.query_value("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'zanzibar'") == 3
+        assert [h.memory.id for h in store.search(ALICE, "Zanzibar", k=5)] == [alice]
+        assert {h.memory.id for h in store.search(ALICE, "Zanzibar", k=5, include_global=True)} == {alice, everyone}
+        # The triggers keep the index in step: an update re-indexes the row under the same owner.
+        newest = store.update(alice, "Alice flies to Lisbon", user_id=ALICE)
+        assert [h.memory.id for h in store.search(ALICE, "Lisbon", k=5)] == [newest]
+        assert [h.memory.id for h in store.search("bob@example.test", "Lisbon", k=5)] == []
+        store.db.execute("INSERT INTO memories_fts (memories_fts, rank) VALUES ('integrity-check', 1)")
+    finally:
+        store.close()

@@ -273,7 +273,8 @@ def test_retrieval_counts_are_written_in_batches_and_at_close(open_store):
     ids = store.add_many([NewMemory(ALICE, f"Alice note {i} about gardening") for i in range(70)])
     store.record_access(ids[:63])
     assert store.db.query_value("SELECT sum(access_count) FROM memories") == 0
-    store.record_access(ids[63:65])  # the 64th waiting memory triggers one batched write
+    store.record_access(ids[63:65])  # the 64th waiting memory triggers one batched write, on the store's thread
+    assert store.flush_access() == 0  # it waits for that write: nothing was left for it to write
     assert store.db.query_value("SELECT sum(access_count) FROM memories") == 65
     store.record_access([ids[0], ids[0]], now="2026-11-01T00:00:00Z")
     store.close()

@@ -11,7 +11,7 @@ import pytest
 from quinn.memory import MemoryStore
 from quinn.memory.embed import OpenAIEmbedder
 from quinn.memory.filters import memory_filter
-from quinn.memory.models import Memory, iso, utcnow
+from quinn.memory.models import iso, utcnow
 from quinn.memory.rows import insert_rows
 from quinn.memory.search import CANDIDATES, _cached_matrix, _cached_vector_ranks, _sql_vector_ranks
 from tests.lab.llm_server import ScriptedLLM
@@ -74,7 +74,9 @@ def test_cached_ranking_equals_the_sql_scan(
         cut = min(sim for _rank, sim in scanned.values())
         firm = [mid for mid, (_r, sim) in sorted(scanned.items(), key=lambda kv: kv[1][0]) if sim > cut + 1e-5]
         assert [mid for mid in sorted(cached, key=lambda m: cached[m][0])][: len(firm)] == firm
-        assert {Memory.from_row(cached_found[mid]).user_id for mid in cached} <= {user, None}
+        assert set(cached) <= set(cached_found)  # the rows the ranking read are those it ranked
+        owners = store.db.query(f"SELECT DISTINCT user_id FROM memories WHERE id IN ({','.join(map(str, cached))})")
+        assert {owner for (owner,) in owners} <= {user, None}
 
 
 def test_cache_follows_other_writers(
