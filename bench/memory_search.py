@@ -137,7 +137,7 @@ def run_case(case: Case, queries: int, seed: int, workdir: Path) -> dict[str, An
             hybrid_search(store, users[u], texts[0], k=K, touch=False)
             first_s.append(time.perf_counter() - t0)
 
-        search_s, quiet_s, numpy_s, numpy_all_s, agree = [], [], [], [], []
+        search_s, quiet_s, numpy_s, numpy_all_s, agree, access_wait_s = [], [], [], [], [], []
         for j in range(queries):
             user = users[asked[j]]
             calls = [
@@ -149,6 +149,11 @@ def run_case(case: Case, queries: int, seed: int, workdir: Path) -> dict[str, An
                 t0 = time.perf_counter()
                 call()
                 into.append(time.perf_counter() - t0)
+                # A search that fills the batch of access counts leaves its commit to the store's thread (the
+                # caller does not wait for it); let it end before the next timing, which it would otherwise slow.
+                t0 = time.perf_counter()
+                store.wait_for_access_write()
+                access_wait_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             top = numpy_top_k(matrices[asked[j]], qvecs[j], K)
             numpy_s.append(time.perf_counter() - t0)
@@ -179,6 +184,10 @@ def run_case(case: Case, queries: int, seed: int, workdir: Path) -> dict[str, An
         "db_bytes": size,
         "search_ms": {"p50": percentile_ms(search_s, 50), "p95": percentile_ms(search_s, 95)},
         "search_without_access_write_ms": {"p50": percentile_ms(quiet_s, 50), "p95": percentile_ms(quiet_s, 95)},
+        "background_access_write_ms": {
+            "max": round(max(access_wait_s) * 1e3, 3),
+            "note": "the longest wait for a batch of access counts written off the caller's path, not in search_ms",
+        },
         "first_search_of_a_user_ms": {"p50": percentile_ms(first_s, 50), "p95": percentile_ms(first_s, 95)},
         "numpy_ms": {"p50": percentile_ms(numpy_s, 50), "p95": percentile_ms(numpy_s, 95)},
         "numpy_all_rows_ms": {"p50": percentile_ms(numpy_all_s, 50), "p95": percentile_ms(numpy_all_s, 95)},
@@ -187,8 +196,10 @@ def run_case(case: Case, queries: int, seed: int, workdir: Path) -> dict[str, An
     result["ratio_p95"] = round(result["search_ms"]["p95"] / max(result["numpy_ms"]["p95"], 1e-3), 1)
     result["ratio_all_rows_p95"] = round(result["search_ms"]["p95"] / max(result["numpy_all_rows_ms"]["p95"], 1e-3), 2)
     if case.group == "a":
+        # Judged on the like-for-like baseline (the user's rows in RAM); the all-rows reading is kept beside it.
         result["goal"] = f"search p95 <= {GOAL_RATIO_A:g}x numpy p95"
         result["goal_met"] = result["ratio_p95"] <= GOAL_RATIO_A
+        result["goal_met_all_rows"] = result["ratio_all_rows_p95"] <= GOAL_RATIO_A
     else:
         result["goal"] = f"search p95 <= {GOAL_P95_B_MS:g} ms"
         result["goal_met"] = result["search_ms"]["p95"] <= GOAL_P95_B_MS
@@ -283,7 +294,7 @@ def table(cases: list[dict[str, Any]], model: dict[str, Any]) -> str:
             f"| {c['search_without_access_write_ms']['p95']:.2f} ms | {c['first_search_of_a_user_ms']['p95']:.2f} ms "
             f"| {c['numpy_ms']['p95']:.3f} ms "
             f"| {c['numpy_all_rows_ms']['p95']:.2f} ms | {c['ratio_p95']:,.1f}x | {c['ratio_all_rows_p95']:,.2f}x "
-            f"| {c['goal']}: {'met' if c['goal_met'] else 'MISSED'} |"
+            f"| {c['goal']}: {_verdict(c)} |"
         )
     ing = model["ingest_with_embedding"]
     qe = model["query_embedding_ms"]
@@ -293,6 +304,13 @@ def table(cases: list[dict[str, Any]], model: dict[str, Any]) -> str:
         f"Query embedding (not in the search figures): p50 {qe['p50']:.1f} ms, p95 {qe['p95']:.1f} ms."
     )
     return head + "\n".join(rows) + foot
+
+
+def _verdict(case: dict[str, Any]) -> str:
+    verdict = "met" if case["goal_met"] else "MISSED"
+    if "goal_met_all_rows" in case:
+        return f"{verdict} (all rows: {'met' if case['goal_met_all_rows'] else 'MISSED'})"
+    return verdict
 
 
 def plot(cases: list[dict[str, Any]], path: Path) -> None:
@@ -305,18 +323,24 @@ def plot(cases: list[dict[str, Any]], path: Path) -> None:
     names = [c["case"] for c in cases]
     x = np.arange(len(cases))
     fig, ax = plt.subplots(figsize=(10, 4.8))
-    width = 0.27
+    width = 0.2
     series = (
         ("store.search p95", [c["search_ms"]["p95"] for c in cases], "tab:blue"),
         ("search without access write p95", [c["search_without_access_write_ms"]["p95"] for c in cases], "tab:cyan"),
-        ("numpy exact p95 (same vectors)", [c["numpy_ms"]["p95"] for c in cases], "tab:gray"),
+        ("numpy exact p95, the user's rows in RAM", [c["numpy_ms"]["p95"] for c in cases], "tab:gray"),
+        ("numpy exact p95, all rows", [c["numpy_all_rows_ms"]["p95"] for c in cases], "tab:olive"),
     )
-    for offset, (label, values, color) in zip((-width, 0, width), series, strict=True):
+    for offset, (label, values, color) in zip((-1.5 * width, -0.5 * width, 0.5 * width, 1.5 * width), series,
+                                               strict=True):  # fmt: skip
         ax.bar(x + offset, values, width, label=label, color=color)
     for i, c in enumerate(cases):
         goal = GOAL_RATIO_A * c["numpy_ms"]["p95"] if c["group"] == "a" else GOAL_P95_B_MS
-        ax.hlines(goal, i - 1.5 * width, i + 1.5 * width, colors="tab:red", linestyles="dashed")
-    ax.plot([], [], color="tab:red", linestyle="dashed", label="goal")
+        ax.hlines(goal, i - 2 * width, i + 2 * width, colors="tab:red", linestyles="dashed")
+        if c["group"] == "a":
+            ax.hlines(GOAL_RATIO_A * c["numpy_all_rows_ms"]["p95"], i - 2 * width, i + 2 * width,
+                      colors="tab:orange", linestyles="dotted")  # fmt: skip
+    ax.plot([], [], color="tab:red", linestyle="dashed", label="goal (3x user rows for a; 40 ms for b)")
+    ax.plot([], [], color="tab:orange", linestyle="dotted", label="3x all rows")
     ax.set_yscale("log")
     ax.set_ylabel("milliseconds (log)")
     ax.set_xticks(x, names, rotation=12)
