@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -53,6 +54,29 @@ def migrations() -> list[tuple[int, str]]:
 def is_remote(url: str) -> bool:
     """True for a libSQL server URL, False for a local file path."""
     return url.startswith(REMOTE_SCHEMES)
+
+
+def split_statements(sql: str) -> list[str]:
+    """The complete statements of a script, in order (a trigger's body stays whole); comments and blank text
+    between statements are dropped."""
+    statements: list[str] = []
+    pending = ""
+    for piece in re.split(r"(?<=;)", sql):  # every piece ends at a semicolon: one may end a statement
+        pending += piece
+        if sqlite3.complete_statement(pending):
+            statement = _without_comments(pending)
+            if statement:
+                statements.append(statement)
+            pending = ""
+    if _without_comments(pending):
+        raise StoreError(f"SQL script ends inside a statement: {pending.strip()[:80]!r}")
+    return statements
+
+
+def _without_comments(text: str) -> str:
+    """``text`` stripped, or "" when it holds only ``--`` comments and whitespace."""
+    code = [line for line in text.splitlines() if line.strip() and not line.strip().startswith("--")]
+    return text.strip() if code else ""
 
 
 class Database:
@@ -161,11 +185,39 @@ class Database:
                 if version <= current or (target is not None and version > target):
                     continue
                 log.info("database %s: applying migration %04d", self.redacted_url, version)
-                # executescript: over a remote connection, execute() of vector-index DDL builds an empty index.
-                self._conn.executescript(f"{sql}\nPRAGMA user_version = {version};")
-                self._conn.commit()
+                # One transaction: a migration that fails half way leaves nothing behind, so a retry starts clean.
+                try:
+                    self._script(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
+                except Exception as exc:
+                    self._rollback_quietly()
+                    raise StoreError(
+                        f"database {self.redacted_url}: migration {version:04d} failed: {exc}",
+                        "nothing of it was applied; fix the cause and start Quinn again",
+                    ) from exc
+                found = int(self.query_value("PRAGMA user_version") or 0)
+                if found != version:  # cannot happen while every statement raises on failure: checked anyway
+                    raise StoreError(
+                        f"database {self.redacted_url}: migration {version:04d} ran, but the schema version reads"
+                        f" {found}",
+                        "start Quinn again; if it repeats, restore a backup and report it",
+                    )
                 current = version
             return current
+
+    def _script(self, sql: str) -> None:
+        """Run several statements, one by one: the driver's ``executescript`` can stop part way without an error
+        (a failing statement in a local file; about 1 in 100 scripts against sqld, for no reason given), while
+        ``execute`` raises on every failure. (Our migrations hold no vector-index DDL, which ``execute`` would
+        build empty over a remote connection: FACTS.md.)"""
+        conn = self._require()
+        for statement in split_statements(sql):
+            conn.execute(statement).fetchall()
+
+    def _rollback_quietly(self) -> None:
+        try:
+            self._require().rollback()
+        except Exception as exc:  # the connection may be gone; the failure being reported matters more
+            log.debug("rollback after a failed script: %s", exc)
 
     # -- statements ------------------------------------------------------------------------------------
 
@@ -221,7 +273,7 @@ class Database:
     def executescript(self, sql: str) -> None:
         """Run several statements (DDL, maintenance) and commit."""
         with self._lock:
-            self._require().executescript(sql)
+            self._script(sql)
             self._require().commit()
 
     def vacuum(self) -> None:

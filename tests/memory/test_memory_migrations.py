@@ -7,7 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from quinn.memory.db import Database, migrations
+from quinn.errors import StoreError
+from quinn.memory.db import Database, migrations, split_statements
 from quinn.memory.embed import LocalEmbedder
 from quinn.memory.rows import insert_rows
 from quinn.memory.store import MemoryStore
@@ -152,3 +153,36 @@ def test_version_5_with_data_migrates_to_6(database_url: str):
         store.db.execute("INSERT INTO memories_fts (memories_fts, rank) VALUES ('integrity-check', 1)")
     finally:
         store.close()
+
+
+def test_split_statements_keeps_trigger_bodies_whole_and_drops_comments():
+    script = (
+        "-- a comment; with a semicolon\n"
+        "CREATE TABLE t (x);\n\n"
+        "CREATE TRIGGER t_ai AFTER INSERT ON t BEGIN\n    INSERT INTO t (x) VALUES (1);\n    SELECT 2;\nEND;\n"
+        "PRAGMA user_version = 3; SELECT ';' AS semicolon;\n-- trailing comment\n"
+    )
+    statements = split_statements(script)
+    assert [s.split()[0:2] for s in statements] == [
+        ["--", "a"], ["CREATE", "TRIGGER"], ["PRAGMA", "user_version"], ["SELECT", "';'"]
+    ]  # fmt: skip
+    assert statements[0].endswith("CREATE TABLE t (x);") and statements[1].endswith("END;")
+    assert sum(len(split_statements(sql)) for _v, sql in migrations()) > 30  # the shipped scripts split too
+    with pytest.raises(StoreError, match="ends inside a statement"):
+        split_statements("CREATE TABLE t (x);\nCREATE TABLE u (y)")
+
+
+def test_a_failing_migration_leaves_nothing_behind(database_url: str, monkeypatch: pytest.MonkeyPatch):
+    Database.open(database_url).close()
+    broken = (LATEST + 1, "CREATE TABLE half_done (x);\nINSERT INTO half_done VALUES (1);\nSELECT nope FROM missing;")
+    monkeypatch.setattr("quinn.memory.db.migrations", lambda: [*migrations(), broken])
+    with pytest.raises(StoreError, match=f"migration {LATEST + 1:04d} failed: .*missing") as caught:
+        Database.open(database_url)
+    assert "nothing of it was applied" in str(caught.value.hint)
+    monkeypatch.undo()
+    db = Database.open(database_url)
+    try:
+        assert db.query_value("PRAGMA user_version") == LATEST
+        assert db.query_value("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'") == 0
+    finally:
+        db.close()
