@@ -176,9 +176,7 @@ class EmbeddingsConfig(Section):
     api_key_env: str | None = Field(
         default=None, description="Name of the environment variable holding the embeddings API key."
     )
-    dimensions: int | None = Field(
-        default=None, gt=0, description="Vector size; found from the model when left out."
-    )
+    dimensions: int | None = Field(default=None, gt=0, description="Vector size; found from the model when left out.")
     threads: int = Field(
         default=1, ge=1,
         description="CPU threads torch uses for the local model (for the whole process). 1 keeps queries fast "
@@ -352,8 +350,8 @@ class MetricsConfig(Section):
 
     enabled: bool = Field(default=False, description="Serve Prometheus metrics over HTTP.")
     host: str = Field(
-        default="127.0.0.1", description="Address the metrics endpoint binds to; keep it on loopback unless a "
-        "firewall guards the port."
+        default="127.0.0.1",
+        description="Address the metrics endpoint binds to; keep it on loopback unless a firewall guards the port.",
     )
     port: int = Field(default=9464, ge=0, le=65535, description="Port of the metrics endpoint (0: any free port).")
 
@@ -362,8 +360,10 @@ class ServiceConfig(Section):
     """How the daemon starts and stops."""
 
     shutdown_grace_s: float = Field(
-        default=30.0, gt=0, description="On SIGTERM, seconds the mail in flight may take to finish before it is cut "
-        "off (it is resumed at the next start); keep it below the unit's TimeoutStopSec."
+        default=30.0,
+        gt=0,
+        description="On SIGTERM, seconds the mail in flight may take to finish before it is cut "
+        "off (it is resumed at the next start); keep it below the unit's TimeoutStopSec.",
     )
 
 

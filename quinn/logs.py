@@ -21,8 +21,18 @@ from quinn.config import SECTIONS, Config
 
 REDACTED = "***"
 # Loggers that print request bodies or protocol traces at DEBUG: held at WARNING whatever the level.
-NOISY = ("httpx", "httpcore", "openai", "anthropic", "sentence_transformers", "transformers", "imapclient",
-         "mailparser", "apscheduler", "google_genai")
+NOISY = (
+    "httpx",
+    "httpcore",
+    "openai",
+    "anthropic",
+    "sentence_transformers",
+    "transformers",
+    "imapclient",
+    "mailparser",
+    "apscheduler",
+    "google_genai",
+)
 MIN_SECRET_LEN = 3  # shorter "secrets" would blank out ordinary words and protect nothing
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (

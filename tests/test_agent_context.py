@@ -167,4 +167,6 @@ def test_export_footer_and_purge_report() -> None:
     footer = changes_footer([MemoryChange("saved", 7, "Alice lives in Porto."), MemoryChange("forgotten", 1, "x")])
     assert "- saved [memory:7]: Alice lives in Porto." in footer and "- forgotten [memory:1]: x" in footer
     assert changes_footer([]) == ""
-    assert "3 memories" in purge_report({"memories": 3, "messages": 0})
+    report = purge_report({"memories": 3, "messages": 0, "sessions": 1, "session_ids": 4, "mail_state": 2})
+    assert "(3 memories, 1 conversation, 2 records of emails you sent (unlinked from you))." in report
+    assert "session" not in report and "_" not in report  # no table names reach the user

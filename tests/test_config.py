@@ -84,7 +84,7 @@ def test_minimal_config_defaults_and_secrets(tmp_path):
         (MINIMAL, {}, "imap.password_env names the environment variable Q_IMAP, which is not set"),
         (MINIMAL.replace('"ollama/llama3.2"', '"llama3"'), {"Q_IMAP": "x"}, 'llm.model: must be "provider/model"'),
         (MINIMAL.replace('"Quinn@Example.org"', '"quinn"'), {"Q_IMAP": "x"}, "smtp.from_address: must be an email"),
-        (MINIMAL + '\n[imap.x]\n', {"Q_IMAP": "x"}, "unknown key imap.x"),
+        (MINIMAL + "\n[imap.x]\n", {"Q_IMAP": "x"}, "unknown key imap.x"),
         (MINIMAL.replace("[smtp]", "[smtp]\nport = 70000"), {"Q_IMAP": "x"}, "smtp.port"),
         ("not toml [", {}, "is not valid TOML"),
     ],

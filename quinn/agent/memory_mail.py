@@ -146,9 +146,27 @@ def purge_question(address: str) -> str:
     )
 
 
+# What a purge removed, in the user's words: (singular, plural) per table of ``MemoryStore.purge``'s counts.
+# Bookkeeping a user never saw (which session retrieved which memory, the ids of a thread) is left out of the
+# receipt; the operator's log has every count.
+PURGED_AS = {
+    "memories": ("memory", "memories"),
+    "memory_versions": ("earlier version of a memory", "earlier versions of memories"),
+    "sessions": ("conversation", "conversations"),
+    "messages": ("message of our conversations", "messages of our conversations"),
+    "conversation_summaries": ("conversation summary", "conversation summaries"),
+    "user_state": ("setting", "settings"),
+    "entities": ("person, place or thing I knew of", "people, places and things I knew of"),
+    "relationships": ("link between them", "links between them"),
+    "outbox": ("reply kept for sending", "replies kept for sending"),
+    "llm_usage": ("token usage record", "token usage records"),
+    "mail_state": ("record of an email you sent (unlinked from you)", "records of emails you sent (unlinked from you)"),
+}
+
+
 def purge_report(counts: dict[str, int]) -> str:
     """The answer after a purge, saying what was removed."""
-    removed = ", ".join(f"{n} {table.replace('_', ' ')}" for table, n in counts.items() if n)
+    removed = ", ".join(f"{n} {PURGED_AS[table][n != 1]}" for table, n in counts.items() if n and table in PURGED_AS)
     return (
         "Done: I deleted everything I knew about you"
         + (f" ({removed})" if removed else "")
