@@ -1,11 +1,14 @@
-"""Holding mail while the setup is broken: a revoked API key or an unknown model is not the mail's fault.
+"""Holding mail while the setup is broken: a revoked API key, an unknown model or a refused SMTP login is not the
+mail's fault.
 
-When the model path raises a ``ConfigError`` (the provider said 401/403/404, an embeddings endpoint refused the
-key), every mail would fail the same way. So the daemon keeps running, says what is wrong once (with the hint),
-and holds mail: each mail is deferred without counting an attempt (it can never end up ``failed`` over this),
-and while the hold lasts no further model call is made for new mail. When the hold's time comes, the next mail
-is the probe: its success ends the hold, its failure extends it (doubling, with jitter, up to an hour). A
-restart or SIGHUP, the two ways an operator applies a fix, end the hold at once and release the held mail.
+When the reply path raises a ``ConfigError`` (the provider said 401/403/404, an embeddings endpoint refused the
+key, the SMTP server refused Quinn's login with a 5xx), every mail would fail the same way. A reply written before
+the SMTP login failed waits in the outbox, pending, and is sent as it is once the hold ends. So the daemon keeps
+running, says what is wrong once (with the hint), and holds mail: each mail is deferred without counting an attempt
+(it can never end up ``failed`` over this), and while the hold lasts no further model call is made for new mail.
+When the hold's time comes, the next mail is the probe: its success ends the hold, its failure extends it
+(doubling, with jitter, up to an hour). A restart or SIGHUP, the two ways an operator applies a fix, end the hold
+at once and release the held mail.
 
 Held mail is recognisable in the ledger by the ``HELD_PREFIX`` of its reason, so a restart finds it too.
 """

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from quinn.config import Config
 
 RELOADABLE_SECTIONS = ("policy", "memory", "prompts", "llm", "smtp")
@@ -36,7 +38,7 @@ def changed_keys(old: Config, new: Config) -> list[str]:
     keys: list[str] = []
     for name in type(old).model_fields:
         a, b = getattr(old, name), getattr(new, name)
-        if hasattr(a, "model_fields"):
+        if isinstance(a, BaseModel):  # a section (hasattr(a, "model_fields") warns: deprecated on instances)
             for key in type(a).model_fields:
                 if getattr(a, key) != getattr(b, key):
                     keys.append(f"{name}.{key}")

@@ -213,3 +213,47 @@ description = "Work: projects, deadlines, meetings, colleagues and clients."
     embedded = [text for r in llm_server.requests_of("embeddings") for text in r.body_json["input"]]
     assert "work" in " ".join(embedded)  # the domain's description was embedded: detection ran on vectors
     assert sum(sentence in text for text in embedded) == 1, embedded
+
+
+async def test_a_refused_smtp_login_holds_mail_until_the_operator_fixes_it(
+    lab_config, mail_lab, brain: Brain, caplog
+) -> None:
+    from tests.lab.inprocess import LabQuinn
+    from tests.lab.smtp import SmtpLab
+
+    alice = mail_lab.new_user("alice")
+
+    def replies_written(text: str) -> int:
+        return sum(text in r.text and EXTRACT_MARK not in r.text for r in brain.server.requests)
+
+    with SmtpLab(mail_lab.dovecot, auth=("quinn-smtp", "new-password")) as relay:
+        config = lab_config(smtp=relay, smtp_extra='username = "quinn-smtp"\npassword_env = "QUINN_TEST_SMTP_PW"')
+        config.env["QUINN_TEST_SMTP_PW"] = "old-password"  # the relay's password was changed under Quinn
+        quinn = LabQuinn(config, mail_lab)
+        await quinn.start()
+        try:
+            with caplog.at_level(logging.INFO):
+                await quinn.send(alice, "Plan", "Could you help me plan my week?", date=DAY0)
+                await quinn.send(alice, "Later", "And the week after?", date=DAY0)
+            states = quinn.query("SELECT state, attempts, reason FROM mail_state ORDER BY uid")
+            assert [(s, n) for s, n, _r in states] == [("deferred", 0), ("deferred", 0)]  # held: no attempt counted
+            assert all(r.startswith("held until the setup is fixed: SMTP login as quinn-smtp rejected (535)")
+                       for _s, _n, r in states)  # fmt: skip
+            assert (replies_written("plan my week"), replies_written("the week after")) == (1, 0)  # 2nd: no call
+            assert quinn.query("SELECT state FROM outbox") == [("pending",)]  # the first reply waits, unsent
+            said = [r.getMessage() for r in caplog.records if "mail is held" in r.getMessage()]
+            assert len(said) == 1 and "check smtp.username and the password variable" in said[0]
+            assert mail_lab.dovecot.messages(alice) == []
+
+            relay.auth = ("quinn-smtp", "old-password")  # the operator puts the right password in place...
+            quinn.app.reload()  # ...and reloads (SIGHUP): the hold ends, held mail is due at once
+            await quinn.process()
+            replies = quinn.replies(alice, 2)
+            assert sorted(str(r["In-Reply-To"]) for r in replies) == sorted(
+                r[0] for r in quinn.query("SELECT message_id FROM mail_state")
+            )  # fmt: skip
+            assert {s for (s,) in quinn.query("SELECT state FROM mail_state")} == {"replied"}
+            # The first reply was sent as written; only the mail held before the model was asked needed it.
+            assert (replies_written("plan my week"), replies_written("the week after")) == (1, 1)
+        finally:
+            await quinn.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.errors import ConnectError, RetryLater
+from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.smtp import (
     MAX_REFERENCES,
@@ -142,7 +142,7 @@ async def test_auth_over_each_transport(dovecot: Dovecot, users: Users, tls_cert
         bad = lab_settings(dovecot, quinn, smtp_port=lab.port, smtp=settings, env={"SMTP_PW": "wrong"}).smtp
         await SmtpSender(good).send(make_mail(quinn, alice, subject=f"via {tls}"), quinn, [alice])
         await SmtpSender(good).check()
-        with pytest.raises(RetryLater, match="SMTP login as quinn rejected"):
+        with pytest.raises(ConfigError, match="SMTP login as quinn rejected"):
             await SmtpSender(bad).send(make_mail(quinn, alice), quinn, [alice])
         with pytest.raises(ConnectError, match="SMTP login as quinn rejected"):
             await SmtpSender(bad).check()

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quinn.config import ImapConfig, SmtpConfig
-from quinn.errors import ConnectError, RetryLater
+from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.faults import fault_point
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.imap import ImapMailbox
@@ -85,6 +85,9 @@ class Delivery:
                 continue
             except ConnectError as exc:
                 await self._db(self.outbox.mark, item.message_id, "failed", exc.message)
+                raise
+            except ConfigError as exc:  # refused login: not sent; the reply waits, pending, for the fix
+                await self._db(self.outbox.mark, item.message_id, "pending", exc.message)
                 raise
             fault_point("after_send")
             done = "drafted" if draft else "sent"

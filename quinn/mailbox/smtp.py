@@ -16,7 +16,7 @@ import aiosmtplib
 
 from quinn.clock import utcnow
 from quinn.config import SmtpConfig
-from quinn.errors import ConnectError, RetryLater
+from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.policy import reply_subject
 
@@ -141,7 +141,8 @@ class SmtpSender:
 
     async def send(self, raw: bytes, sender: str, recipients: list[str]) -> None:
         """Send one message; ``RetryLater`` for transient failures (``MaybeSent`` when the server may have
-        accepted it), ``ConnectError`` for permanent (5xx) ones."""
+        accepted it), ``ConnectError`` for permanent (5xx) ones, ``ConfigError`` when the login is refused (5xx):
+        the operator's to fix, not the message's fault."""
         try:
             await aiosmtplib.send(raw, sender=sender, recipients=recipients, **self._kwargs())  # type: ignore[arg-type]
         except aiosmtplib.SMTPRecipientsRefused as exc:
@@ -150,8 +151,10 @@ class SmtpSender:
                 raise ConnectError(f"SMTP refused every recipient: {exc}") from exc
             raise RetryLater(f"SMTP refused recipients temporarily: {exc}") from exc
         except aiosmtplib.SMTPAuthenticationError as exc:
-            raise RetryLater(f"SMTP login as {self.config.username} rejected ({exc.code})", "check smtp.username and "
-                             "the password variable") from exc  # fmt: skip
+            message = f"SMTP login as {self.config.username} rejected ({exc.code})"
+            if exc.code >= 500:  # wrong credentials: every reply would fail alike, so the daemon holds mail
+                raise ConfigError(message, "check smtp.username and the password variable") from exc
+            raise RetryLater(message, "the server said the failure is temporary") from exc
         except aiosmtplib.SMTPResponseException as exc:
             if 500 <= exc.code < 600:
                 raise ConnectError(f"SMTP rejected the message permanently: {exc.code} {exc.message}") from exc
