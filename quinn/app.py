@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -48,6 +49,7 @@ from quinn.scheduler.summarize import reply_with_summary, wants_summary
 
 log = logging.getLogger(__name__)
 
+MAILBOX_PURGE_WINDOW_S = 600.0  # how long after a purge the user's late copies are still looked for
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -84,6 +86,7 @@ class Quinn:
         self.metrics = Metrics()
         self.hold = SetupHold()
         self._release_held = True  # at start and after a reload: the operator may have fixed the setup
+        self._mailbox_purges: dict[str, float] = {}  # purged users whose mail leaves the mailbox, until when
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -232,6 +235,8 @@ class Quinn:
                     except Exception as exc:  # a bug, or a failure nobody foresaw: this mail waits, the rest go on
                         log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
                         await self._retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
+        if self._mailbox_purges:
+            await self._purge_mailboxes()
         return len(uids)
 
     async def handle(self, uid: int, size: int) -> None:
@@ -446,7 +451,25 @@ class Quinn:
             state = await self.delivery.deliver(item)
         if receipt:
             await self._db(self._forget_receipt, item.message_id, email.message_id)
+            # Their mail goes from the mailbox too, once this pass has filed it away (the confirming mail is
+            # still in the watched folder now); the receipt's own copy may come later, hence a window.
+            self._mailbox_purges[user] = time.monotonic() + MAILBOX_PURGE_WINDOW_S
         return state
+
+    async def _purge_mailboxes(self) -> None:
+        """Delete the mail of users purged in the last ``MAILBOX_PURGE_WINDOW_S`` from Quinn's folders: what they
+        sent and Quinn's replies to them (drafts are left to the person who reviews them)."""
+        now = time.monotonic()
+        for user, until in list(self._mailbox_purges.items()):
+            if now > until:
+                del self._mailbox_purges[user]
+                continue
+            i = self.config.imap
+            folders = [i.folder, "INBOX", i.processed_folder, i.quarantine_folder, *([i.sent_folder] if i.sent_folder
+                       else [])]  # fmt: skip
+            removed = await self._imap(self.mailbox.purge_address, user, self.config.smtp.from_address, folders)
+            if removed:
+                log.info("purge: %d mails of the purged user deleted from the mailbox", removed)
 
     def _forget_receipt(self, receipt_id: str, confirmation_id: str) -> None:
         """Once the purge receipt is delivered, it and the confirming mail's ledger row were the last traces of

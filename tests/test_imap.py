@@ -94,6 +94,30 @@ def test_without_uidplus_nothing_is_expunged(make_dovecot: Callable[..., Dovecot
     assert theirs
 
 
+def test_purge_address_deletes_exactly_their_mail_and_ours_to_them(dovecot: Dovecot, users: Users) -> None:
+    user = users("quinn")
+    alice, malice, bob = "alice@example.test", "malice@example.test", "bob@example.test"
+    placed = {
+        "from alice": ("INBOX", make_mail(alice.upper(), user)),  # addresses compare case-insensitively
+        "ours to alice": ("Quinn.Processed", make_mail(user, alice, subject="Re: Hello")),
+        "ours copying alice": ("Quinn.Sent", make_mail(user, bob, subject="Re: Team", cc=[alice])),
+        "from malice": ("INBOX", make_mail(malice, user)),  # SEARCH FROM alice matches her too: a substring
+        "bob's copying alice": ("Quinn.Processed", make_mail(bob, user, subject="Team", cc=[alice])),  # bob's mail
+        "ours to bob": ("Quinn.Sent", make_mail(user, bob, subject="Re: Other")),
+    }
+    for folder, raw in placed.values():
+        dovecot.append(user, raw, folder)
+    box = mailbox(dovecot, user)
+    removed = box.purge_address(alice, user, ["INBOX", "Quinn/Processed", "Quinn/Sent", "Quinn/Missing"])
+    assert removed == 3
+    assert len(box.uids()) == 1  # the watched folder (INBOX) is selected again, with malice's mail only
+    box.close()
+    left = {folder: len(dovecot.messages(user, folder)) for folder in ("INBOX", "Quinn.Processed", "Quinn.Sent")}
+    assert left == {"INBOX": 1, "Quinn.Processed": 1, "Quinn.Sent": 1}
+    assert malice.encode() in dovecot.messages(user)[0]
+    assert b"Subject: Team" in dovecot.messages(user, "Quinn.Processed")[0]
+
+
 def test_file_away_recreates_a_folder_deleted_under_us(dovecot: Dovecot, users: Users) -> None:
     user = users("quinn")
     uid = dovecot.append(user, make_mail("a@example.test", user))

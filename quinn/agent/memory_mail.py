@@ -140,7 +140,7 @@ def purge_question(address: str) -> str:
     """The confirmation question; only a reply to it that starts with "yes" purges."""
     return (
         f"You asked me to delete everything I know about you ({address}): every memory, our past conversations "
-        "and their history. This cannot be undone.\n\n"
+        "and their history, and your emails and my replies in my mailbox. This cannot be undone.\n\n"
         "To confirm, reply to this email with YES as the first word. If you did not mean it, ignore this email "
         "and nothing will be deleted."
     )
@@ -170,7 +170,8 @@ def purge_report(counts: dict[str, int]) -> str:
     return (
         "Done: I deleted everything I knew about you"
         + (f" ({removed})" if removed else "")
-        + ". I no longer remember anything about you; if you write again, I start from scratch."
+        + ". Your emails and my replies are being deleted from my mailbox too. I no longer remember anything"
+        " about you; if you write again, I start from scratch."
     )
 
 

@@ -273,6 +273,38 @@ class ImapMailbox:
                 self._client.select_folder(self.server_name(watched))
         return moved
 
+    def purge_address(self, address: str, own_address: str, folders: list[str]) -> int:
+        """Delete from ``folders`` the mail ``address`` sent and Quinn's own mail to them (after a purge);
+        returns how many messages went. Folders that do not exist are skipped; the watched folder stays selected.
+
+        SEARCH matches addresses as substrings (RFC 3501 §6.4.4: "bob@x" finds "jacob@x"), so each candidate's
+        ENVELOPE is checked for the exact address before anything is deleted. The messages are expunged by UID
+        (RFC 4315); without UIDPLUS they keep \\Deleted for the owner, as in ``file_away``.
+        """
+        address, own = address.strip().lower(), own_address.strip().lower()
+        watched, removed = self.config.folder, 0
+        try:
+            for folder in dict.fromkeys(folders):
+                name = self.server_name(folder)
+                if folder != watched and not self._client.folder_exists(name):
+                    continue
+                self._client.select_folder(name)
+                self._client.noop()  # Dovecot searches only mail it has announced
+                uids = self._client.search(["UNDELETED", "OR", "FROM", address, "OR", "TO", address, "CC", address])
+                if not uids:
+                    continue
+                envelopes = self._client.fetch(uids, ["ENVELOPE"])
+                doomed = [uid for uid, item in envelopes.items() if _sent_by_or_to(item.get(b"ENVELOPE"), address, own)]
+                if not doomed:
+                    continue
+                self._client.add_flags(doomed, [b"\\Deleted"])
+                if self.can_uidplus:
+                    self._client.uid_expunge(doomed)
+                removed += len(doomed)
+        finally:
+            self._client.select_folder(self.server_name(watched))
+        return removed
+
     def _transfer(self, uid: int, target: str) -> None:
         if self.can_move:
             self._client.move([uid], target)
@@ -392,3 +424,20 @@ def _close_quietly(client: Any) -> None:
             client.shutdown()
         except Exception:
             log.debug("IMAP shutdown failed", exc_info=True)
+
+
+def _addresses(field: Any) -> set[str]:
+    """The lower-cased addresses of one ENVELOPE address list (imapclient ``Address`` tuples)."""
+    found = set()
+    for entry in field or ():
+        if entry.mailbox and entry.host:
+            found.add(f"{entry.mailbox.decode(errors='replace')}@{entry.host.decode(errors='replace')}".lower())
+    return found
+
+
+def _sent_by_or_to(envelope: Any, address: str, own: str) -> bool:
+    """Whether the message is from ``address``, or ours (from ``own``) to or copying ``address``."""
+    if envelope is None:
+        return False
+    senders = _addresses(envelope.from_)
+    return address in senders or (own in senders and address in _addresses(envelope.to) | _addresses(envelope.cc))

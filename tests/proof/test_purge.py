@@ -119,6 +119,7 @@ def test_purge_by_email_leaves_nothing(dovecot, smtp_lab, llm_server, lab_config
              "the memory learnt from alice's mail", log=daemon.log)  # fmt: skip
     question = converse(alice, f"Privacy {a[5]}", "Please delete everything you know about me.",
                         f"<{a[5]}.2@example.test>")  # fmt: skip
+    assert len(mail_in_folders(dovecot, quinn, alice)) >= 3  # her mails and Quinn's replies, filed (the control)
     assert "reply to this email with YES" in question.get_body(("plain",)).get_content()
     before = _alice_counts(config.db_path, alice)
     bob_before = query(config.db_path, BOB_MEMORIES, (bob,))
@@ -128,6 +129,11 @@ def test_purge_by_email_leaves_nothing(dovecot, smtp_lab, llm_server, lab_config
                        references=[f"<{a[5]}.2@example.test>", str(question["Message-ID"])])  # fmt: skip
     text = receipt.get_body(("plain",)).get_content()
     removed = receipt_counts(text)
+    # Her mail, and Quinn's replies to her, leave Quinn's folders too; Bob's stay.
+    gone = wait_for(lambda: not mail_in_folders(dovecot, quinn, alice), "alice's mail gone from the mailbox",
+                    log=daemon.log)  # fmt: skip
+    assert gone and mail_in_folders(dovecot, quinn, bob)
+    assert "mails of the purged user deleted from the mailbox" in daemon.log()
     assert daemon.terminate() == 0
     # The receipt leaves out bookkeeping the user never saw; the operator's log line has every count.
     [logged] = re.findall(r"purge confirmed by \S+: (\{.*\})", daemon.log())
@@ -145,6 +151,17 @@ def test_purge_by_email_leaves_nothing(dovecot, smtp_lab, llm_server, lab_config
     assert bob_after == bob_before
     assert len(rows["messages"]) == messages_before - before["messages"]
     assert found_in_rows({"messages": rows["messages"]}, [marks[bob][3]]), "bob's conversation must stay"
+
+
+def mail_in_folders(dovecot, owner: str, who: str) -> list[str]:
+    """The folders of ``owner``'s mailbox holding a message from, to or copying ``who`` (one entry per message)."""
+    found = []
+    for folder in dovecot.folders(owner):
+        for raw in dovecot.messages(owner, folder):
+            message = email.message_from_bytes(raw, policy=email.policy.default)
+            if who in " ".join(str(message.get(h, "")) for h in ("From", "To", "Cc")):
+                found.append(folder)
+    return found
 
 
 def _alice_counts(db_path: Path, user: str) -> dict[str, int]:
