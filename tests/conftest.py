@@ -7,6 +7,7 @@ QUINN_ALLOW_SKIP=1 turns a missing Dovecot or sqld into a skip instead of an err
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -46,6 +47,26 @@ def _network_guard() -> Iterator[None]:
         yield
     finally:
         undo()
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Every test: the root logger's handlers and level as before it. A test that runs ``quinn.cli.main``
+    in-process gets a handler on the stderr pytest captured for it; left behind, the lab's server threads
+    logged into that closed file in later tests ("Logging error: I/O operation on closed file")."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
 
 
 @pytest.fixture(scope="session", autouse=True)
