@@ -464,10 +464,7 @@ class Quinn:
             if now > until:
                 del self._mailbox_purges[user]
                 continue
-            i = self.config.imap
-            folders = [i.folder, "INBOX", i.processed_folder, i.quarantine_folder, *([i.sent_folder] if i.sent_folder
-                       else [])]  # fmt: skip
-            removed = await self._imap(self.mailbox.purge_address, user, self.config.smtp.from_address, folders)
+            removed = await self._imap(self.mailbox.purge_address, user, self.config.smtp.from_address)
             if removed:
                 log.info("purge: %d mails of the purged user deleted from the mailbox", removed)
 

@@ -258,3 +258,24 @@ def test_database_copy_moves_everything_to_a_libsql_server(admin_db):
         again = quinn(config, "database", "copy", "--to", server.url)
         assert again.returncode == 1
         assert again.stderr.strip().startswith("quinn: target database is not empty (memories, messages, mail_state")
+
+
+def test_memory_purge_with_mailbox_deletes_their_mail_too(mail_lab, lab_config):
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    config = lab_config(extra='[embeddings]\nbackend = "none"\n')
+    quinn_address, dovecot = config.address, mail_lab.dovecot
+    dovecot.append(quinn_address, email_bytes(alice, "Hi", "Note", "<p-1@x.test>", to=quinn_address), "Quinn.Processed")
+    dovecot.append(quinn_address, email_bytes(quinn_address, "Re: Hi", "Reply", "<p-2@x.test>", to=alice),
+                   "Quinn.Sent")  # fmt: skip
+    dovecot.append(quinn_address, email_bytes(bob, "Hi", "Bob's", "<p-3@x.test>", to=quinn_address), "Quinn.Processed")
+    env = {"QUINN_TEST_IMAP_PASSWORD": config.env["QUINN_TEST_IMAP_PASSWORD"]}
+
+    without_password = quinn(config.path, "memory", "purge", alice, "--yes", "--mailbox")
+    assert without_password.returncode == 2 and "QUINN_TEST_IMAP_PASSWORD" in without_password.stderr
+    assert len(dovecot.messages(quinn_address, "Quinn.Processed")) == 2  # nothing was deleted
+
+    done = as_json(quinn(config.path, "memory", "purge", alice, "--yes", "--mailbox", "--json", env=env))
+    assert done["user"] == alice and done["removed"]["mailbox"] == 2
+    assert dovecot.messages(quinn_address, "Quinn.Sent") == []
+    [kept] = dovecot.messages(quinn_address, "Quinn.Processed")
+    assert b"<p-3@x.test>" in kept  # bob's mail stays

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from quinn.config import Config
+from quinn.commands.database import DATABASE_ONLY
+from quinn.config import Config, resolve_secrets
 from quinn.errors import StoreError
 from quinn.memory.db import Database
 from quinn.memory.embed import embedder_for
@@ -35,11 +36,15 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     group = sub.add_parser("memory", help="inspect and manage users' memories")
     cmds = group.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
 
-    def command(name: str, handler: Handler, help: str, *, json_flag: bool = True) -> argparse.ArgumentParser:
+    def command(name: str, handler: Handler, help: str, *, json_flag: bool = True,
+                embeds: bool = False) -> argparse.ArgumentParser:  # fmt: skip
+        """``embeds``: the command loads the embedder, so it may need the embeddings key; none needs the IMAP
+        password or the model's API key (``quinn memory purge --mailbox`` asks for the IMAP one itself)."""
         parser = with_config(cmds.add_parser(name, help=help, description=help))
         if json_flag:
             parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-        parser.set_defaults(handler=handler)
+        secrets = (*DATABASE_ONLY, "embeddings") if embeds else DATABASE_ONLY
+        parser.set_defaults(handler=handler, secrets_of=secrets)
         return parser
 
     p = command("list", list_memories, "a user's memories (current ones unless filters say otherwise)")
@@ -50,7 +55,7 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     p = command("show", show_memory, "one memory row, every field")
     p.add_argument("id", type=int, help="the memory's id")
 
-    p = command("search", search_memories, "search a user's memories as Quinn does (without counting it)")
+    p = command("search", search_memories, "search a user's memories as Quinn does (without counting it)", embeds=True)
     p.add_argument("user", help="the user's address")
     p.add_argument("query", help="the text to search for")
     p.add_argument("-k", type=int, default=10, help="number of hits (default 10)")
@@ -59,7 +64,7 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     p = command("history", show_history, "every version of a memory and its audit log")
     p.add_argument("id", type=int, help="the id of any version of the memory")
 
-    p = command("edit", edit_memory, "write a new version of a memory (the old one stays in history)")
+    p = command("edit", edit_memory, "write a new version of a memory (the old one stays in history)", embeds=True)
     p.add_argument("id", type=int, help="the id of the current version")
     p.add_argument("content", help="the new text")
     p.add_argument("--reason", default="edited by an operator", help="why, for the audit log")
@@ -75,18 +80,24 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     p = command("purge", purge_user, "delete every trace of a user (memories, history, messages); no undo")
     p.add_argument("user", help="the user's address")
     p.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
+    p.add_argument("--mailbox", action="store_true",
+                   help="also delete their mail from Quinn's IMAP folders (needs the IMAP password)")  # fmt: skip
 
     p = command("export", export_memories, "write a user's memories, all versions, as JSON or YAML", json_flag=False)
     p.add_argument("user", help="the user's address")
     p.add_argument("-o", "--output", help="file to write (default: standard output)")
     p.add_argument("--format", choices=("json", "yaml"), help="default: from the file's extension, else json")
 
-    p = command("import", import_memories, "read memories exported by `quinn memory export` (all or nothing)")
+    p = command(
+        "import", import_memories, "read memories exported by `quinn memory export` (all or nothing)", embeds=True
+    )
     p.add_argument("file", help="the JSON or YAML file, or - for standard input")
     p.add_argument("--user", help="import every record for this user instead of the one in the file")
     p.add_argument("--format", choices=("json", "yaml"), help="default: detected")
 
-    p = command("reembed", reembed_memories, "embed again every memory whose vector is not of the configured model")
+    p = command(
+        "reembed", reembed_memories, "embed again every memory whose vector is not of the configured model", embeds=True
+    )
     p.add_argument("--batch-size", type=int, default=64, help="memories per batch and commit (default 64)")
 
 
@@ -213,11 +224,23 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory purge USER --yes``."""
     if not args.yes:
         raise StoreError(f"purge deletes every trace of {args.user} and cannot be undone", "add --yes to confirm")
+    user = args.user.strip().lower()
+    if args.mailbox:  # checked first: a missing password must fail before anything is deleted
+        resolve_secrets(config, os.environ, ("imap",))
     with open_store(config) as store:
-        counts = store.purge(args.user)
+        counts = store.purge(user)
+    if args.mailbox:
+        from quinn.mailbox.imap import ImapMailbox  # only this path needs IMAP
+
+        mailbox = ImapMailbox(config.imap)
+        try:
+            mailbox.connect()
+            counts["mailbox"] = mailbox.purge_address(user, config.smtp.from_address)
+        finally:
+            mailbox.close()
     if args.json:
-        return _print_json({"user": args.user.strip().lower(), "removed": counts})
-    _table(f"purged {args.user.strip().lower()}", ["table", "rows"], [[t, str(n)] for t, n in counts.items()])
+        return _print_json({"user": user, "removed": counts})
+    _table(f"purged {user}", ["table", "rows"], [[t, str(n)] for t, n in counts.items()])
     return 0
 
 

@@ -273,9 +273,16 @@ class ImapMailbox:
                 self._client.select_folder(self.server_name(watched))
         return moved
 
-    def purge_address(self, address: str, own_address: str, folders: list[str]) -> int:
-        """Delete from ``folders`` the mail ``address`` sent and Quinn's own mail to them (after a purge);
-        returns how many messages went. Folders that do not exist are skipped; the watched folder stays selected.
+    def purge_folders(self) -> list[str]:
+        """Where a purged user's mail can be: the watched folder, INBOX (copies), processed, quarantine and sent
+        folders. Not drafts: those wait for the person who reviews them."""
+        c = self.config
+        return list(dict.fromkeys([c.folder, "INBOX", c.processed_folder, c.quarantine_folder, c.sent_folder]))
+
+    def purge_address(self, address: str, own_address: str, folders: list[str] | None = None) -> int:
+        """Delete from ``folders`` (default ``purge_folders()``) the mail ``address`` sent and Quinn's own mail to
+        them (after a purge); returns how many messages went. Folders that do not exist are skipped; the watched
+        folder stays selected.
 
         SEARCH matches addresses as substrings (RFC 3501 §6.4.4: "bob@x" finds "jacob@x"), so each candidate's
         ENVELOPE is checked for the exact address before anything is deleted. The messages are expunged by UID
@@ -284,7 +291,7 @@ class ImapMailbox:
         address, own = address.strip().lower(), own_address.strip().lower()
         watched, removed = self.config.folder, 0
         try:
-            for folder in dict.fromkeys(folders):
+            for folder in dict.fromkeys(self.purge_folders() if folders is None else folders):
                 name = self.server_name(folder)
                 if folder != watched and not self._client.folder_exists(name):
                     continue
