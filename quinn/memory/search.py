@@ -139,8 +139,10 @@ def hybrid_search(
     ``include_inactive``). Vectors of another model than the store's embedder are never compared; without an
     embedder the search is full-text only (logged once per store). ``touch`` counts the retrieval on each hit.
 
-    The lexical leg runs on the store's background thread while this one embeds the query and scores the
-    vectors (numpy and the model release the GIL): a search costs about the slower leg, not the sum.
+    For a user with many vectors the lexical leg runs on the store's background thread while this one embeds the
+    query and scores the vectors (numpy and the model release the GIL), so such a search costs about the slower
+    leg; for the rest it runs first, inline (``INLINE_BELOW``). Both legs read the ranking columns only; the
+    ``k`` kept are then read whole.
     """
     where, params = memory_filter(user_id, **filters)
     chunks = query_chunks(query)
@@ -158,7 +160,7 @@ def hybrid_search(
     else:
         lexical = run_now(lexical_leg, *arguments)
     vector_ranks: dict[int, tuple[int, float]] = {}
-    found: dict[int, Row] = {}  # both legs read whole rows (no third round trip); decoded only if kept
+    found: dict[int, Row] = {}  # the candidates' RANK_COLUMNS, from either leg
     try:
         if embedder is not None:
             _say_stale_vectors_once(store)
