@@ -14,19 +14,17 @@ import os
 import pwd
 import re
 import secrets
-import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientError
 
 from tests.lab.ports import free_port
-from tests.lab.process import kill_group, remove_at_exit, tail, track, untrack
+from tests.lab.process import LabServer, kill_group, remove_at_exit, tail, track, untrack
 
 DOVECOT_BIN = os.environ.get("QUINN_DOVECOT_BIN", "/usr/sbin/dovecot")
 DOVEADM_BIN = os.environ.get("QUINN_DOVEADM_BIN", "/usr/bin/doveadm")
@@ -52,7 +50,7 @@ class DovecotError(RuntimeError):
     """Dovecot did not start, or a doveadm command failed."""
 
 
-class Dovecot:
+class Dovecot(LabServer):
     """A private Dovecot instance on 127.0.0.1 that accepts any username with `password`.
 
     Use as a context manager, or call `start()` and finally `close()`.
@@ -213,27 +211,6 @@ service anvil {{
         """Accept only `password` from now on (the config is rewritten; takes effect at the next `restart()`)."""
         self._password = password
         self.conf_path.write_text(self._config())
-
-    def restart(self, timeout_s: float = 10.0) -> None:
-        """Stop and start again on the same port with the same mail."""
-        self.stop()
-        self.start(timeout_s)
-
-    def close(self) -> None:
-        """Stop and delete the temp dir with all mail."""
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> Dovecot:
-        """Start; `close()` on exit."""
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        """Close (stop and delete everything)."""
-        self.close()
 
     def log_tail(self, lines: int = 30) -> str:
         """The end of Dovecot's log and of its stderr, for error messages."""

@@ -14,7 +14,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, Self
 
 
 class Stoppable(Protocol):
@@ -22,6 +23,41 @@ class Stoppable(Protocol):
 
     def stop(self) -> None:
         """Stop the server; no-op when it is not running."""
+
+
+class LabServer:
+    """The lifecycle the lab's server processes share: ``restart``, ``close`` (stop, then delete ``self.dir``)
+    and ``with``. Subclasses give ``start(timeout_s)``, ``stop()``, ``dir`` and ``restart_timeout_s``."""
+
+    dir: Path
+    restart_timeout_s = 10.0
+
+    def start(self, timeout_s: float) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def restart(self, timeout_s: float | None = None) -> None:
+        """Stop and start again on the same port with the same data."""
+        self.stop()
+        self.start(self.restart_timeout_s if timeout_s is None else timeout_s)
+
+    def close(self) -> None:
+        """Stop and delete the temp dir with all the server's data."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        """Start; ``close()`` on exit."""
+        self.start(self.restart_timeout_s)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Close (stop and delete everything)."""
+        self.close()
 
 
 _live: list[Stoppable] = []

@@ -25,10 +25,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from tests.lab.ports import free_port
-from tests.lab.process import kill_group, remove_at_exit, tail, track, untrack
+from tests.lab.process import LabServer, kill_group, remove_at_exit, tail, track, untrack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CANDIDATES = (
@@ -56,8 +55,10 @@ def find_sqld() -> Path | None:
     return Path(found) if found else None
 
 
-class Sqld:
+class Sqld(LabServer):
     """A sqld process serving HTTP (Hrana over HTTP) on 127.0.0.1 with its data in a temp dir."""
+
+    restart_timeout_s = 15.0
 
     def __init__(self, *, port: int | None = None, binary: Path | None = None) -> None:
         """Prepare; nothing runs until `start()`. Raises `SqldError` when no binary is found."""
@@ -136,24 +137,3 @@ class Sqld:
         if proc is not None:
             kill_group(proc, grace_s=5.0)
         untrack(self)
-
-    def restart(self, timeout_s: float = 15.0) -> None:
-        """Stop and start again on the same port with the same data."""
-        self.stop()
-        self.start(timeout_s)
-
-    def close(self) -> None:
-        """Stop and delete the data dir."""
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> Sqld:
-        """Start; `close()` on exit."""
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        """Close (stop and delete the data)."""
-        self.close()
