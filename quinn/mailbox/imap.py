@@ -277,12 +277,12 @@ class ImapMailbox:
         """Where a purged user's mail can be: the watched folder, INBOX (copies), processed, quarantine and sent
         folders. Not drafts: those wait for the person who reviews them."""
         c = self.config
-        return list(dict.fromkeys([c.folder, "INBOX", c.processed_folder, c.quarantine_folder, c.sent_folder]))
+        return [c.folder, "INBOX", c.processed_folder, c.quarantine_folder, c.sent_folder]
 
     def purge_address(self, address: str, own_address: str, folders: list[str] | None = None) -> int:
         """Delete from ``folders`` (default ``purge_folders()``) the mail ``address`` sent and Quinn's own mail to
-        them (after a purge); returns how many messages went. Folders that do not exist are skipped; the watched
-        folder stays selected.
+        them (after a purge); returns how many messages went. Folders named twice are searched once, those that
+        do not exist are skipped; the watched folder stays selected.
 
         SEARCH matches addresses as substrings (RFC 3501 §6.4.4: "bob@x" finds "jacob@x"), so each candidate's
         ENVELOPE is checked for the exact address before anything is deleted. The messages are expunged by UID
