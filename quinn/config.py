@@ -15,7 +15,16 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from quinn.errors import ConfigError
 
@@ -202,16 +211,31 @@ class PolicyConfig(Section):
     aliases: dict[str, list[str]] = Field(
         default_factory=dict, description="Map of a user's main address to other addresses that are the same user."
     )
-    require_authentication: bool = Field(
-        default=False, description="Trust a sender only with DKIM/DMARC pass in our own Authentication-Results."
+    trust: Literal["authenticated", "insecure-from-header"] = Field(
+        default="authenticated",
+        description='Whose mail may use memory: "authenticated" (our own server vouched for the From domain in '
+        'its Authentication-Results: see deploy/SECURITY.md), or "insecure-from-header" (anyone who writes a '
+        "From field: a forger can read, change and erase that user's memory; for a closed test setup only).",
     )
     authserv_id: str | None = Field(
-        default=None, description="authserv-id of our receiving server's Authentication-Results header."
+        default=None,
+        description="authserv-id of our receiving server's Authentication-Results header; without it no mail is "
+        "authenticated (`quinn check` suggests it from a recent mail).",
     )
+    received_above_stamp: int = Field(
+        default=0, ge=0, le=10,
+        description="How many Received fields our own servers put above their Authentication-Results field "
+        "(0: the stamp is on top). A field with our id further down was written by the sender and is ignored; "
+        "`quinn check` measures it on a recent mail.",
+    )  # fmt: skip
     unauthenticated: Literal["no_memory", "reject"] = Field(
         default="no_memory",
-        description="What to do with unauthenticated mail under require_authentication: answer without memory, "
-        "or not at all.",
+        description="What to do with mail whose sender is not authenticated: answer it plainly (no memory, no "
+        "tools, only to the From address, under its own rate cap), or not at all.",
+    )
+    plus_addressing: Literal["separate", "base"] = Field(
+        default="separate",
+        description='"separate": alice+news@x is another user than alice@x; "base": both are alice@x.',
     )
     max_replies_per_sender_per_hour: int = Field(
         default=20, ge=1, description="Rate cap per sender; mail over it waits and is answered later."
@@ -227,6 +251,18 @@ class PolicyConfig(Section):
     @classmethod
     def _lower(cls, value: list[str]) -> list[str]:
         return [v.strip().lower() for v in value]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "require_authentication" in data:
+            old = data["require_authentication"]
+            new = "authenticated" if old is True else "insecure-from-header"
+            raise ValueError(
+                f"policy.require_authentication was replaced by policy.trust: write trust = \"{new}\" instead "
+                "(authentication is now required by default; see deploy/SECURITY.md)"
+            )
+        return data
 
 
 class MemoryConfig(Section):

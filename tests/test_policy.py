@@ -13,14 +13,10 @@ from quinn.mailbox.parse import parse_email
 from quinn.mailbox.policy import (
     Decision,
     Rules,
-    aligned,
     authenticated,
-    authserv_id,
     decide,
     normalise_address,
     normalise_subject,
-    parse_authentication_results,
-    parse_results_fallback,
     reply_subject,
     user_for,
 )
@@ -28,8 +24,8 @@ from quinn.mailbox.policy import (
 MAIL = Path(__file__).parent / "fixtures" / "mail"
 QUINN = "quinn@quinn.test"
 OURS = "mx.quinn.test"
-RULES = Rules(own_address=QUINN, authserv_id=OURS)
-STRICT = replace(RULES, require_authentication=True)
+RULES = Rules(own_address=QUINN, authserv_id=OURS)  # the default: trust = "authenticated"
+INSECURE = replace(RULES, trust="insecure-from-header")
 
 
 def fixture(name: str) -> InboundEmail:
@@ -78,8 +74,8 @@ def ar(*values: str) -> dict[str, str | list[str]]:
 @pytest.mark.parametrize(
     ("name", "action", "reason"),
     [
-        ("plain.eml", "handle", "authentication not required"),
-        ("reply_de.eml", "handle", "authentication not required"),
+        ("plain.eml", "handle", "trusted by the From field alone"),
+        ("reply_de.eml", "handle", "trusted by the From field alone"),
         ("auto_reply.eml", "ignore", "auto-submitted: auto-replied"),
         ("vacation.eml", "ignore", "autoreply header: X-Autoreply"),
         ("bounce.eml", "ignore", "bounce: null Return-Path"),
@@ -90,17 +86,18 @@ def ar(*values: str) -> dict[str, str | list[str]]:
     ],
 )
 def test_fixture_decisions(name: str, action: str, reason: str) -> None:
-    decision = decide(fixture(name), RULES)
+    decision = decide(fixture(name), INSECURE)
     assert decision.action == action
     assert decision.reason.startswith(reason)
     assert (decision.user_id is not None) == (action == "handle")
 
 
 def test_handle_carries_the_user_and_memory() -> None:
-    decision = decide(fixture("plain.eml"), RULES)
+    decision = decide(fixture("dmarc_pass.eml"), RULES)
     assert decision == Decision(
-        "handle", decision.reason, user_id="alice@example.com", authenticated=False, use_memory=True
-    )
+        "handle", decision.reason, user_id="alice@example.com", authenticated=True, use_memory=True,
+        sender="alice@example.com", rate_key="alice@example.com",
+    )  # fmt: skip
 
 
 # --- our own mail and loops --------------------------------------------------------------------------
@@ -226,7 +223,7 @@ def test_allowlist() -> None:
 
 def test_aliases_map_to_the_main_user_and_the_allowlist() -> None:
     rules = replace(RULES, allow=("alice@home.test",), aliases={"alice@home.test": ["Alice@Work.test"]})
-    decision = decide(mail(sender="alice@work.test"), rules)
+    decision = decide(mail(ar(f"{OURS}; dmarc=pass header.from=work.test"), sender="alice@work.test"), rules)
     assert decision.action == "handle" and decision.user_id == "alice@home.test"
 
 
@@ -242,62 +239,55 @@ def test_user_for_and_normalise_address() -> None:
 def test_rules_validate_their_choices() -> None:
     with pytest.raises(ConfigError, match="unauthenticated"):
         Rules(own_address=QUINN, unauthenticated="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="policy.trust"):
+        Rules(own_address=QUINN, trust="whatever")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="not an email address"):
         Rules(own_address="quinn")
 
 
-# --- authentication (RFC 8601) -----------------------------------------------------------------------
+# --- authentication (RFC 8601; the parser and the stamp's position: tests/test_authresults.py) ----------
 
 
 @pytest.mark.parametrize(
     ("name", "ok", "why"),
     [
-        ("forged_ar.eml", False, "no pass aligned with example.com (dkim=fail, spf=fail, dmarc=fail)"),
-        ("wrong_authserv.eml", False, "no Authentication-Results from mx.quinn.test"),
+        ("forged_ar.eml", False, "dmarc=fail"),
+        ("wrong_authserv.eml", False, "no Authentication-Results from our server"),
         ("dkim_aligned.eml", True, "dkim=pass header.d=mail.example.com"),
-        ("dkim_unaligned.eml", False, "no pass aligned with example.com (dkim=pass, spf=pass)"),
+        ("dkim_unaligned.eml", False, "no DMARC pass and no DKIM pass aligned with example.com"),
         ("dmarc_pass.eml", True, "dmarc=pass header.from=example.com"),
-        ("plain.eml", False, "no Authentication-Results from mx.quinn.test"),
+        ("plain.eml", False, "no Authentication-Results from our server"),
     ],
 )
 def test_authentication_fixtures(name: str, ok: bool, why: str) -> None:
-    assert authenticated(fixture(name), STRICT) == (ok, why)
+    got_ok, got_why = authenticated(fixture(name), RULES)
+    assert got_ok is ok and got_why.startswith(why)
 
 
 def test_unauthenticated_gets_no_memory_or_is_rejected() -> None:
     forged = fixture("forged_ar.eml")
-    decision = decide(forged, STRICT)
+    decision = decide(forged, RULES)
     assert (decision.action, decision.user_id, decision.authenticated, decision.use_memory) == (
-        "handle", "alice@example.com", False, False
+        "handle", None, False, False
     )  # fmt: skip
-    assert decision.reason.startswith("sender not authenticated")
-    rejected = decide(forged, replace(STRICT, unauthenticated="reject"))
+    assert decision.sender == "alice@example.com" and decision.rate_key == "unverified:alice@example.com"
+    assert decision.reason.startswith("sender not authenticated") and decision.withheld
+    rejected = decide(forged, replace(RULES, unauthenticated="reject"))
     assert rejected.action == "reject" and rejected.reason.startswith("sender not authenticated")
-    good = decide(fixture("dkim_aligned.eml"), STRICT)
-    assert (good.action, good.authenticated, good.use_memory) == ("handle", True, True)
-    assert good.reason == "authenticated: dkim=pass header.d=mail.example.com"
+    good = decide(fixture("dkim_aligned.eml"), RULES)
+    assert (good.action, good.user_id, good.authenticated, good.use_memory) == (
+        "handle", "alice@example.com", True, True
+    )  # fmt: skip
+    assert good.reason == "authenticated: dkim=pass header.d=mail.example.com" and good.rate_key == good.user_id
 
 
-def test_authentication_is_reported_when_not_required() -> None:
-    decision = decide(fixture("dmarc_pass.eml"), RULES)
-    assert (decision.action, decision.authenticated, decision.use_memory) == ("handle", True, True)
-    assert decide(fixture("dmarc_pass.eml"), replace(RULES, authserv_id=None)).authenticated is False
-
-
-def test_only_the_topmost_of_ours_counts() -> None:
-    fail, good = f"{OURS}; dkim=fail header.d=example.com", f"{OURS}; dkim=pass header.d=example.com"
-    assert authenticated(mail(ar(fail, good)), STRICT)[0] is False  # a pass below ours is forged
-    assert authenticated(mail(ar(good, fail)), STRICT)[0] is True
-    # A foreign field above ours (say a later filter) is skipped; ours still decides, either way.
-    foreign_pass = "mx.evil.test; dkim=pass header.d=example.com; dmarc=pass header.from=example.com"
-    assert authenticated(mail(ar(foreign_pass, fail)), STRICT)[0] is False
-    assert authenticated(mail(ar("mx.evil.test; dkim=fail", good)), STRICT)[0] is True
-    assert authenticated(mail(ar("MX.Quinn.Test 1; dkim=pass header.d=example.com")), STRICT)[0] is True
-
-
-def test_unreadable_field_of_ours_fails_closed() -> None:
-    # Our topmost field cannot be read: never fall through to one further down.
-    assert authenticated(mail(ar(f"{OURS}", f"{OURS}; dkim=pass header.d=example.com")), STRICT)[0] is False
+def test_insecure_trust_takes_the_from_field_and_says_so() -> None:
+    decision = decide(mail(), INSECURE)
+    assert (decision.user_id, decision.authenticated, decision.use_memory) == ("alice@example.com", False, True)
+    # plain.eml asks for replies at alice.private@example.org: someone else, so no memory in that reply.
+    assert decide(fixture("plain.eml"), INSECURE).use_memory is False
+    assert "insecure-from-header" in decision.reason
+    assert decide(fixture("dmarc_pass.eml"), INSECURE).authenticated is True
 
 
 @pytest.mark.parametrize(
@@ -308,103 +298,91 @@ def test_unreadable_field_of_ours_fails_closed() -> None:
         ("dkim=pass header.d=evil.test header.i=@evil.test", False),
         ("dkim=pass header.d=com", False),
         ("dkim=pass header.d=notexample.com", False),
-        ("spf=pass smtp.mailfrom=bounce@mail.example.com", True),
-        ("spf=pass smtp.mailfrom=example.com", True),
+        # SPF vouches for the envelope sender, not for the From field: never enough alone.
+        ("spf=pass smtp.mailfrom=bounce@mail.example.com", False),
+        ("spf=pass smtp.mailfrom=example.com", False),
         ("spf=pass smtp.mailfrom=bounce@esp.test", False),
-        ("spf=fail smtp.mailfrom=example.com", False),
         ("dmarc=pass header.from=other.test", False),
         ("dmarc=fail header.from=example.com", False),
+        ("dmarc=pass header.from=example.com", True),
+        ("dmarc=pass", False),  # a pass that names no domain
+        # The server's DMARC verdict is final: Quinn's own alignment never overrides a fail.
+        ("dkim=pass header.d=mail.example.com; dmarc=fail header.from=example.com", False),
+        ("dkim=pass header.d=example.com; dmarc=none header.from=example.com", False),
+        ("dkim=pass header.d=example.com; dmarc=temperror header.from=example.com", False),
         ('dkim=pass header.d=example.com reason="ok"', True),
         ("none", False),
     ],
 )
 def test_alignment_rules(results: str, ok: bool) -> None:
-    assert authenticated(mail(ar(f"{OURS}; {results}")), STRICT)[0] is ok
+    assert authenticated(mail(ar(f"{OURS}; {results}")), RULES)[0] is ok
 
 
-def test_several_from_addresses_never_authenticate() -> None:
-    email = mail({"From": ["alice@example.com", "mallory@evil.test"], **ar(f"{OURS}; dkim=pass header.d=example.com")})
-    assert authenticated(email, STRICT) == (False, "not exactly one From address")
+@pytest.mark.parametrize(
+    "froms",
+    [["alice@example.com", "mallory@evil.test"], ["alice@example.com", "alice@example.com"],
+     ["alice@example.com, mallory@evil.test"]],
+)  # fmt: skip
+def test_several_from_addresses_never_authenticate_and_are_refused(froms: list[str]) -> None:
+    email = mail({"From": froms, **ar(f"{OURS}; dmarc=pass header.from=example.com")})
+    assert authenticated(email, RULES)[0] is False
+    for rules in (RULES, INSECURE):
+        decision = decide(email, rules)
+        assert decision.action == "reject" and decision.reason.startswith("no single sender")
 
 
 def test_no_authserv_id_configured() -> None:
-    rules = replace(STRICT, authserv_id=None)
+    rules = replace(RULES, authserv_id=None)
     assert authenticated(fixture("dkim_aligned.eml"), rules) == (False, "no authserv_id configured")
     assert decide(fixture("dkim_aligned.eml"), rules).use_memory is False
 
 
-@pytest.mark.parametrize(
-    ("aligned_domain", "from_domain", "ok"),
-    [
-        ("example.com", "example.com", True),
-        ("Mail.Example.com", "example.com", True),
-        ("example.com", "sub.example.com", True),
-        ("evil.test", "example.com", False),
-        ("notexample.com", "example.com", False),
-        ("com", "example.com", False),
-        ("", "example.com", False),
-    ],
-)
-def test_aligned(aligned_domain: str, from_domain: str, ok: bool) -> None:
-    assert aligned(aligned_domain, from_domain) is ok
+PASS = ar(f"{OURS}; dmarc=pass header.from=example.com")
+
+
+def test_reply_to_someone_else_gets_no_memory() -> None:
+    email = replace(mail(PASS), reply_to=(Address("", "mallory@evil.test"),))
+    decision = decide(email, RULES)
+    assert (decision.action, decision.user_id, decision.use_memory) == ("handle", "alice@example.com", False)
+    assert decision.withheld and "mallory@evil.test" in decision.withheld
+    # The same from a stranger: Quinn would write attacker-chosen text to a third party. Refused.
+    assert decide(replace(mail(), reply_to=email.reply_to), RULES).action == "reject"
+    # A Reply-To that is the user, or one of their aliases, is the user.
+    own = replace(mail(PASS), reply_to=(Address("", "Alice@Example.com"),))
+    assert decide(own, RULES).use_memory is True
+    alias = replace(mail(PASS), reply_to=(Address("", "alice@home.test"),))
+    assert decide(alias, replace(RULES, aliases={"alice@example.com": ["alice@home.test"]})).use_memory is True
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"),
+    ("sender", "user"),
     [
-        ("mx.quinn.test; none", "mx.quinn.test"),
-        ("MX.Quinn.Test 1; dkim=pass", "mx.quinn.test"),
-        ("(filter) mx.quinn.test (comment); spf=pass", "mx.quinn.test"),
-        ('"mx.quinn.test"; spf=pass', "mx.quinn.test"),
-        ("", ""),
-    ],
-)
-def test_authserv_id(value: str, expected: str) -> None:
-    assert authserv_id(value) == expected
-
-
-# Real shapes (Gmail, Microsoft, Fastmail, OpenDKIM): authres reads them, and the fallback must agree.
-REAL_FIELDS = [
-    "mx.google.com;\t dkim=pass header.i=@example.com header.s=20230601 header.b=Kx7Qw3Ab;\t spf=pass "
-    "(google.com: domain of alice@example.com designates 209.85.220.41 as permitted sender) "
-    "smtp.mailfrom=alice@example.com;\t dmarc=pass (p=NONE sp=NONE dis=NONE) header.from=example.com",
-    "mx.microsoft.com 1; spf=pass (sender ip is 1.2.3.4) smtp.mailfrom=example.com; dkim=pass (signature was "
-    "verified) header.d=example.com;dmarc=pass action=none header.from=example.com;compauth=pass reason=100",
-    "mx.messagingengine.com; dkim=pass (2048-bit rsa key sha256) header.d=example.com header.i=@example.com "
-    "header.b=Abc header.a=rsa-sha256 header.s=fm1 x-bits=2048; iprev=pass smtp.remote-ip=1.2.3.4 "
-    "(mail.example.com); spf=pass smtp.mailfrom=alice@example.com smtp.helo=mail.example.com",
-    'mx.quinn.test; dkim=fail reason="signature verification failed" header.d=example.com header.b=abc+/=',
-]
-
-
-@pytest.mark.parametrize("value", REAL_FIELDS)
-def test_authres_and_fallback_agree_on_real_fields(value: str) -> None:
-    with_authres = parse_authentication_results(value)
-    assert with_authres, "authres should read this shape"
-    assert parse_results_fallback(value) == with_authres
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        # authres refuses both of these (a trailing ";" and an angle-bracketed mailfrom); the fallback reads them.
-        (f"{OURS}; dkim=pass header.d=example.com;", [("dkim", "pass", {"header.d": "example.com"})]),
-        (f"{OURS}; spf=pass smtp.mailfrom=<a@example.com>", [("spf", "pass", {"smtp.mailfrom": "<a@example.com>"})]),
-        # A quoted reason or a comment can never inject a property.
-        (f'{OURS}; dkim=fail reason="header.d=example.com" header.d=evil.test',
-         [("dkim", "fail", {"header.d": "evil.test"})]),
-        (f"{OURS}; dkim=pass (header.d=example.com) header.d=evil.test", [("dkim", "pass", {"header.d": "evil.test"})]),
-        (f"{OURS}; none", []),
+        ("ALICE@EXAMPLE.COM", "alice@example.com"),
+        ("alice@example.com", "alice@example.com"),
+        ("alice@exаmple.com", "alice@exаmple.com"),  # Cyrillic а: another domain, never alice's
+        ("ａlice@example.com", "ａlice@example.com"),  # full-width a: stays itself
+        ("alice@example.\u212aom".encode().decode("unicode_escape"), "alice@example.\u212aom".encode().decode(
+            "unicode_escape")),  # Kelvin sign: str.lower() would fold it to "k"
+        ("alice+news@example.com", "alice+news@example.com"),
     ],
 )  # fmt: skip
-def test_fallback_parser_shapes(value: str, expected: list[tuple[str, str, dict[str, str]]]) -> None:
-    assert parse_authentication_results(value) == expected
-    assert parse_results_fallback(value) == expected
+def test_identity_is_canonical_and_never_folds_lookalikes(sender: str, user: str) -> None:
+    decision = decide(mail(sender=sender), INSECURE)
+    assert decision.user_id == user
 
 
-def test_fallback_used_end_to_end() -> None:
-    email = mail(ar(f"{OURS}; spf=pass smtp.mailfrom=<alice@example.com>;"))
-    assert authenticated(email, STRICT) == (True, "spf=pass smtp.mailfrom=example.com")
+def test_plus_addressing_by_config() -> None:
+    assert decide(mail(sender="alice+news@example.com"), INSECURE).user_id == "alice+news@example.com"
+    base = replace(INSECURE, plus_addressing="base")
+    assert decide(mail(sender="alice+news@example.com"), base).user_id == "alice@example.com"
+
+
+def test_display_name_posing_as_an_address_binds_to_the_real_one() -> None:
+    email = replace(mail(PASS), from_=Address("alice@example.com", "mallory@evil.test"),
+                    headers={**mail(PASS).headers, "from": ('"alice@example.com" <mallory@evil.test>',)})  # fmt: skip
+    decision = decide(email, INSECURE)
+    assert decision.user_id == "mallory@evil.test" and "poses as another address" in decision.reason
+    assert decide(email, RULES).user_id is None  # our server vouched for example.com, not evil.test
 
 
 # --- subjects ----------------------------------------------------------------------------------------

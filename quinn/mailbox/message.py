@@ -42,6 +42,9 @@ class InboundEmail:
     text: str  # clean text: quotes and signature stripped
     full_text: str  # the whole text part, quotes included
     headers: dict[str, tuple[str, ...]] = field(default_factory=dict)  # lower-cased name -> decoded values
+    # Received and Authentication-Results fields as (lower-cased name, value), topmost first: their order is
+    # what tells our server's stamp from one the sender wrote (quinn/mailbox/authresults.py).
+    trace: tuple[tuple[str, str], ...] = ()
     attachments: tuple[Attachment, ...] = ()
     defects: tuple[str, ...] = ()
     content_type: str = "text/plain"

@@ -24,8 +24,11 @@ from mailparser.utils import get_addresses  # type: ignore[import-untyped]
 from mailparser_reply.parser import EmailMessage as ReplyMessage  # type: ignore[import-untyped]
 
 from quinn.errors import MailParseError
+from quinn.mailbox.identity import canonical_address
 from quinn.mailbox.message import Address, Attachment, InboundEmail
 
+#: Header fields whose order matters to trust (quinn/mailbox/authresults.py).
+TRACE_FIELDS = frozenset({"received", "authentication-results"})
 #: Languages whose reply headers ("On … wrote:", "Am … schrieb …") and sign-offs are recognised.
 REPLY_LANGUAGES: tuple[str, ...] = ("en", "de", "fr", "es", "it", "nl")
 #: Deeper MIME trees are refused: real mail nests < 10 levels; parsers recurse once per level.
@@ -92,9 +95,12 @@ def _parse(raw: bytes, internal_date: datetime | None) -> InboundEmail:
     defects: list[str] = _library_defects(parsed.defects)
 
     headers: dict[str, list[str]] = {}
+    trace: list[tuple[str, str]] = []
     for name, value in msg.raw_items():
         text = decode_header_value(_unfold(str(value)), defects, name)
         headers.setdefault(name.lower(), []).append(text)
+        if name.lower() in TRACE_FIELDS:
+            trace.append((name.lower(), text))
 
     message_id = _first_id(_first(headers, "message-id"))
     if not message_id:
@@ -120,6 +126,7 @@ def _parse(raw: bytes, internal_date: datetime | None) -> InboundEmail:
         text=text,
         full_text=full_text,
         headers={name: tuple(values) for name, values in headers.items()},
+        trace=tuple(trace),
         attachments=_attachments(parsed.attachments),
         defects=tuple(dict.fromkeys(defects)),  # the same defect may repeat per encoded word
         content_type=msg.get_content_type(),
@@ -243,7 +250,7 @@ def _addresses(msg: Message, name: str, defects: list[str]) -> tuple[Address, ..
         found: list[dict[str, Any]] = []
         for display, addr in get_addresses(value, defects=found):
             if addr:
-                result.append(Address(decode_header_value(display).strip(), _clean(addr).lower()))
+                result.append(Address(decode_header_value(display).strip(), canonical_address(_clean(addr))))
         defects.extend(f"{where}: {item.get('reason')}: {_clean(str(item.get('raw')))}" for item in found)
     return tuple(result)
 

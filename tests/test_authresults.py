@@ -1,0 +1,159 @@
+"""Authentication-Results read from raw headers (RFC 8601): the parser, and which fields count by position."""
+
+from __future__ import annotations
+
+import pytest
+
+from quinn.mailbox.authresults import (
+    aligned,
+    authserv_id,
+    parse_authentication_results,
+    parse_results_fallback,
+    read_stamp,
+    stamp_position,
+    verdict,
+)
+from quinn.mailbox.parse import parse_email
+
+OURS = "mx.quinn.test"
+
+
+def raw(*fields: str) -> bytes:
+    """A mail whose header starts with ``fields`` (topmost first), From alice@example.com."""
+    head = "".join(f"{f}\r\n" for f in fields)
+    return (head + "From: Alice <alice@example.com>\r\nTo: quinn@quinn.test\r\nSubject: hi\r\n"
+            "Message-ID: <m@example.com>\r\n\r\nHello\r\n").encode()  # fmt: skip
+
+
+def judged(data: bytes, above: int = 0) -> tuple[bool, str]:
+    email = parse_email(data)
+    return verdict(read_stamp(email.trace, OURS, above), "example.com")
+
+
+PASS = f"Authentication-Results: {OURS}; dkim=pass header.d=example.com; dmarc=pass header.from=example.com"
+FAIL = f"Authentication-Results: {OURS}; dkim=fail header.d=example.com; dmarc=fail header.from=example.com"
+OUR_RECEIVED = "Received: from mail.example.com (mail.example.com [192.0.2.1]) by mx.quinn.test; Mon, 23 Nov 2026"
+THEIR_RECEIVED = "Received: from laptop by mail.example.com; Mon, 23 Nov 2026 10:00:00 +0000"
+LMTP_RECEIVED = "Received: from mx.quinn.test by imap.quinn.test (Dovecot) with LMTP; Mon, 23 Nov 2026"
+
+
+def test_our_stamp_on_top_counts() -> None:
+    assert judged(raw(PASS, OUR_RECEIVED, THEIR_RECEIVED)) == (True, "dmarc=pass header.from=example.com")
+
+
+def test_a_field_with_our_id_the_sender_wrote_below_ours_is_ignored() -> None:
+    assert judged(raw(FAIL, OUR_RECEIVED, PASS, THEIR_RECEIVED))[0] is False
+
+
+def test_a_forged_field_with_no_stamp_of_ours_above_it_is_ignored() -> None:
+    """Our server did not stamp this mail (an unstamped path): the sender's field sits below our Received."""
+    ok, why = judged(raw(OUR_RECEIVED, PASS, THEIR_RECEIVED))
+    assert ok is False and "below 1 Received" in why
+
+
+def test_received_above_stamp_follows_the_servers_layout() -> None:
+    """Postfix + Dovecot LMTP: the LMTP hop's Received sits above the MX's stamp."""
+    layout = raw(LMTP_RECEIVED, PASS, OUR_RECEIVED, THEIR_RECEIVED)
+    assert judged(layout, above=0)[0] is False  # fails closed until the operator says so
+    assert judged(layout, above=1)[0] is True
+    assert stamp_position(parse_email(layout).trace, OURS) == 1
+    forged = raw(LMTP_RECEIVED, OUR_RECEIVED, PASS, THEIR_RECEIVED)  # the same layout, never stamped
+    assert judged(forged, above=1)[0] is False
+
+
+def test_several_fields_of_ours_on_top_are_read_together() -> None:
+    """OpenDKIM and OpenDMARC each add one field."""
+    dkim = f"Authentication-Results: {OURS}; dkim=pass header.d=example.com"
+    dmarc = f"Authentication-Results: {OURS}; dmarc=fail header.from=example.com"
+    assert judged(raw(dmarc, dkim, OUR_RECEIVED))[0] is False  # the server's dmarc=fail is final
+    assert judged(raw(dkim, OUR_RECEIVED))[0] is True  # no DMARC result: an aligned DKIM pass counts
+
+
+def test_a_foreign_field_above_ours_is_skipped() -> None:
+    foreign = "Authentication-Results: mx.evil.test; dmarc=pass header.from=example.com"
+    assert judged(raw(foreign, FAIL, OUR_RECEIVED))[0] is False
+    assert judged(raw(foreign, OUR_RECEIVED))[0] is False
+
+
+def test_an_unreadable_field_of_ours_fails_closed() -> None:
+    assert judged(raw(f"Authentication-Results: {OURS}", OUR_RECEIVED, PASS))[0] is False
+
+
+def test_folded_and_commented_fields() -> None:
+    folded = (f"Authentication-Results: {OURS} (postfix);\r\n\tdkim=pass (2048-bit key) header.d=example.com;"
+              "\r\n\tdmarc=pass (p=reject dis=none) header.from=Example.COM")  # fmt: skip
+    assert judged(raw(folded, OUR_RECEIVED)) == (True, "dmarc=pass header.from=example.com")
+
+
+@pytest.mark.parametrize(
+    ("aligned_domain", "from_domain", "ok"),
+    [
+        ("example.com", "example.com", True),
+        ("Mail.Example.com", "example.com", True),
+        ("example.com", "sub.example.com", True),
+        ("evil.test", "example.com", False),
+        ("notexample.com", "example.com", False),
+        ("com", "example.com", False),
+        ("", "example.com", False),
+    ],
+)
+def test_aligned(aligned_domain: str, from_domain: str, ok: bool) -> None:
+    assert aligned(aligned_domain, from_domain) is ok
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("mx.quinn.test; none", "mx.quinn.test"),
+        ("MX.Quinn.Test 1; dkim=pass", "mx.quinn.test"),
+        ("(filter) mx.quinn.test (comment); spf=pass", "mx.quinn.test"),
+        ('"mx.quinn.test"; spf=pass', "mx.quinn.test"),
+        ("", ""),
+    ],
+)
+def test_authserv_id(value: str, expected: str) -> None:
+    assert authserv_id(value) == expected
+
+
+# Real shapes (Gmail, Microsoft, Fastmail, OpenDKIM): authres reads them, and the fallback must agree.
+REAL_FIELDS = [
+    "mx.google.com;\t dkim=pass header.i=@example.com header.s=20230601 header.b=Kx7Qw3Ab;\t spf=pass "
+    "(google.com: domain of alice@example.com designates 209.85.220.41 as permitted sender) "
+    "smtp.mailfrom=alice@example.com;\t dmarc=pass (p=NONE sp=NONE dis=NONE) header.from=example.com",
+    "mx.microsoft.com 1; spf=pass (sender ip is 1.2.3.4) smtp.mailfrom=example.com; dkim=pass (signature was "
+    "verified) header.d=example.com;dmarc=pass action=none header.from=example.com;compauth=pass reason=100",
+    "mx.messagingengine.com; dkim=pass (2048-bit rsa key sha256) header.d=example.com header.i=@example.com "
+    "header.b=Abc header.a=rsa-sha256 header.s=fm1 x-bits=2048; iprev=pass smtp.remote-ip=1.2.3.4 "
+    "(mail.example.com); spf=pass smtp.mailfrom=alice@example.com smtp.helo=mail.example.com",
+    'mx.quinn.test; dkim=fail reason="signature verification failed" header.d=example.com header.b=abc+/=',
+]
+
+
+@pytest.mark.parametrize("value", REAL_FIELDS)
+def test_authres_and_fallback_agree_on_real_fields(value: str) -> None:
+    with_authres = parse_authentication_results(value)
+    assert with_authres, "authres should read this shape"
+    assert parse_results_fallback(value) == with_authres
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # authres refuses both of these (a trailing ";" and an angle-bracketed mailfrom); the fallback reads them.
+        (f"{OURS}; dkim=pass header.d=example.com;", [("dkim", "pass", {"header.d": "example.com"})]),
+        (f"{OURS}; spf=pass smtp.mailfrom=<a@example.com>", [("spf", "pass", {"smtp.mailfrom": "<a@example.com>"})]),
+        # A quoted reason or a comment can never inject a property.
+        (f'{OURS}; dkim=fail reason="header.d=example.com" header.d=evil.test',
+         [("dkim", "fail", {"header.d": "evil.test"})]),
+        (f"{OURS}; dkim=pass (header.d=example.com) header.d=evil.test", [("dkim", "pass", {"header.d": "evil.test"})]),
+        (f"{OURS}; none", []),
+    ],
+)  # fmt: skip
+def test_fallback_parser_shapes(value: str, expected: list[tuple[str, str, dict[str, str]]]) -> None:
+    assert parse_authentication_results(value) == expected
+    assert parse_results_fallback(value) == expected
+
+
+def test_fallback_used_end_to_end() -> None:
+    """authres refuses the trailing ";": the fallback reads the field, and the verdict follows it."""
+    assert judged(raw(f"Authentication-Results: {OURS}; dkim=pass header.d=example.com;", OUR_RECEIVED))[0] is True
