@@ -13,12 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from quinn.agent.context import ThreadMessage
+from quinn.agent.context import ThreadMessage, others_on_thread
 from quinn.agent.llm import LLM
-from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_CONFIRM_TEMPLATE, PURGE_DONE_TEMPLATE
+from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_DONE_TEMPLATE
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.agent.respond import Agent
 from quinn.agent.samples import sample_variables
@@ -35,7 +35,7 @@ from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
-from quinn.mailbox.policy import Decision, Rules, decide
+from quinn.mailbox.policy import UNVERIFIED_PREFIX, Decision, Rules, decide, trust_warnings
 from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_message_id
 from quinn.mailbox.threads import Sessions, thread_key
 from quinn.memory.db import Database
@@ -86,7 +86,8 @@ class Quinn:
         self.metrics = Metrics()
         self.hold = SetupHold()
         self._release_held = True  # at start and after a reload: the operator may have fixed the setup
-        self._mailbox_purges: dict[str, float] = {}  # purged users whose mail leaves the mailbox, until when
+        # Purged users whose mail leaves the mailbox: until when (monotonic), and when the purge was confirmed.
+        self._mailbox_purges: dict[str, tuple[float, datetime]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -94,6 +95,8 @@ class Quinn:
         """Log in to IMAP, open the database, load the embedder. A rejected login or a bad database is fatal
         and explained; an unreachable IMAP server is not (the run loop keeps trying, saying so)."""
         c = self.config
+        for warning in trust_warnings(self.rules):  # said at every start, loudly: the operator must not miss it
+            log.warning("%s", warning)
         # Cheapest and likeliest mistakes first: the IMAP login, then the database, then the slow model load.
         try:
             await self._imap(self.mailbox.connect)
@@ -294,15 +297,16 @@ class Quinn:
             await self._finish(ledger, key, "ignored" if decision.action == "ignore" else "rejected",
                                decision.reason, message_id=email.message_id, user_id=decision.user_id)  # fmt: skip
             return
-        assert decision.user_id is not None
-        thread = thread_key(email)
+        assert decision.rate_key is not None
+        # Mail nobody vouched for is counted in buckets of its own: forged mail never spends a user's caps.
+        thread = thread_key(email) if decision.trusted else UNVERIFIED_PREFIX + thread_key(email)
         p = self.config.policy
-        capped = await self._db(ledger.cap_reached, decision.user_id, thread, p.max_replies_per_sender_per_hour,
+        capped = await self._db(ledger.cap_reached, decision.rate_key, thread, p.max_replies_per_sender_per_hour,
                                 p.max_replies_per_thread_per_hour)  # fmt: skip
         if capped is not None:
             reason, until = capped
             await self._db(ledger.set, key, "deferred", reason, message_id=email.message_id,
-                           user_id=decision.user_id, thread_key=thread)  # fmt: skip
+                           user_id=decision.user_id, thread_key=thread, sender_key=decision.rate_key)  # fmt: skip
             await self._db(ledger.defer, key, reason, until, count_attempt=False)
             log.info("mail uid=%s deferred until %s: %s", uid, iso(until), reason)
             return
@@ -310,7 +314,7 @@ class Quinn:
             await self._hold(ledger, key, email, decision, thread)
             return
         await self._db(ledger.set, key, "handling", decision.reason, message_id=email.message_id,
-                       user_id=decision.user_id, thread_key=thread)  # fmt: skip
+                       user_id=decision.user_id, thread_key=thread, sender_key=decision.rate_key)  # fmt: skip
         try:
             state = await self._reply(email, decision)
         except RetryLater as exc:
@@ -327,7 +331,7 @@ class Quinn:
             self._release_held = True  # the probe worked: every held mail is due at once
         await self._finish(ledger, key, state, decision.reason)
         self.handled += 1
-        if decision.use_memory:
+        if decision.use_memory and decision.user_id is not None:
             await self._learn(decision.user_id, email)
 
     async def _retry_later(self, uid: int, reason: str) -> None:
@@ -352,7 +356,7 @@ class Quinn:
         """Defer a mail, without counting an attempt, until the setup error of ``self.hold`` is fixed."""
         assert self.hold.until is not None
         await self._db(ledger.set, key, "deferred", self.hold.reason, message_id=email.message_id,
-                       user_id=decision.user_id, thread_key=thread)  # fmt: skip
+                       user_id=decision.user_id, thread_key=thread, sender_key=decision.rate_key)  # fmt: skip
         await self._db(ledger.defer, key, self.hold.reason, self.hold.until, count_attempt=False)
         self.hold.hold()
         log.info("mail uid=%s held until %s: the setup error above", key.uid, iso(self.hold.until))
@@ -402,11 +406,11 @@ class Quinn:
 
     async def _reply(self, email: InboundEmail, decision: Decision) -> str:
         """Write the reply to the outbox (once), deliver it, and keep it in the conversation. Returns the state."""
-        assert self.store is not None and decision.user_id is not None
+        assert self.store is not None and decision.sender is not None
         db = self.store.db
         outbox = Outbox(db)
         sessions = Sessions(db, self.config.policy.subject_window_days)
-        user = decision.user_id
+        user = decision.user_id or decision.sender  # a stranger's address only names the reply's recipient
         own = self.config.smtp.from_address
         message_id = reply_message_id(email.message_id, own)
         item = await self._db(outbox.get, message_id)
@@ -415,10 +419,11 @@ class Quinn:
         session_id = None
         with self.metrics.stage("thread"):  # the session, the stored message and the thread buffer
             if decision.use_memory and not receipt:
-                session_id = await self._db(sessions.assign, email, user)
+                # Joining a thread by its subject alone needs our server's word that the sender is the user.
+                session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
                 await self._db(sessions.store_inbound, session_id, user, email)
             if item is None:
-                thread, summary = await self._db(self._thread, email, session_id)
+                thread, summary = await self._db(self._thread, email, user, session_id)
         if item is None:
             assert self.agent is not None
             answer = None
@@ -426,20 +431,21 @@ class Quinn:
                 context = JobContext("summarize", self.store, self.llm, self.prompts, self.config.scheduler, self.clock)
                 answer = await reply_with_summary(context, session_id)
             if answer is None:
-                confirming = decision.use_memory and bool(await self._db(
-                    outbox.ours_with_template, email.thread_ids, PURGE_CONFIRM_TEMPLATE, user))  # fmt: skip
                 with self.metrics.llm_call(self.llm.model_id, "reply"):
                     answer = await self.agent.answer(email, user, decision.use_memory, thread=thread,
-                                                     summary=summary, confirming_purge=confirming,
-                                                     session_id=session_id)  # fmt: skip
+                                                     summary=summary, session_id=session_id,
+                                                     withheld=decision.withheld)  # fmt: skip
             fault_point("after_llm")
             receipt = answer.purged
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
-            # Cost is counted per sender even without memory; after a purge the user's name stays out of it.
-            await self.agent.record(answer.template, answer.usage, None if answer.purged else user, email.message_id)
+            # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
+            counted = decision.user_id if decision.trusted and not answer.purged else None
+            await self.agent.record(answer.template, answer.usage, counted, email.message_id)
             files = [(a.filename, a.content_type, a.data) for a in answer.attachments]
+            # What carries memory wholesale, and anything for a stranger, goes to the From address alone.
             reply = compose_reply(email, answer.body, own_address=own, own_name=self.config.smtp.from_name,
-                                  reply_all=self.config.smtp.reply_all, attachments=files)  # fmt: skip
+                                  reply_all=self.config.smtp.reply_all, attachments=files,
+                                  sender_only=answer.private or not decision.trusted)  # fmt: skip
             item = await self._db(outbox.put, reply.message_id, email.message_id, user if keep else None,
                                   session_id if keep else None, reply.recipients, reply.raw,
                                   template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
@@ -453,18 +459,19 @@ class Quinn:
             await self._db(self._forget_receipt, item.message_id, email.message_id)
             # Their mail goes from the mailbox too, once this pass has filed it away (the confirming mail is
             # still in the watched folder now); the receipt's own copy may come later, hence a window.
-            self._mailbox_purges[user] = time.monotonic() + MAILBOX_PURGE_WINDOW_S
+            self._mailbox_purges[user] = (time.monotonic() + MAILBOX_PURGE_WINDOW_S, utcnow())
         return state
 
     async def _purge_mailboxes(self) -> None:
         """Delete the mail of users purged in the last ``MAILBOX_PURGE_WINDOW_S`` from Quinn's folders: what they
         sent and Quinn's replies to them (drafts are left to the person who reviews them)."""
         now = time.monotonic()
-        for user, until in list(self._mailbox_purges.items()):
+        for user, (until, confirmed_at) in list(self._mailbox_purges.items()):
             if now > until:
                 del self._mailbox_purges[user]
                 continue
-            removed = await self._imap(self.mailbox.purge_address, user, self.config.smtp.from_address)
+            removed = await self._imap(self.mailbox.purge_address, user, self.config.smtp.from_address,
+                                       received_before=confirmed_at)  # fmt: skip
             if removed:
                 log.info("purge: %d mails of the purged user deleted from the mailbox", removed)
 
@@ -476,18 +483,22 @@ class Quinn:
         MailLedger(self.db).unlink(confirmation_id)
         self.db.vacuum()
 
-    def _thread(self, email: InboundEmail, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
-        """The thread buffer and rolling summary of the mail's session (runs on the DB thread)."""
+    def _thread(self, email: InboundEmail, user: str, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
+        """The thread buffer and rolling summary of the mail's session (runs on the DB thread).
+
+        With others on this mail, the thread text obeys the rule of private memories: only the messages every one
+        of them already saw, and no summary (it may fold in what the user said to Quinn alone)."""
         assert self.store is not None
         if session_id is None:
             return [], None
         sessions = Sessions(self.store.db)
+        others = set(others_on_thread(email, user, self.config.smtp.from_address))
         thread = [  # after a milestone summary: only the messages it does not cover
             ThreadMessage(m.from_addr, m.sent_at, m.body)
             for m in sessions.recent(session_id, limit=12)
-            if m.message_id != email.message_id
+            if m.message_id != email.message_id and others <= m.participants
         ]
-        return thread, sessions.summary(session_id)
+        return thread, None if others else sessions.summary(session_id)
 
     async def _learn(self, user: str, email: InboundEmail) -> None:
         """Extract memories from the mail; a failure here never affects the reply already sent."""

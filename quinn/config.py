@@ -259,7 +259,7 @@ class PolicyConfig(Section):
             old = data["require_authentication"]
             new = "authenticated" if old is True else "insecure-from-header"
             raise ValueError(
-                f"policy.require_authentication was replaced by policy.trust: write trust = \"{new}\" instead "
+                f'policy.require_authentication was replaced by policy.trust: write trust = "{new}" instead '
                 "(authentication is now required by default; see deploy/SECURITY.md)"
             )
         return data

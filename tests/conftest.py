@@ -26,7 +26,7 @@ import pytest  # noqa: E402
 from tests.lab.dovecot import Dovecot, dovecot_available  # noqa: E402
 from tests.lab.guard import install_network_guard  # noqa: E402
 from tests.lab.process import stop_all  # noqa: E402
-from tests.lab.smtp import MailLab, SmtpLab, unique_address  # noqa: E402
+from tests.lab.smtp import LAB_AUTHSERV, MailLab, SmtpLab, unique_address  # noqa: E402
 from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld  # noqa: E402
 from tests.lab.tls import make_certificate, openssl_available  # noqa: E402
 
@@ -196,8 +196,14 @@ def lab_config_text(
 ) -> str:  # fmt: skip
     """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables.
 
-    ``imap_extra`` / ``smtp_extra`` are more lines for those sections; ``extra`` holds further sections.
+    ``imap_extra`` / ``smtp_extra`` are more lines for those sections; ``extra`` holds further sections. Quinn
+    trusts the lab's MX (``authserv_id``, added to a ``[policy]`` of ``extra`` or as one of its own), as an
+    operator following deploy/SECURITY.md would: the default trust setting, with the stamp it needs.
     """
+    if "authserv_id" not in extra:
+        line = f'authserv_id = "{LAB_AUTHSERV}"\n'
+        extra = extra.replace("[policy]\n", "[policy]\n" + line, 1) if "[policy]\n" in extra else (
+            f"{extra}\n[policy]\n{line}")  # fmt: skip
     return f"""
 log_level = "INFO"
 

@@ -40,17 +40,26 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     assert "Facts:" in digest
 
     await quinn.send(alice, "Export", "Could you export my memory please?", date=DAY0 + timedelta(days=3))
-    export = quinn.replies(alice, 4)[3]
+    question = quinn.replies(alice, 4)[3]
+    assert not list(question.iter_attachments())  # an export is confirmed first, by a code sent to alice only
+    [code] = set(re.findall(r"Q-[A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4}", body(question)))
+    await quinn.send(alice, "Re: Export", f"Yes please.\n\n> Confirmation code: {code}",
+                     in_reply_to=question["Message-ID"], date=DAY0 + timedelta(days=3))  # fmt: skip
+    export = quinn.replies(alice, 5)[4]
     [attachment] = list(export.iter_attachments())
     assert attachment.get_content_type() == "application/json"
     assert attachment.get_filename().startswith("quinn-memory-")
     document = json.loads(attachment.get_content())
     assert document["user"] == alice and document["count"] == 2
     assert {m["content"] for m in document["memories"]} == set(current(quinn, alice))
-    assert "Attached their memory export as JSON: 2 memories." in brain.prompt("export my memory")
+    # The code works once: the same confirmation again sends nothing more.
+    await quinn.send(alice, "Re: Export", f"yes\n\n> Confirmation code: {code}", date=DAY0 + timedelta(days=3))
+    again = quinn.replies(alice, 6)[5]
+    assert not list(again.iter_attachments()) and "I did nothing" in body(again)
+    assert quinn.query("SELECT count(*) FROM confirmations WHERE token_hash LIKE ?", (f"%{code}%",)) == [(0,)]
 
     await quinn.send(alice, "Old", "Please forget that I live in Lisbon.", date=DAY0 + timedelta(days=4))
-    reply = body(quinn.replies(alice, 5)[4])
+    reply = body(quinn.replies(alice, 7)[6])
     assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Lisbon\.", reply)
     assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto"]
     forgotten = quinn.query("SELECT change, reason FROM memory_versions WHERE user_id = ? AND change = 'forgotten'",
@@ -73,18 +82,27 @@ async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab
     assert "reply to this email with YES" in body(question)
     assert len(brain.server.requests) == requests_before  # no model call for the question
     assert current(quinn, alice) == ["Alice lives in Lisbon."]  # nothing deleted yet
+    [code] = set(re.findall(r"Q-[A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4}", body(question)))
+    [(stored,)] = quinn.query("SELECT token_hash FROM confirmations WHERE user_id = ?", (alice,))
+    assert code not in stored and len(stored) == 64  # only a hash of the code is kept
 
     # A "yes" that does not answer the question deletes nothing.
     await quinn.send(alice, "Unrelated", "yes, see you at the meeting on Monday", date=DAY0 + timedelta(days=2))
     quinn.replies(alice, 3)
     assert current(quinn, alice) == ["Alice lives in Lisbon."]
+    # Nor does a "yes" that answers the question by its id (as a blind forger could guess it) without the code.
+    await quinn.send(alice, "Re: Privacy", "YES, delete it all.", in_reply_to=question["Message-ID"],
+                     date=DAY0 + timedelta(days=2))  # fmt: skip
+    quinn.replies(alice, 4)
+    assert current(quinn, alice) == ["Alice lives in Lisbon."]
 
     brain.learn["Monday"] = {**NOTHING, "new": [{"content": "Alice leaves on Monday.", "type": "fact"}]}
-    await quinn.send(alice, "Re: Privacy", "YES, delete it all. I'm leaving for Berlin on Monday, my new job.",
-                     in_reply_to=question["Message-ID"], date=DAY0 + timedelta(days=3))  # fmt: skip
-    done = body(quinn.replies(alice, 4)[3])
+    await quinn.send(alice, "Re: Privacy", f"YES, delete it all. I'm leaving for Berlin on Monday, my new job.\n\n"
+                     f"> Confirmation code: {code}", in_reply_to=question["Message-ID"],
+                     date=DAY0 + timedelta(days=3))  # fmt: skip
+    done = body(quinn.replies(alice, 5)[4])
     assert done.startswith("Done: I deleted everything I knew about you")
-    for table in ("memories", "memory_versions", "messages", "sessions", "llm_usage", "outbox"):
+    for table in ("memories", "memory_versions", "messages", "sessions", "llm_usage", "outbox", "confirmations"):
         assert quinn.query(f"SELECT count(*) FROM {table} WHERE user_id = ?", (alice,)) == [(0,)], table
     assert quinn.query("SELECT count(*) FROM mail_state WHERE user_id = ?", (alice,)) == [(0,)]
 

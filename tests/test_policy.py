@@ -239,7 +239,7 @@ def test_user_for_and_normalise_address() -> None:
 def test_rules_validate_their_choices() -> None:
     with pytest.raises(ConfigError, match="unauthenticated"):
         Rules(own_address=QUINN, unauthenticated="maybe")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="policy.trust"):
+    with pytest.raises(ConfigError, match=r"policy\.trust"):
         Rules(own_address=QUINN, trust="whatever")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="not an email address"):
         Rules(own_address="quinn")

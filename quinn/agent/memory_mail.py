@@ -2,9 +2,10 @@
 
 "remember …", "forget …", "what do you know about me?", "export my memory" and "delete everything you know
 about me" are recognised in the clean text of the mail (quotes and signature already stripped), so a quoted
-earlier mail never triggers one. Any other wording reaches the model, which has the memory tools. The purge
-needs a confirmation: Quinn answers with a question, and only a reply to that very message that starts with
-"yes" deletes anything.
+earlier mail never triggers one. Any other wording reaches the model, which has the memory tools. The purge and
+the export need a confirmation: Quinn answers with a question carrying a single-use code (agent/confirm.py),
+sent only to the user's own address, and only a reply that starts with "yes" and carries the code acts.
+Commands are only ever carried out for a trusted sender (mailbox/policy.py); anyone else is told why not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ RequestKind = Literal["remember", "forget", "digest", "export", "purge"]
 FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten
 PURGE_CONFIRM_TEMPLATE = "purge_confirm"
 PURGE_DONE_TEMPLATE = "purge_done"
-NO_LEARNING_TEMPLATES = frozenset({PURGE_CONFIRM_TEMPLATE, PURGE_DONE_TEMPLATE})
+EXPORT_CONFIRM_TEMPLATE = "export_confirm"
+EXPORT_DONE_TEMPLATE = "export_done"
+CONFIRM_FAILED_TEMPLATE = "confirm_failed"
+REFUSED_TEMPLATE = "memory_refused"
+#: Answers nothing may be learnt from: the questions, the confirmations and their answers, refusals.
+NO_LEARNING_TEMPLATES = frozenset({PURGE_CONFIRM_TEMPLATE, PURGE_DONE_TEMPLATE, EXPORT_CONFIRM_TEMPLATE,
+                                   EXPORT_DONE_TEMPLATE, CONFIRM_FAILED_TEMPLATE, REFUSED_TEMPLATE})  # fmt: skip
 
 _LEAD = (
     r"(?:^|(?<=[.!?\n,;:]))\s*(?:(?:hi|hello|hey|dear)\s+\w+\s*[,!]?\s*)?(?:(?:also|and|then|now)\s*,?\s+)?"
@@ -68,8 +75,8 @@ def parse_requests(text: str) -> list[MemoryRequest]:
     return found
 
 
-def confirms_purge(text: str) -> bool:
-    """The reply to a purge question says yes in its first words (a quoted question never does)."""
+def confirms(text: str) -> bool:
+    """The reply to a confirmation question says yes in its first words (a quoted question never does)."""
     return bool(_YES.match(text))
 
 
@@ -136,14 +143,47 @@ def export_json(user_id: str, memories: Sequence[Memory], withheld: int = 0) -> 
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
 
 
-def purge_question(address: str) -> str:
-    """The confirmation question; only a reply to it that starts with "yes" purges."""
+_HOW_TO_CONFIRM = (
+    "To confirm, reply to this email with YES as the first word and keep this email quoted below your answer (or "
+    "copy the code {code} into it). The code works once, for 24 hours, and only from {address}. If you did not "
+    "ask for this, ignore this email and nothing will happen."
+)
+
+
+def purge_question(address: str, code: str) -> str:
+    """The confirmation question; only a reply that starts with "yes" and carries ``code`` purges."""
     return (
         f"You asked me to delete everything I know about you ({address}): every memory, our past conversations "
         "and their history, and your emails and my replies in my mailbox. This cannot be undone.\n\n"
-        "To confirm, reply to this email with YES as the first word. If you did not mean it, ignore this email "
-        "and nothing will be deleted."
+        f"Confirmation code: {code}\n\n" + _HOW_TO_CONFIRM.format(code=code, address=address)
     )
+
+
+def export_question(address: str, code: str) -> str:
+    """The question before an export; the export goes to ``address`` only, after a "yes" carrying ``code``."""
+    return (
+        f"You asked me to send you everything I remember about you ({address}) as a file.\n\n"
+        f"Confirmation code: {code}\n\n" + _HOW_TO_CONFIRM.format(code=code, address=address)
+    )
+
+
+def export_sent(count: int) -> str:
+    """The answer that carries the export."""
+    return (
+        f"Here is everything I remember about you: {count} memories, attached as JSON. This email went only to "
+        "your own address."
+    )
+
+
+CONFIRM_FAILED = (
+    "Your reply carries a confirmation code, but not one I can accept: it has expired (codes work for 24 hours), "
+    "was already used, or was not sent to this address. I did nothing. Ask again if you still want it."
+)
+
+
+def refused(why: str) -> str:
+    """The answer to a memory command (or a confirmation) in a mail that may not use memory."""
+    return f"I did not carry out what you asked about your memory. {why}"
 
 
 # What a purge removed, in the user's words: (singular, plural) per table of ``MemoryStore.purge``'s counts.

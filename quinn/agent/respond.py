@@ -16,7 +16,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import memory_mail
+from quinn.agent import confirm, memory_mail
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -65,6 +65,7 @@ class Answer:
     attachments: tuple[Attachment, ...] = ()
     changes: tuple[MemoryChange, ...] = ()
     purged: bool = False  # the user's memory is gone: store nothing more about them
+    private: bool = False  # carries the user's memory wholesale (export, digest, questions): to From only, no Cc
 
 
 @dataclass
@@ -137,39 +138,61 @@ class Agent:
 
     async def answer(
         self, email: InboundEmail, user: str, use_memory: bool, *, thread: Sequence[ThreadMessage] = (),
-        summary: str | None = None, confirming_purge: bool = False, session_id: str | None = None,
+        summary: str | None = None, session_id: str | None = None, withheld: str | None = None,
     ) -> Answer:  # fmt: skip
         """The reply to ``email``: memory commands first, then the model (with memory tools when memory is on).
 
+        Without memory (``use_memory`` false: the sender is not trusted, or the reply goes to someone else),
+        memory commands are refused and the reply says why (``withheld``), without a model call for them.
         A template that cannot render is the admin's to fix, and a store error is not the mail's fault: the mail
         waits (``RetryLater``) with the reason, as for a model that is down.
         """
         try:
-            return await self._answer(email, user, use_memory, thread, summary, confirming_purge, session_id)
+            if not use_memory:
+                return await self._without_memory(email, user, thread, summary, withheld)
+            return await self._answer(email, user, thread, summary, session_id)
         except TemplateError as exc:
             raise RetryLater(f"prompt template cannot render: {exc.message}", exc.hint) from exc
         except StoreError as exc:  # the memory store refused a command's change: retried, then quarantined
             raise RetryLater(f"memory store: {exc.message}", exc.hint) from exc
 
-    async def _answer(
-        self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage],
-        summary: str | None, confirming_purge: bool, session_id: str | None = None,
+    async def _without_memory(
+        self, email: InboundEmail, user: str, thread: Sequence[ThreadMessage], summary: str | None,
+        withheld: str | None,
     ) -> Answer:  # fmt: skip
-        if not use_memory:
-            with self.stage("retrieve"):
-                inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
-            return await self._model_reply(inputs, None, _Work())
+        why = withheld or "This email may not use your memory."
+        if memory_mail.parse_requests(email.text) or confirm.codes_in(f"{email.subject}\n{email.full_text}"):
+            log.info("mail %s: memory command refused: %s", email.message_id, why)
+            return Answer(memory_mail.refused(why), memory_mail.REFUSED_TEMPLATE, "", private=True)
+        with self.stage("retrieve"):
+            inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
+        answer = await self._model_reply(inputs, None, _Work())
+        note = f"\n\n---\n{withheld}" if withheld else ""
+        return Answer(answer.body + note, answer.template, answer.prompt_version, answer.usage)
+
+    async def _answer(
+        self, email: InboundEmail, user: str, thread: Sequence[ThreadMessage], summary: str | None,
+        session_id: str | None = None,
+    ) -> Answer:  # fmt: skip
         private_ok = not others_on_thread(email, user, self.config.smtp.from_address)
-        if confirming_purge:
-            return await self._purge(email, user)
+        codes = confirm.codes_in(f"{email.subject}\n{email.full_text}")
+        if codes and memory_mail.confirms(email.text):
+            return await self._confirmed(email, user, codes)
         requests = memory_mail.parse_requests(email.text)
         kinds = {r.kind for r in requests}
         if "purge" in kinds:
             log.info("mail %s: %s asks for a purge; asking for confirmation", email.message_id, user)
-            return Answer(memory_mail.purge_question(user), memory_mail.PURGE_CONFIRM_TEMPLATE, "")
+            code = await self._db(confirm.issue, self.store.db, user, "purge", email.message_id, utcnow())
+            return Answer(memory_mail.purge_question(user, code), memory_mail.PURGE_CONFIRM_TEMPLATE, "",
+                          private=True)  # fmt: skip
         work = await self._db(self._carry_out, email, user, requests, private_ok)
+        if "export" in kinds:
+            log.info("mail %s: %s asks for an export; asking for confirmation", email.message_id, user)
+            code = await self._db(confirm.issue, self.store.db, user, "export", email.message_id, utcnow())
+            body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes)
+            return Answer(body, memory_mail.EXPORT_CONFIRM_TEMPLATE, "", changes=tuple(work.changes), private=True)
         if "digest" in kinds:
-            return await self._digest(email, user, private_ok, work)
+            return await self._digest(email, user, work)
         with self.stage("retrieve"):
             inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions,
                                     session_id=session_id)  # fmt: skip
@@ -199,16 +222,22 @@ class Agent:
                 else:
                     work.changes.append(forgotten)
                     work.actions.append(f"Forgotten, as asked: {forgotten.content} [memory:{forgotten.memory_id}]")
-            elif request.kind == "export":
-                every = self.store.get_all(user)
-                shown = visible(every, private_ok)
-                withheld = len(every) - len(shown)
-                data = memory_mail.export_json(user, shown, withheld)
-                work.attachments.append(Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json",
-                                                   "application/json", data))  # fmt: skip
-                note = f" ({withheld} private ones withheld because others are on this email)" if withheld else ""
-                work.actions.append(f"Attached their memory export as JSON: {len(shown)} memories{note}.")
         return work
+
+    async def _confirmed(self, email: InboundEmail, user: str, codes: list[str]) -> Answer:
+        """A "yes" carrying a confirmation code: purge or export, if the code is the user's and still good."""
+        action = await self._db(confirm.redeem, self.store.db, user, codes, email.message_id, utcnow())
+        if action == "purge":
+            return await self._purge(email, user)
+        if action == "export":
+            memories = await self._db(self.store.get_all, user)
+            data = memory_mail.export_json(user, memories)
+            files = (Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json", "application/json", data),)
+            log.info("mail %s: export confirmed: %d memories", email.message_id, len(memories))
+            return Answer(memory_mail.export_sent(len(memories)), memory_mail.EXPORT_DONE_TEMPLATE, "",
+                          attachments=files, private=True)  # fmt: skip
+        log.info("mail %s: a confirmation code that is not valid (expired, used or another user's)", email.message_id)
+        return Answer(memory_mail.CONFIRM_FAILED, memory_mail.CONFIRM_FAILED_TEMPLATE, "", private=True)
 
     async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
         with self.stage("render"):
@@ -223,27 +252,26 @@ class Agent:
         body = result.text + memory_mail.changes_footer(changes)
         return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes)
 
-    async def _digest(self, email: InboundEmail, user: str, private_ok: bool, work: _Work) -> Answer:
-        memories = visible(await self._db(self.store.get_all, user), private_ok, utcnow())
+    async def _digest(self, email: InboundEmail, user: str, work: _Work) -> Answer:
+        """What Quinn knows about the user: it goes to the user's own address only, so nothing is withheld."""
+        memories = visible(await self._db(self.store.get_all, user), True, utcnow())
         groups = memory_mail.digest_groups(memories)
         rendered = self.prompts.render("digest", {"user": {"address": user}, "groups": groups,
-                                                  "others_on_thread": not private_ok})  # fmt: skip
+                                                  "others_on_thread": False})  # fmt: skip
         if not groups:
             body = "I don't remember anything about you yet."
             return Answer(body + memory_mail.changes_footer(work.changes), "digest", rendered.version, None,
-                          tuple(work.attachments), tuple(work.changes))  # fmt: skip
+                          tuple(work.attachments), tuple(work.changes), private=True)  # fmt: skip
         result = await self.llm.text(rendered.system, rendered.user)
         body = result.text + memory_mail.changes_footer(work.changes)
-        return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes))
+        return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes),
+                      private=True)  # fmt: skip
 
     async def _purge(self, email: InboundEmail, user: str) -> Answer:
-        if not memory_mail.confirms_purge(email.text):
-            log.info("mail %s: purge not confirmed by %s; nothing deleted", email.message_id, user)
-            return Answer("Understood: I did not delete anything. Your memory stays as it was.",
-                          memory_mail.PURGE_DONE_TEMPLATE, "")  # fmt: skip
         counts = await self._db(self.store.purge, user)
         log.info("mail %s: purge confirmed by %s: %s", email.message_id, user, counts)
-        return Answer(memory_mail.purge_report(counts), memory_mail.PURGE_DONE_TEMPLATE, "", purged=True)
+        return Answer(memory_mail.purge_report(counts), memory_mail.PURGE_DONE_TEMPLATE, "", purged=True,
+                      private=True)  # fmt: skip
 
     # -- 4. learning -----------------------------------------------------------------------------------
 

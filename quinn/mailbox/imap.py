@@ -279,10 +279,18 @@ class ImapMailbox:
         c = self.config
         return [c.folder, "INBOX", c.processed_folder, c.quarantine_folder, c.sent_folder]
 
-    def purge_address(self, address: str, own_address: str, folders: list[str] | None = None) -> int:
+    def purge_address(
+        self, address: str, own_address: str, folders: list[str] | None = None, *,
+        received_before: datetime | None = None,
+    ) -> int:  # fmt: skip
         """Delete from ``folders`` (default ``purge_folders()``) the mail ``address`` sent and Quinn's own mail to
         them (after a purge); returns how many messages went. Folders named twice are searched once, those that
         do not exist are skipped; the watched folder stays selected.
+
+        ``received_before`` (the sweep after a purge by email): the watched folder is left alone (unprocessed and
+        deferred mail waits there), and mail from ``address`` goes only if the server received it before that
+        moment (INTERNALDATE, kept by MOVE and COPY: RFC 3501 §6.4.7), so mail the real user sends after a purge
+        (a forged one, say) is never deleted unread. Quinn's own replies to them go whenever they arrived.
 
         SEARCH matches addresses as substrings (RFC 3501 §6.4.4: "bob@x" finds "jacob@x"), so each candidate's
         ENVELOPE is checked for the exact address before anything is deleted. The messages are expunged by UID
@@ -290,8 +298,11 @@ class ImapMailbox:
         """
         address, own = address.strip().lower(), own_address.strip().lower()
         watched, removed = self.config.folder, 0
+        chosen = self.purge_folders() if folders is None else folders
+        if received_before is not None:
+            chosen = [f for f in chosen if f != watched]
         try:
-            for folder in dict.fromkeys(self.purge_folders() if folders is None else folders):
+            for folder in dict.fromkeys(chosen):
                 name = self.server_name(folder)
                 if folder != watched and not self._client.folder_exists(name):
                     continue
@@ -300,8 +311,12 @@ class ImapMailbox:
                 uids = self._client.search(["UNDELETED", "OR", "FROM", address, "OR", "TO", address, "CC", address])
                 if not uids:
                     continue
-                envelopes = self._client.fetch(uids, ["ENVELOPE"])
-                doomed = [uid for uid, item in envelopes.items() if _sent_by_or_to(item.get(b"ENVELOPE"), address, own)]
+                envelopes = self._client.fetch(uids, ["ENVELOPE", "INTERNALDATE"])
+                doomed = [
+                    uid for uid, item in envelopes.items()
+                    if _sent_by_or_to(item.get(b"ENVELOPE"), address, own)
+                    and (received_before is None or _ours_or_before(item, own, received_before))
+                ]  # fmt: skip
                 if not doomed:
                     continue
                 self._client.add_flags(doomed, [b"\\Deleted"])
@@ -440,6 +455,19 @@ def _addresses(field: Any) -> set[str]:
         if entry.mailbox and entry.host:
             found.add(f"{entry.mailbox.decode(errors='replace')}@{entry.host.decode(errors='replace')}".lower())
     return found
+
+
+def _ours_or_before(item: dict[bytes, Any], own: str, moment: datetime) -> bool:
+    """Quinn's own message, or one the server received before ``moment`` (no INTERNALDATE: kept)."""
+    envelope = item.get(b"ENVELOPE")
+    if envelope is not None and own in _addresses(envelope.from_):
+        return True
+    received = item.get(b"INTERNALDATE")
+    if not isinstance(received, datetime):
+        return False
+    if received.tzinfo is None:  # imapclient gives local time without a zone unless normalise_times is off
+        received = received.astimezone()
+    return received < moment
 
 
 def _sent_by_or_to(envelope: Any, address: str, own: str) -> bool:

@@ -89,16 +89,18 @@ class MailLedger:
     def set(
         self, key: MailKey, state: str, reason: str = "", *, message_id: str | None = None,
         user_id: str | None = None, session_id: str | None = None, thread_key: str | None = None,
+        sender_key: str | None = None,
     ) -> None:  # fmt: skip
-        """Move the mail to ``state`` with a reason; ids are recorded when given."""
+        """Move the mail to ``state`` with a reason; ids are recorded when given. ``sender_key`` is the rate
+        caps' bucket (the user, or ``unverified:<address>``); it defaults to ``user_id``."""
         now = iso(utcnow())
         self.db.execute(
             "UPDATE mail_state SET state = ?, reason = ?, updated_at = ?, message_id = coalesce(?, message_id),"
             " user_id = coalesce(?, user_id), session_id = coalesce(?, session_id),"
-            " thread_key = coalesce(?, thread_key), replied_at = CASE WHEN ? THEN ? ELSE replied_at END"
-            " WHERE folder = ? AND uidvalidity = ? AND uid = ?",
-            (state, reason, now, message_id, user_id, session_id, thread_key, state in REPLIED_STATES, now,
-             key.folder, key.uidvalidity, key.uid),
+            " thread_key = coalesce(?, thread_key), sender_key = coalesce(?, sender_key),"
+            " replied_at = CASE WHEN ? THEN ? ELSE replied_at END WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+            (state, reason, now, message_id, user_id, session_id, thread_key, sender_key or user_id,
+             state in REPLIED_STATES, now, key.folder, key.uidvalidity, key.uid),
         )  # fmt: skip
 
     def defer(self, key: MailKey, reason: str, until: datetime, *, count_attempt: bool = True) -> int:
@@ -125,8 +127,8 @@ class MailLedger:
     def unlink(self, message_id: str) -> None:
         """Forget who sent ``message_id`` and the id itself (after a purge); the rows keep their states."""
         self.db.execute(
-            "UPDATE mail_state SET message_id = '', user_id = NULL, session_id = NULL, thread_key = NULL"
-            " WHERE message_id = ?",
+            "UPDATE mail_state SET message_id = '', user_id = NULL, session_id = NULL, thread_key = NULL,"
+            " sender_key = NULL WHERE message_id = ?",
             (message_id,),
         )
 
@@ -219,9 +221,9 @@ class MailLedger:
         assert record is not None
         return record
 
-    def replies_since(self, since: datetime, *, user_id: str | None = None, thread_key: str | None = None) -> int:
-        """Replies sent (or drafted) since ``since`` to this user or in this thread, for the rate caps."""
-        column, value = ("user_id", user_id) if user_id is not None else ("thread_key", thread_key)
+    def replies_since(self, since: datetime, *, sender_key: str | None = None, thread_key: str | None = None) -> int:
+        """Replies sent (or drafted) since ``since`` to this sender bucket or in this thread, for the rate caps."""
+        column, value = ("sender_key", sender_key) if sender_key is not None else ("thread_key", thread_key)
         return int(
             self.db.query_value(
                 f"SELECT count(*) FROM mail_state WHERE {column} = ? AND replied_at >= ?", (value, iso(since))
@@ -229,10 +231,10 @@ class MailLedger:
             or 0
         )
 
-    def nth_reply_since(self, since: datetime, n: int, *, user_id: str | None = None,
+    def nth_reply_since(self, since: datetime, n: int, *, sender_key: str | None = None,
                         thread_key: str | None = None) -> datetime | None:  # fmt: skip
         """The time of the ``n``-th reply (1 = oldest) since ``since``: when it leaves the window, a slot frees."""
-        column, value = ("user_id", user_id) if user_id is not None else ("thread_key", thread_key)
+        column, value = ("sender_key", sender_key) if sender_key is not None else ("thread_key", thread_key)
         moment = self.db.query_value(
             f"SELECT replied_at FROM mail_state WHERE {column} = ? AND replied_at >= ? ORDER BY replied_at"
             " LIMIT 1 OFFSET ?",
@@ -241,16 +243,16 @@ class MailLedger:
         return datetime.fromisoformat(moment) if moment else None
 
     def cap_reached(
-        self, user_id: str, thread_key: str, per_sender: int, per_thread: int, now: datetime | None = None
+        self, sender_key: str, thread_key: str, per_sender: int, per_thread: int, now: datetime | None = None
     ) -> tuple[str, datetime] | None:
-        """``(reason, until)`` when this user or this thread has had its replies for the hour, else None.
+        """``(reason, until)`` when this sender bucket or this thread has had its replies for the hour, else None.
 
         ``until`` is when the oldest counted reply leaves the one-hour window, so the mail is answered as soon
         as the cap allows: late, never dropped.
         """
         now = now or utcnow()
         since = now - timedelta(hours=1)
-        for what, cap, ids in (("sender", per_sender, {"user_id": user_id}),
+        for what, cap, ids in (("sender", per_sender, {"sender_key": sender_key}),
                                ("thread", per_thread, {"thread_key": thread_key})):  # fmt: skip
             count = self.replies_since(since, **ids)
             if count >= cap:

@@ -165,6 +165,23 @@ def decide(email: InboundEmail, rules: Rules) -> Decision:
     return Decision("handle", reason, user, ok, use_memory=True, sender=sender, rate_key=user)
 
 
+def trust_warnings(rules: Rules) -> list[str]:
+    """What an operator must hear at every start about the trust settings (empty when they are sound)."""
+    if rules.trust == INSECURE:
+        return [
+            f'INSECURE: policy.trust = "{INSECURE}": anyone who writes a user\'s address in From can read, change, '
+            "export and erase that user's memory. Use it only where no outsider can mail Quinn; set "
+            'trust = "authenticated" and authserv_id (deploy/SECURITY.md).'
+        ]
+    if not rules.authserv_id:
+        return [
+            "policy.authserv_id is not set, so no sender can be authenticated: every mail is answered without "
+            "memory. Set it to the authserv-id your receiving server writes in Authentication-Results "
+            "(`quinn check` suggests it from a recent mail; deploy/SECURITY.md)."
+        ]
+    return []
+
+
 UNVERIFIED_NOTE = (
     "I could not verify that this email really comes from your address, so I answered it without anything I "
     "remember about you, and I did not change your memory."

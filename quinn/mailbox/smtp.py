@@ -82,16 +82,18 @@ class Reply:
 
 def compose_reply(
     email: InboundEmail, body: str, *, own_address: str, own_name: str = "Quinn", reply_all: bool = False,
-    attachments: Sequence[tuple[str, str, bytes]] = (),
+    attachments: Sequence[tuple[str, str, bytes]] = (), sender_only: bool = False,
 ) -> Reply:  # fmt: skip
     """The reply to ``email`` with ``body`` as plain text and a simple HTML alternative.
 
-    To is Reply-To or From; with ``reply_all`` the mail's other recipients stay on Cc. ``attachments`` are
-    (filename, content type, data); with any, the message becomes multipart/mixed.
+    To is Reply-To or From; with ``reply_all`` the mail's other recipients stay on Cc. ``sender_only`` sends it to
+    the From address alone, whatever Reply-To and Cc say: for what carries a user's memory wholesale (exports,
+    digests, confirmation codes) and for mail whose sender nobody vouched for. ``attachments`` are (filename,
+    content type, data); with any, the message becomes multipart/mixed.
     """
     message_id = reply_message_id(email.message_id, own_address)
-    to = reply_recipients(email)
-    cc = reply_all_cc(email, own_address) if reply_all else []
+    to = [email.sender] if sender_only and email.sender else reply_recipients(email)
+    cc = reply_all_cc(email, own_address) if reply_all and not sender_only else []
     subject = reply_subject(email.subject)
     msg = EmailMessage(policy=SMTP)
     msg["From"] = formataddr((own_name, own_address))

@@ -29,6 +29,12 @@ class StoredMessage:
     subject: str
     sent_at: str
     body: str
+    to_addrs: tuple[str, ...] = ()  # To and Cc of the message (for ours: everyone it went to)
+
+    @property
+    def participants(self) -> frozenset[str]:
+        """Everyone who saw this message: its sender and its recipients."""
+        return frozenset({self.from_addr, *self.to_addrs})
 
 
 def thread_key(email: InboundEmail) -> str:
@@ -47,8 +53,11 @@ class Sessions:
         self.db = db
         self.subject_window = timedelta(days=subject_window_days)
 
-    def assign(self, email: InboundEmail, user_id: str, now: datetime | None = None) -> str:
-        """The session this mail belongs to (created or merged as needed); records its ids. Idempotent."""
+    def assign(self, email: InboundEmail, user_id: str, now: datetime | None = None, *, by_subject: bool = True) -> str:
+        """The session this mail belongs to (created or merged as needed); records its ids. Idempotent.
+
+        ``by_subject`` allows the subject fallback (mail without thread ids); it is for authenticated senders
+        only, since a subject is all a forger needs to know to join someone's thread."""
         now = now or utcnow()
         with self.db.transaction() as tx:
             known = self._sessions_of(tx, (email.message_id, *email.thread_ids))
@@ -59,7 +68,7 @@ class Sessions:
                 session_id = owned[0]
                 for other in owned[1:]:
                     self._merge(tx, other, into=session_id)
-            elif not email.thread_ids and key:
+            elif not email.thread_ids and key and by_subject:
                 session_id = self._by_subject(tx, user_id, key, now) or self._create(tx, email, user_id, key, now)
             else:
                 session_id = self._create(tx, email, user_id, key, now)
@@ -152,11 +161,11 @@ class Sessions:
     def thread(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
         """The session's last ``limit`` messages, oldest first."""
         rows = self.db.query(
-            "SELECT direction, message_id, from_addr, subject, sent_at, body FROM messages WHERE session_id = ?"
-            " ORDER BY sent_at DESC, id DESC LIMIT ?",
+            "SELECT direction, message_id, from_addr, subject, sent_at, body, to_addrs FROM messages"
+            " WHERE session_id = ? ORDER BY sent_at DESC, id DESC LIMIT ?",
             (session_id, limit),
         )
-        return [StoredMessage(*row) for row in reversed(rows)]
+        return [_stored(row) for row in reversed(rows)]
 
     def summary(self, session_id: str) -> str | None:
         """The rolling summary of the session's older messages, if one was written."""
@@ -169,8 +178,18 @@ class Sessions:
         folded into the summary is not repeated verbatim.
         """
         rows = self.db.query(
-            "SELECT direction, message_id, from_addr, subject, sent_at, body FROM messages WHERE session_id = ?"
-            " AND id > (SELECT summarized_upto FROM sessions WHERE id = ?) ORDER BY sent_at DESC, id DESC LIMIT ?",
+            "SELECT direction, message_id, from_addr, subject, sent_at, body, to_addrs FROM messages"
+            " WHERE session_id = ? AND id > (SELECT summarized_upto FROM sessions WHERE id = ?)"
+            " ORDER BY sent_at DESC, id DESC LIMIT ?",
             (session_id, session_id, limit),
         )
-        return [StoredMessage(*row) for row in reversed(rows)]
+        return [_stored(row) for row in reversed(rows)]
+
+
+def _stored(row: tuple) -> StoredMessage:  # type: ignore[type-arg]
+    *fields, to_addrs = row
+    try:
+        recipients = tuple(str(a) for a in json.loads(to_addrs or "[]"))
+    except ValueError:
+        recipients = ()
+    return StoredMessage(*fields, to_addrs=recipients)

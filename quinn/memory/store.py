@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["MemoryStore", "memory_filter"]
 
+#: mail_state.sender_key of mail nobody vouched for, "unverified:<address>" (mailbox/policy.py writes it; a
+#: test keeps the two in step: the memory layer imports nothing of the mailbox).
+UNVERIFIED = "unverified:"
 ACCESS_FLUSH_IDS = 64  # pending retrieval counts are written once this many memories wait...
 ACCESS_FLUSH_S = 30.0  # ...or the oldest waited this long (checked at the next retrieval), and at close
 STABILITY_GROWTH = 1.2  # each retrieval multiplies a memory's stability (hours of decay) by this
@@ -476,7 +479,8 @@ class MemoryStore:
 
     def purge(self, user_id: str) -> dict[str, int]:
         """Delete every trace of a user: memories, history, retrievals, messages, sessions, state, summaries,
-        outbox, graph, token usage; the ledger rows of their mail lose their user and Message-IDs.
+        outbox, graph, token usage, confirmation codes; the ledger rows of their mail (and of unverified mail
+        from their address) lose their user and Message-IDs.
 
         Full-text indexes are merged and a local file is vacuumed, so the user's text leaves the file's bytes.
         Returns the number of rows removed per table.
@@ -506,6 +510,7 @@ class MemoryStore:
                 ("entities", "user_id = ?", (user,)),
                 ("outbox", "user_id = ?", (user,)),
                 ("llm_usage", "user_id = ?", (user,)),
+                ("confirmations", "user_id = ?", (user,)),
             ):
                 counts[table] = int(tx.query(f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0])
                 tx.execute(f"DELETE FROM {table} WHERE {where}", params)
@@ -513,8 +518,8 @@ class MemoryStore:
             # (and the thread roots) are theirs too: unlink the rows and blank the ids. The rows stay, so the
             # counts per state still add up; a copy of the same mail seen again would now be answered again.
             counts["mail_state"] = int(tx.query("SELECT count(*) FROM mail_state WHERE user_id = ?", (user,))[0][0])
-            tx.execute("UPDATE mail_state SET user_id = NULL, session_id = NULL, message_id = '', thread_key = NULL"
-                       " WHERE user_id = ?", (user,))  # fmt: skip
+            tx.execute("UPDATE mail_state SET user_id = NULL, session_id = NULL, message_id = '', thread_key = NULL,"
+                       " sender_key = NULL WHERE user_id = ? OR sender_key = ?", (user, UNVERIFIED + user))  # fmt: skip
         # FTS5 keeps deleted terms in its segments until they are merged: optimize rewrites them.
         self.db.executescript(
             "INSERT INTO memories_fts (memories_fts) VALUES ('optimize');"

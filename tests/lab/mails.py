@@ -16,6 +16,7 @@ from quinn.config import Config, parse_config, resolve_secrets
 from quinn.memory.db import Database
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import FORMAT_TOOL_PREFIX, Json, RecordedRequest, Text
+from tests.lab.smtp import LAB_AUTHSERV
 
 PASSWORD_ENV = "QUINN_TEST_IMAP_PASSWORD"
 
@@ -36,6 +37,7 @@ def lab_settings(
         },
         "smtp": {"host": "127.0.0.1", "port": smtp_port, "tls": "none", "from_address": user},
         "llm": {"model": "openai/gpt-test", "base_url": "http://127.0.0.1:9/v1"},
+        "policy": {"authserv_id": LAB_AUTHSERV},  # the lab's MX stamps mail it relays (tests/lab/smtp.py)
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)

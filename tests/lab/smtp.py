@@ -4,6 +4,13 @@
 Dovecot INBOX by IMAP APPEND, with a ``Return-Path:`` header put on top as an MTA's final delivery would, before
 the server answers 250: when `smtplib`/`aiosmtplib` returns, the mail is already in the mailbox. Failures can be
 scripted (`fail_next`) and the listener can go away and come back on the same port (`down`/`up`).
+
+It is also the lab's MX (`mx_stamp`): like Postfix with OpenDMARC it removes incoming Authentication-Results
+fields that claim its authserv-id ``LAB_AUTHSERV`` (RFC 8601 §5) and puts its own verdict on top, above the
+Received field of the hop. The lab cannot look up DNS, so its DMARC stands in: pass when the envelope sender's
+domain is the (single) From domain, as SPF-aligned DMARC would for a domain whose SPF record lists the lab;
+fail otherwise. A forger who writes alice's From and sends from their own domain gets dmarc=fail, as in life.
+``strip_forged=False`` plays a misconfigured MX that leaves the sender's fields in place.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from email.utils import getaddresses
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
@@ -34,6 +42,63 @@ class Received(NamedTuple):
     mail_from: str
     rcpt_tos: list[str]
     data: bytes
+
+
+LAB_AUTHSERV = "mx.lab.example.test"
+
+
+def lab_dmarc(raw: bytes, mail_from: str) -> str:
+    """The lab MX's stand-in DMARC result: "pass" when the envelope sender's domain is the single From domain."""
+    head = raw.replace(b"\r\n", b"\n").split(b"\n\n", 1)[0].decode("utf-8", "replace")
+    froms = [line for line in _fields(head) if line.lower().startswith("from:")]
+    addresses = [a for _, a in getaddresses([f.split(":", 1)[1] for f in froms]) if "@" in a]
+    if len(froms) != 1 or len(addresses) != 1 or "@" not in mail_from:
+        return "fail"
+    return "pass" if addresses[0].rpartition("@")[2].lower() == mail_from.rpartition("@")[2].lower() else "fail"
+
+
+def from_domain(raw: bytes) -> str:
+    """The domain of the mail's first From address ("" when there is none)."""
+    head = raw.replace(b"\r\n", b"\n").split(b"\n\n", 1)[0].decode("utf-8", "replace")
+    froms = [f.split(":", 1)[1] for f in _fields(head) if f.lower().startswith("from:")]
+    found = [a for _, a in getaddresses(froms) if "@" in a]
+    return found[0].rpartition("@")[2].lower() if found else ""
+
+
+def mx_stamp(raw: bytes, mail_from: str, *, strip_forged: bool = True, authserv: str = LAB_AUTHSERV,
+             result: str | None = None) -> bytes:  # fmt: skip
+    """``raw`` as the lab's MX passes it on: fields claiming ``authserv`` removed (unless ``strip_forged`` is
+    off), then its Authentication-Results (``result``, default `lab_dmarc`) and its Received field on top."""
+    text = raw.replace(b"\r\n", b"\n")
+    head, sep, body = text.partition(b"\n\n")
+    kept = [
+        f for f in _fields(head.decode("utf-8", "surrogateescape"))
+        if not (strip_forged and f.lower().startswith("authentication-results:") and _claims(f, authserv))
+    ]  # fmt: skip
+    verdict = result or lab_dmarc(raw, mail_from)
+    domain = from_domain(raw) or "unknown.invalid"
+    sender = mail_from or "<>"
+    top = (f"Authentication-Results: {authserv}; spf={verdict} smtp.mailfrom={sender};"
+           f" dmarc={verdict} header.from={domain}\n"
+           f"Received: from client.lab.example.test (localhost [127.0.0.1]) by {authserv} (lab MX) with ESMTP;"
+           " Mon, 23 Nov 2026 10:00:00 +0000\n")  # fmt: skip
+    return (top + "\n".join(kept)).encode("utf-8", "surrogateescape") + b"\n" + sep + body
+
+
+def _fields(head: str) -> list[str]:
+    """Header fields with their continuation lines, in order."""
+    fields: list[str] = []
+    for line in head.split("\n"):
+        if line[:1] in (" ", "\t") and fields:
+            fields[-1] += "\n" + line
+        elif line:
+            fields.append(line)
+    return fields
+
+
+def _claims(field: str, authserv: str) -> bool:
+    value = field.split(":", 1)[1].strip().lower()
+    return value.split(";", 1)[0].split()[0:1] == [authserv.lower()] if value else False
 
 
 def return_path(mail_from: str) -> bytes:
@@ -89,8 +154,11 @@ class SmtpLab:
         data_size_limit: int = 33_554_432,
         tls: str = "none",
         cert: tuple[Path, Path] | None = None,
+        stamp: bool = True,
+        strip_forged: bool = True,
     ) -> None:
-        """Prepare; nothing listens until `start()`."""
+        """Prepare; nothing listens until `start()`. ``stamp``: act as the MX (`mx_stamp`); off, mail arrives as
+        it was sent (an unstamped path into the mailbox)."""
         if tls not in ("none", "starttls", "ssl") or (tls != "none") != (cert is not None):
             raise ValueError("tls is none, starttls or ssl; starttls and ssl need cert=(cert, key)")
         self.dovecot = dovecot
@@ -100,6 +168,8 @@ class SmtpLab:
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.data_size_limit = data_size_limit
+        self.stamp = stamp
+        self.strip_forged = strip_forged
         self.received: list[Received] = []
         self._failures: list[str] = []
         self._lock = threading.Lock()
@@ -191,6 +261,8 @@ class SmtpLab:
         return AuthResult(success=ok, handled=False)
 
     def _deliver(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
+        if self.stamp:
+            raw = mx_stamp(raw, mail_from, strip_forged=self.strip_forged)
         stamped = return_path(mail_from) + raw
         for rcpt in rcpt_tos:
             self.dovecot.append(rcpt, stamped)
