@@ -94,11 +94,35 @@ async def check(config: Config) -> int:
         except Exception as exc:  # check reports everything; a traceback would hide the other results
             results.append((name, False, f"{exc.__class__.__name__}: {exc}"))
 
+    headers: list[bytes] = []
+
     async def imap() -> str:
         mailbox = ImapMailbox(config.imap)
         await asyncio.to_thread(mailbox.connect)
         detail = f"{mailbox.where}, folder {config.imap.folder}, {'IDLE' if mailbox.can_idle else 'polling'}"
-        await asyncio.to_thread(mailbox.close)
+        try:  # a few recent mails, for the trust check below
+            folders = [config.imap.folder, config.imap.processed_folder]
+            headers.extend(await asyncio.to_thread(mailbox.recent_headers, folders, 5))
+        finally:
+            await asyncio.to_thread(mailbox.close)
+        return detail
+
+    async def trust() -> str:
+        from quinn.mailbox.parse import parse_email
+        from quinn.mailbox.policy import Rules, check_trust
+        from quinn.mailbox.smtp import LOOP_HEADER
+
+        samples = []
+        for raw in headers:
+            try:
+                samples.append(parse_email(raw + b"\r\n"))
+            except QuinnError:
+                continue  # an unparseable mail says nothing about the stamp
+        own = config.smtp.from_address.lower()
+        samples = [s for s in samples if s.sender != own]  # Quinn's own copies carry no inbound stamp
+        ok, detail = check_trust(Rules.from_config(config, LOOP_HEADER), samples)
+        if not ok:
+            raise ConfigError(detail, "see deploy/SECURITY.md for what the receiving server must do")
         return detail
 
     async def smtp() -> str:
@@ -126,6 +150,7 @@ async def check(config: Config) -> int:
         return f"{db.redacted_url}, schema version {version}"
 
     await probe("imap", imap)
+    await probe("trust", trust)
     await probe("smtp", smtp)
     await probe("llm", model)
     await probe("database", database)

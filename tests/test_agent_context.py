@@ -11,7 +11,7 @@ from quinn.agent.context import ReplyInputs, reply_variables
 from quinn.agent.gate import sensory_gate
 from quinn.agent.memory_mail import (
     changes_footer,
-    confirms_purge,
+    confirms,
     digest_groups,
     export_json,
     parse_requests,
@@ -126,10 +126,10 @@ def test_memory_commands(text: str, expected: list[tuple[str, str]]) -> None:
 
 
 def test_purge_needs_a_yes_at_the_top() -> None:
-    assert confirms_purge("Yes, delete it all.")
-    assert confirms_purge("  YES")
-    assert not confirms_purge("Wait, no. Yes I know it cannot be undone but no.")
-    assert not confirms_purge("To confirm, reply to this email with YES as the first word.")
+    assert confirms("Yes, delete it all.")
+    assert confirms("  YES")
+    assert not confirms("Wait, no. Yes I know it cannot be undone but no.")
+    assert not confirms("To confirm, reply to this email with YES as the first word.")
 
 
 @pytest.mark.parametrize(

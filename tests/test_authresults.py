@@ -157,3 +157,42 @@ def test_fallback_parser_shapes(value: str, expected: list[tuple[str, str, dict[
 def test_fallback_used_end_to_end() -> None:
     """authres refuses the trailing ";": the fallback reads the field, and the verdict follows it."""
     assert judged(raw(f"Authentication-Results: {OURS}; dkim=pass header.d=example.com;", OUR_RECEIVED))[0] is True
+
+
+# Whole header layouts as servers write them (deploy/SECURITY.md), read by Quinn with the documented setting.
+POSTFIX_LMTP = (
+    "Return-Path: <alice@example.com>",
+    "Delivered-To: quinn@quinn.test",
+    "Received: from mx.quinn.test by imap.quinn.test with LMTP id Abc; Mon, 23 Nov 2026 10:00:02 +0000",
+    f"Authentication-Results: {OURS}; dmarc=pass (p=reject dis=none) header.from=example.com",
+    f"Authentication-Results: {OURS}; dkim=pass (2048-bit key; unprotected) header.d=example.com header.i=@example.com",
+    "Received: from mail.example.com (mail.example.com [192.0.2.1]) by mx.quinn.test (Postfix) with ESMTPS id 4Xy;"
+    " Mon, 23 Nov 2026 10:00:01 +0000",
+)
+GMAIL = (
+    "Delivered-To: quinn@gmail.test",
+    "Received: by 2002:a05:6a10:1234:b0:5a:1234:5678 with SMTP id abc; Mon, 23 Nov 2026 02:00:02 -0800 (PST)",
+    "ARC-Authentication-Results: i=1; mx.google.com; dkim=pass header.i=@example.com; dmarc=pass"
+    " header.from=example.com",
+    "Return-Path: <alice@example.com>",
+    "Received: from mail.example.com (mail.example.com. [192.0.2.1]) by mx.google.com with ESMTPS id x1si;"
+    " Mon, 23 Nov 2026 02:00:01 -0800 (PST)",
+    "Received-SPF: pass (google.com: domain of alice@example.com designates 192.0.2.1 as permitted sender)",
+    "Authentication-Results: mx.google.com; dkim=pass header.i=@example.com header.s=s1 header.b=Kx7Q;"
+    " spf=pass smtp.mailfrom=alice@example.com; dmarc=pass (p=NONE sp=NONE dis=NONE) header.from=example.com",
+)
+
+
+def test_postfix_opendkim_opendmarc_with_dovecot_lmtp() -> None:
+    email = parse_email(raw(*POSTFIX_LMTP, THEIR_RECEIVED))
+    assert stamp_position(email.trace, OURS) == 1
+    assert verdict(read_stamp(email.trace, OURS, 1), "example.com")[0] is True
+    forged = parse_email(raw(*POSTFIX_LMTP[:3], *POSTFIX_LMTP[5:], PASS, THEIR_RECEIVED))  # never stamped
+    assert verdict(read_stamp(forged.trace, OURS, 1), "example.com")[0] is False
+
+
+def test_gmail_layout() -> None:
+    email = parse_email(raw(*GMAIL))
+    assert stamp_position(email.trace, "mx.google.com") == 2
+    assert verdict(read_stamp(email.trace, "mx.google.com", 2), "example.com")[0] is True
+    assert verdict(read_stamp(email.trace, "mx.google.com", 0), "example.com")[0] is False  # fails closed

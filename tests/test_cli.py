@@ -24,8 +24,42 @@ def test_check_reports_all_ok(lab_config):
     result = quinn(lab_config(), "check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["imap", "smtp", "llm", "database"]
+    assert [line.split()[0] for line in lines] == ["imap", "trust", "smtp", "llm", "database"]
     assert all(line.split()[1] == "ok" for line in lines), result.stdout
+
+
+def _trust_line(config) -> str:
+    result = quinn(config, "check")
+    return next(line for line in result.stdout.splitlines() if line.startswith("trust")), result.returncode
+
+
+def test_check_reads_the_trust_stamp_off_recent_mail(lab_config, mail_lab):
+    """The lab's MX stamps what it relays (tests/lab/smtp.py): check finds the stamp where the config says."""
+    config = lab_config()
+    alice = mail_lab.new_user("alice")
+    raw = f"From: {alice}\r\nTo: {config.address}\r\nSubject: hi\r\nMessage-ID: <t1@example.test>\r\n\r\nhi\r\n"
+    mail_lab.smtp.send(alice, config.address, raw.encode())
+    line, code = _trust_line(config)
+    assert code == 0 and " ok " in line and "1 of the 1 newest mails stamped" in line, line
+    # A mail put in the mailbox past the MX (an unstamped path) is pointed out.
+    mail_lab.dovecot.append(config.address, raw.replace("t1@", "t2@").encode())
+    line, code = _trust_line(config)
+    assert code == 0 and "1 of them without a stamp" in line, line
+
+
+def test_check_fails_on_a_trust_setup_that_authenticates_nobody(lab_config, mail_lab):
+    alice = mail_lab.new_user("alice")
+    wrong = lab_config(extra='[policy]\nauthserv_id = "mx.elsewhere.test"\n')
+    raw = f"From: {alice}\r\nTo: {wrong.address}\r\nSubject: hi\r\nMessage-ID: <t3@example.test>\r\n\r\nhi\r\n"
+    mail_lab.smtp.send(alice, wrong.address, raw.encode())
+    line, code = _trust_line(wrong)
+    assert code == 1 and "FAILED" in line and "mx.lab.example.test" in line, line  # names the id it did see
+    unset = lab_config(extra='[policy]\nauthserv_id = ""\n')
+    line, code = _trust_line(unset)
+    assert code == 1 and "authserv_id is not set" in line, line
+    insecure = lab_config(extra='[policy]\ntrust = "insecure-from-header"\n')
+    line, code = _trust_line(insecure)
+    assert code == 0 and "INSECURE" in line, line
 
 
 def test_check_reports_stopped_dovecot(make_dovecot, lab_config, tmp_path):

@@ -212,6 +212,24 @@ class ImapMailbox:
             moment = moment.replace(tzinfo=UTC)  # imapclient normalises to local time without tz
         return Fetched(uid, bytes(item[b"BODY[]"]), moment)
 
+    def recent_headers(self, folders: list[str], count: int = 5) -> list[bytes]:
+        """The header blocks of the newest ``count`` messages of each existing folder, read-only (``quinn check``
+        reads the trust stamp off them); the watched folder stays selected."""
+        found: list[bytes] = []
+        try:
+            for folder in dict.fromkeys(folders):
+                name = self.server_name(folder)
+                if not self._client.folder_exists(name):
+                    continue
+                self._client.select_folder(name, readonly=True)
+                uids = sorted(int(u) for u in self._client.search(["NOT", "DELETED"]))[-count:]
+                if uids:
+                    data = self._client.fetch(uids, ["BODY.PEEK[HEADER]"])
+                    found.extend(bytes(item[b"BODY[HEADER]"]) for item in data.values() if b"BODY[HEADER]" in item)
+        finally:
+            self._client.select_folder(self.server_name(self.config.folder))
+        return found
+
     def holds_message_id(self, message_id: str, folders: list[str]) -> bool:
         """Whether any of ``folders`` holds a message with this Message-ID (read-only; the watched folder is
         selected again afterwards). How a send interrupted by a crash is confirmed from its copy."""
@@ -465,8 +483,8 @@ def _ours_or_before(item: dict[bytes, Any], own: str, moment: datetime) -> bool:
     received = item.get(b"INTERNALDATE")
     if not isinstance(received, datetime):
         return False
-    if received.tzinfo is None:  # imapclient gives local time without a zone unless normalise_times is off
-        received = received.astimezone()
+    if received.tzinfo is None:
+        received = received.replace(tzinfo=UTC)  # imapclient normalises to local time without tz (as in fetch)
     return received < moment
 
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 from quinn.config import Config
 from quinn.errors import ConfigError
-from quinn.mailbox.authresults import TraceField, read_stamp, verdict
+from quinn.mailbox.authresults import TraceField, read_stamp, stamp_position, topmost_ids, verdict
 from quinn.mailbox.identity import (
     PlusAddressing,
     canonical_address,
@@ -180,6 +180,36 @@ def trust_warnings(rules: Rules) -> list[str]:
             "(`quinn check` suggests it from a recent mail; deploy/SECURITY.md)."
         ]
     return []
+
+
+def check_trust(rules: Rules, samples: Sequence[InboundEmail]) -> tuple[bool, str]:
+    """``quinn check``'s verdict on the trust setup, read off ``samples`` (recent mail of the mailbox)."""
+    warnings = trust_warnings(rules)
+    if rules.trust == INSECURE:
+        return True, "WARNING " + warnings[0]
+    seen = sorted({i for email in samples for i in topmost_ids(trace_of(email))})
+    if not rules.authserv_id:
+        hint = f"; the newest mail carries Authentication-Results of: {', '.join(seen)}" if seen else ""
+        return False, warnings[0] + hint
+    if not samples:
+        return True, f"authserv_id {rules.authserv_id}: no mail in the mailbox yet to check the stamp on"
+    positions = [stamp_position(trace_of(email), rules.authserv_id) for email in samples]
+    stamped = [p for p in positions if p is not None]
+    where = "; ".join(f"{e.message_id}: {'no stamp' if p is None else f'stamp below {p} Received'}"
+                      for e, p in zip(samples, positions, strict=True))  # fmt: skip
+    if not stamped:
+        other = f" (they carry: {', '.join(seen)})" if seen else ""
+        return False, (f"none of the {len(samples)} newest mails carries an Authentication-Results field of "
+                       f"{rules.authserv_id}{other}: nothing will authenticate. Your receiving server must check "
+                       "DMARC and stamp every mail with that authserv-id (deploy/SECURITY.md)")  # fmt: skip
+    if min(stamped) > rules.received_above_stamp:
+        return False, (f"your server's stamp sits below {min(stamped)} Received field(s), but "
+                       f"policy.received_above_stamp is {rules.received_above_stamp}: set it to {min(stamped)} "
+                       f"or no mail will authenticate ({where})")  # fmt: skip
+    unstamped = len(positions) - len(stamped)
+    tail = f"; {unstamped} of them without a stamp: is there an unstamped path into the mailbox? ({where})" if (
+        unstamped) else ""  # fmt: skip
+    return True, f"authserv_id {rules.authserv_id}: {len(stamped)} of the {len(samples)} newest mails stamped{tail}"
 
 
 UNVERIFIED_NOTE = (
