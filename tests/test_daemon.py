@@ -97,7 +97,7 @@ def test_polling_folders_size_limit_and_quarantine(private_lab: MakeLab, users: 
     assert states == [
         ("quarantined", "too large"),
         ("quarantined", "unparseable"),
-        ("replied", "authentication not required (no authserv_id configured)"),
+        ("replied", "authenticated"),
     ]
     assert next(r for r in rows if r["reason"].startswith("too large"))["message_id"] == ""  # never downloaded
     assert all(b"\\Seen" not in f for f in server.flags(config.address, "Bad"))
@@ -335,7 +335,7 @@ def test_uidvalidity_change_neither_loses_nor_reanswers(
     rows = ledger_rows(config.db_path)
     first = [(r["uidvalidity"] - old, r["state"], r["reason"]) for r in rows if r["message_id"] == "<first@x.test>"]
     assert first == [
-        (0, "replied", "authentication not required (no authserv_id configured)"),
+        (0, "replied", "authenticated"),
         (1000, "ignored", "duplicate of uid 1: replied"),
     ]
     second = [(r["uidvalidity"] - old, r["state"], r["attempts"]) for r in rows if r["message_id"] == "<second@x.test>"]

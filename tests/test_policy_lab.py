@@ -21,10 +21,10 @@ from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import ScriptedLLM
 from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to, wait_for
-from tests.lab.smtp import SmtpLab, unique_address
+from tests.lab.smtp import LAB_AUTHSERV, SmtpLab, unique_address
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mail"
-AUTHSERV = "mx.quinn.test"
+AUTHSERV = LAB_AUTHSERV  # the lab MX stamps with it; lab_config_text makes Quinn trust it
 Build = Callable[[str, str, str], bytes]  # (quinn, sender, message_id) -> raw mail
 
 
@@ -40,6 +40,7 @@ class Case:
     domain: str = "example.test"
     null_sender: bool = False  # MAIL FROM:<> (a bounce)
     bcc_only: bool = False  # Quinn only in the envelope
+    envelope: str | None = None  # MAIL FROM when it is not the sender (a forger's own domain)
 
 
 def simple(**headers: str | list[str]) -> Build:
@@ -105,7 +106,7 @@ NEVER_REPLY = [
         "received-loop",
         simple(Received=[f"from hop{i} by hop{i + 1}; Sun, 22 Nov 2026 09:00:00 +0000" for i in range(31)]),
         "ignored",
-        "mail loop: 31 Received headers",
+        "mail loop: 32 Received headers",  # 31 written by the sender, one by the lab MX
     ),
     Case("own-from", from_quinn, "ignored", "own mail: From is quinn"),
     Case(
@@ -141,59 +142,30 @@ NEVER_REPLY = [
 
 
 def ar(*values: str) -> Build:
-    """A mail carrying Authentication-Results fields, topmost first (as our receiving server would add it)."""
+    """A mail carrying Authentication-Results fields the sender wrote (the lab's MX stamps its own on top)."""
     return simple(**{"Authentication-Results": list(values)})
 
 
+FORGER = "mallory@evil.test"  # the envelope sender of forged mail: the lab's MX stamps it dmarc=fail
+
 OPEN_HANDLED = [
-    Case("unauthenticated-no-memory", simple(), "replied", "sender not authenticated", local="carol"),
-    Case(
-        "authenticated-dkim",
-        ar(f"{AUTHSERV}; dkim=pass header.d=example.test"),
-        "replied",
-        "authenticated: dkim=pass header.d=example.test",
-        local="dave",
-    ),
-]
+    Case("unauthenticated-no-memory", simple(), "replied", "sender not authenticated: dmarc=fail", local="carol",
+         envelope=FORGER),
+    Case("authenticated-dmarc", simple(), "replied", "authenticated: dmarc=pass header.from=example.test",
+         local="dave"),
+]  # fmt: skip
 
 STRICT = [
-    Case("not-allowed", ar(f"{AUTHSERV}; dkim=pass header.d=example.test"), "rejected", "not allowed"),
-    Case(
-        "no-authentication-results",
-        simple(),
-        "rejected",
-        f"sender not authenticated: no Authentication-Results from {AUTHSERV}",
-        domain="trusted.test",
-    ),
-    Case(
-        "forged-lower-field",
-        ar(f"{AUTHSERV}; dkim=fail header.d=trusted.test", f"{AUTHSERV}; dkim=pass header.d=trusted.test"),
-        "rejected",
-        "sender not authenticated: no pass aligned with trusted.test (dkim=fail)",
-        domain="trusted.test",
-    ),
-    Case(
-        "wrong-authserv-id",
-        ar("mx.evil.test; dkim=pass header.d=trusted.test"),
-        "rejected",
-        f"sender not authenticated: no Authentication-Results from {AUTHSERV}",
-        domain="trusted.test",
-    ),
-    Case(
-        "unaligned-dkim",
-        ar(f"{AUTHSERV}; dkim=pass header.d=evil.test"),
-        "rejected",
-        "sender not authenticated: no pass aligned with trusted.test",
-        domain="trusted.test",
-    ),
-    Case(
-        "dmarc-pass",
-        ar(f"{AUTHSERV}; spf=pass smtp.mailfrom=trusted.test; dmarc=pass header.from=trusted.test"),
-        "replied",
-        "authenticated: dmarc=pass header.from=trusted.test",
-        domain="trusted.test",
-    ),
-]
+    Case("not-allowed", simple(), "rejected", "not allowed"),
+    Case("forged-from", simple(), "rejected", "sender not authenticated: dmarc=fail", domain="trusted.test",
+         envelope=FORGER),
+    Case("forged-field-of-our-id", ar(f"{AUTHSERV}; dmarc=pass header.from=trusted.test"), "rejected",
+         "sender not authenticated: dmarc=fail", domain="trusted.test", envelope=FORGER),
+    Case("foreign-authserv-id", ar("mx.evil.test; dmarc=pass header.from=trusted.test"), "rejected",
+         "sender not authenticated: dmarc=fail", domain="trusted.test", envelope=FORGER),
+    Case("dmarc-pass", simple(), "replied", "authenticated: dmarc=pass header.from=trusted.test",
+         domain="trusted.test"),
+]  # fmt: skip
 
 
 @dataclass
@@ -241,7 +213,7 @@ def run_daemon(
             raw = case.build(quinn, sender, f"<{case.id}-{sender.partition('@')[0]}@example.test>")
             mid = re.search(rb"(?mi)^Message-ID:\s*(<[^>]+>)", raw).group(1).decode()  # type: ignore[union-attr]
             run.senders[case.id], run.ids[case.id] = sender, mid
-            smtp.send("" if case.null_sender else sender, quinn, raw)
+            smtp.send("" if case.null_sender else case.envelope or sender, quinn, raw)
         if extra_mail is not None:
             extra_mail(run)
         wanted = set(run.ids.values())
@@ -271,22 +243,16 @@ def open_run(dovecot: Dovecot, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
     def alias_mail(run: Run) -> None:
         run.senders["alias"], run.ids["alias"] = dave_alt, "<alias@example.test>"
-        raw = ar(f"{AUTHSERV}; dkim=pass header.d=example.test")(run.quinn, dave_alt, "<alias@example.test>")
+        raw = simple()(run.quinn, dave_alt, "<alias@example.test>")
         run.smtp.send(dave_alt, run.quinn, raw)
 
-    policy = (
-        f'require_authentication = true\nauthserv_id = "{AUTHSERV}"\nunauthenticated = "no_memory"\n'
-        f'aliases = {{ "dave-main@example.test" = ["{dave_alt}"] }}\n'
-    )
+    policy = f'unauthenticated = "no_memory"\naliases = {{ "dave-main@example.test" = ["{dave_alt}"] }}\n'
     yield from run_daemon(dovecot, tmp_path_factory.mktemp("open"), NEVER_REPLY + OPEN_HANDLED, policy, alias_mail)
 
 
 @pytest.fixture(scope="module")
 def strict_run(dovecot: Dovecot, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    policy = (
-        f'allow = ["trusted.test"]\nrequire_authentication = true\nauthserv_id = "{AUTHSERV}"\n'
-        'unauthenticated = "reject"\n'
-    )
+    policy = 'allow = ["trusted.test"]\nunauthenticated = "reject"\n'
     yield from run_daemon(dovecot, tmp_path_factory.mktemp("strict"), STRICT, policy)
 
 
@@ -310,7 +276,7 @@ def test_no_memory_without_authentication(open_run: Run) -> None:
     case = OPEN_HANDLED[0]
     row = check(open_run, case)
     carol = open_run.senders[case.id]
-    assert row["user_id"] == carol
+    assert row["user_id"] is None and row["sender_key"] == f"unverified:{carol}"  # not carol's: anyone's
     # Answered, but nothing was read from or written to memory for her.
     assert query(open_run.db_path, "SELECT count(*) FROM messages WHERE user_id = ?", (carol,)) == [(0,)]
     assert query(open_run.db_path, "SELECT count(*) FROM memories WHERE user_id = ?", (carol,)) == [(0,)]

@@ -84,8 +84,8 @@ def ledger(db_path: Path) -> dict[str, dict[str, Any]]:
     db = Database.open(str(db_path), migrate=False)
     try:
         rows = db.query(
-            "SELECT message_id, folder, uidvalidity, uid, state, reason, user_id, attempts, moved, thread_key"
-            " FROM mail_state ORDER BY updated_at, uid"
+            "SELECT message_id, folder, uidvalidity, uid, state, reason, user_id, attempts, moved, thread_key,"
+            " sender_key FROM mail_state ORDER BY updated_at, uid"
         )
     finally:
         db.close()
@@ -100,6 +100,7 @@ def ledger(db_path: Path) -> dict[str, dict[str, Any]]:
         "attempts",
         "moved",
         "thread_key",
+        "sender_key",
     )
     return {row[0]: dict(zip(names, row, strict=True)) for row in rows}
 

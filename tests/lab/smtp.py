@@ -79,10 +79,18 @@ def mx_stamp(raw: bytes, mail_from: str, *, strip_forged: bool = True, authserv:
     domain = from_domain(raw) or "unknown.invalid"
     sender = mail_from or "<>"
     top = (f"Authentication-Results: {authserv}; spf={verdict} smtp.mailfrom={sender};"
-           f" dmarc={verdict} header.from={domain}\n"
-           f"Received: from client.lab.example.test (localhost [127.0.0.1]) by {authserv} (lab MX) with ESMTP;"
-           " Mon, 23 Nov 2026 10:00:00 +0000\n")  # fmt: skip
+           f" dmarc={verdict} header.from={domain}\n" + _received(authserv))  # fmt: skip
     return (top + "\n".join(kept)).encode("utf-8", "surrogateescape") + b"\n" + sep + body
+
+
+def mx_received(raw: bytes, authserv: str = LAB_AUTHSERV) -> bytes:
+    """``raw`` as an MX that checks nothing passes it on: only its Received field on top."""
+    return _received(authserv).encode() + raw.replace(b"\r\n", b"\n")
+
+
+def _received(authserv: str) -> str:
+    return (f"Received: from client.lab.example.test (localhost [127.0.0.1]) by {authserv} (lab MX) with ESMTP;"
+            " Mon, 23 Nov 2026 10:00:00 +0000\n")  # fmt: skip
 
 
 def _fields(head: str) -> list[str]:
@@ -157,8 +165,8 @@ class SmtpLab:
         stamp: bool = True,
         strip_forged: bool = True,
     ) -> None:
-        """Prepare; nothing listens until `start()`. ``stamp``: act as the MX (`mx_stamp`); off, mail arrives as
-        it was sent (an unstamped path into the mailbox)."""
+        """Prepare; nothing listens until `start()`. ``stamp``: act as the MX (`mx_stamp`); off, only a Received
+        field is added (an MX that checks nothing: an unstamped path into the mailbox)."""
         if tls not in ("none", "starttls", "ssl") or (tls != "none") != (cert is not None):
             raise ValueError("tls is none, starttls or ssl; starttls and ssl need cert=(cert, key)")
         self.dovecot = dovecot
@@ -261,8 +269,8 @@ class SmtpLab:
         return AuthResult(success=ok, handled=False)
 
     def _deliver(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
-        if self.stamp:
-            raw = mx_stamp(raw, mail_from, strip_forged=self.strip_forged)
+        # An MTA always adds its Received field, even one that checks nothing (stamp off).
+        raw = mx_stamp(raw, mail_from, strip_forged=self.strip_forged) if self.stamp else mx_received(raw)
         stamped = return_path(mail_from) + raw
         for rcpt in rcpt_tos:
             self.dovecot.append(rcpt, stamped)
