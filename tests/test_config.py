@@ -130,3 +130,17 @@ def test_cli_missing_file_is_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "not found" in result.stderr
+
+
+def test_trust_defaults_to_authenticated_and_the_old_switch_says_what_replaced_it(tmp_path):
+    config = load_config(write(tmp_path, MINIMAL), env={"Q_IMAP": "pw"})
+    assert (config.policy.trust, config.policy.authserv_id, config.policy.received_above_stamp) == (
+        "authenticated", None, 0
+    )  # fmt: skip
+    for old, new in (("true", '"authenticated"'), ("false", '"insecure-from-header"')):
+        path = write(tmp_path, MINIMAL + f"\n[policy]\nrequire_authentication = {old}\n")
+        with pytest.raises(ConfigError, match=f"replaced by policy.trust: write trust = {new}"):
+            load_config(path, env={"Q_IMAP": "pw"})
+    path = write(tmp_path, MINIMAL + '\n[policy]\ntrust = "from-header"\n')
+    with pytest.raises(ConfigError, match="policy.trust"):
+        load_config(path, env={"Q_IMAP": "pw"})

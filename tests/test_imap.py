@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 
@@ -116,6 +117,24 @@ def test_purge_address_deletes_exactly_their_mail_and_ours_to_them(dovecot: Dove
     assert left == {"INBOX": 1, "Quinn.Processed": 1, "Quinn.Sent": 1}
     assert malice.encode() in dovecot.messages(user)[0]
     assert b"Subject: Team" in dovecot.messages(user, "Quinn.Processed")[0]
+
+
+def test_the_sweep_after_a_purge_spares_waiting_mail_and_later_mail(dovecot: Dovecot, users: Users) -> None:
+    """After a purge by email: mail waiting in the watched folder stays, and so does mail from the user that
+    arrived after the purge was confirmed (a forged purge must never delete the real user's new mail)."""
+    user, alice = users("quinn"), "alice@example.test"
+    dovecot.append(user, make_mail(alice, user, subject="Waiting"))  # unprocessed or deferred, in the watched folder
+    dovecot.append(user, make_mail(alice, user, subject="Old"), "Quinn.Processed")
+    time.sleep(1.1)  # INTERNALDATE has whole seconds
+    moment = datetime.now(UTC)
+    time.sleep(1.1)
+    dovecot.append(user, make_mail(alice, user, subject="New"), "Quinn.Processed")
+    dovecot.append(user, make_mail(user, alice, subject="Re: Old"), "Quinn.Sent")  # ours: goes whenever it came
+    box = mailbox(dovecot, user)
+    assert box.purge_address(alice, user, received_before=moment) == 2
+    box.close()
+    assert [b"Subject: New" in m for m in dovecot.messages(user, "Quinn.Processed")] == [True]
+    assert len(dovecot.messages(user)) == 1 and not dovecot.messages(user, "Quinn.Sent")
 
 
 def test_file_away_recreates_a_folder_deleted_under_us(dovecot: Dovecot, users: Users) -> None:

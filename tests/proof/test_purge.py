@@ -26,9 +26,12 @@ from tests.lab.brain import Brain
 from tests.lab.inprocess import body_of, build_mail
 from tests.lab.llm_server import Text
 from tests.lab.mails import make_mail, plain_model, query, wait_for
+from tests.lab.smtp import mx_stamp
 
 # Bob's memories as a purge of someone else could change them (not the access statistics, flushed at close).
 BOB_MEMORIES = "SELECT id, content, version, valid_to, superseded_by, active, embedding FROM memories WHERE user_id = ?"
+
+
 def receipt_counts(text: str) -> dict[str, int]:
     """The counts a purge receipt states, by table (read back through the receipt's own wording)."""
     counts = {}
@@ -124,7 +127,8 @@ def test_purge_by_email_leaves_nothing(dovecot, smtp_lab, llm_server, lab_config
     before = _alice_counts(config.db_path, alice)
     bob_before = query(config.db_path, BOB_MEMORIES, (bob,))
     messages_before = query(config.db_path, "SELECT count(*) FROM messages")[0][0]
-    receipt = converse(alice, f"Re: Privacy {a[5]}", "Yes, delete it all.\n\n> You asked me to delete everything",
+    [code] = set(re.findall(r"Q-[A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4}", question.get_body(("plain",)).get_content()))
+    receipt = converse(alice, f"Re: Privacy {a[5]}", f"Yes, delete it all.\n\n> Confirmation code: {code}",
                        f"<{a[5]}.3@example.test>", in_reply_to=str(question["Message-ID"]),
                        references=[f"<{a[5]}.2@example.test>", str(question["Message-ID"])])  # fmt: skip
     text = receipt.get_body(("plain",)).get_content()
@@ -189,10 +193,11 @@ async def test_a_receipt_that_waited_for_smtp_stores_nothing_again(make_quinn, m
     await quinn.send(alice, "Note", f"Hi Quinn, remember my locker code is {secret}.")
     await quinn.send(alice, "Privacy", "Please delete everything you know about me.")
     question = quinn.replies(alice, 2)[-1]
+    [code] = set(re.findall(r"Q-[A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4}", body_of(question)))
     mail_lab.smtp.down()
-    confirm_id, raw = build_mail(alice, quinn.address, "Re: Privacy", "Yes, delete it all.",
+    confirm_id, raw = build_mail(alice, quinn.address, "Re: Privacy", f"Yes, delete it all.\n\n> {code}",
                                  in_reply_to=str(question["Message-ID"]))  # fmt: skip
-    mail_lab.dovecot.append(quinn.address, raw)
+    mail_lab.dovecot.append(quinn.address, mx_stamp(raw, alice))  # through the MX, before SMTP went down
     await quinn.process()
     [(reason,)] = quinn.query("SELECT reason FROM mail_state WHERE state = 'deferred'")
     assert "SMTP" in reason
