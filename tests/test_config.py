@@ -142,5 +142,5 @@ def test_trust_defaults_to_authenticated_and_the_old_switch_says_what_replaced_i
         with pytest.raises(ConfigError, match=f"replaced by policy.trust: write trust = {new}"):
             load_config(path, env={"Q_IMAP": "pw"})
     path = write(tmp_path, MINIMAL + '\n[policy]\ntrust = "from-header"\n')
-    with pytest.raises(ConfigError, match="policy.trust"):
+    with pytest.raises(ConfigError, match=r"policy\.trust"):
         load_config(path, env={"Q_IMAP": "pw"})
