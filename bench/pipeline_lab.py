@@ -33,7 +33,7 @@ from bench.synthetic import Generator
 from tests.lab.dovecot import Dovecot
 from tests.lab.mails import make_mail
 from tests.lab.process import kill_group, tail, track, untrack
-from tests.lab.smtp import SmtpLab
+from tests.lab.smtp import LAB_AUTHSERV, SmtpLab
 
 IMAP_PASSWORD_ENV = "QUINN_BENCH_IMAP_PASSWORD"
 LLM_KEY_ENV = "QUINN_BENCH_LLM_KEY"
@@ -129,7 +129,8 @@ def config_text(
     poll_interval_s: float | None,
 ) -> str:
     """quinn.toml for the bench: the defaults and the example config's domains, but the lab's servers, no TLS,
-    and the scheduler off (its jobs would call the model at random moments of the run)."""
+    the scheduler off (its jobs would call the model at random moments of the run), and the lab's MX trusted
+    (its stamp authenticates the senders, as deploy/SECURITY.md has a real server do)."""
     poll = f"poll_interval_s = {poll_interval_s}" if poll_interval_s is not None else ""
     return f"""
 log_level = "INFO"
@@ -161,6 +162,9 @@ url = "{db_path}"
 
 [scheduler]
 enabled = false
+
+[policy]
+authserv_id = "{LAB_AUTHSERV}"
 
 {example_domains()}
 """
