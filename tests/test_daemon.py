@@ -17,7 +17,7 @@ from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import Error, RecordedRequest, ScriptedLLM
 from tests.lab.mails import ledger, ledger_rows, make_mail, plain_model, query, replies_to, wait_for
-from tests.lab.smtp import SmtpLab
+from tests.lab.smtp import SmtpLab, mx_stamp
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mail"
 QUIET = '[embeddings]\nbackend = "none"\n'  # no memory model to load: restarts stay cheap
@@ -216,12 +216,12 @@ def test_smtp_refusals_and_reply_all(
     alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
     # Inbound mail goes straight into the mailbox, so the scripted SMTP failures hit Quinn's own sends only.
     smtp.fail_next(1, 451)
-    dovecot.append(quinn, make_mail(alice, quinn, "Temporary", message_id="<t@x.test>"))
+    dovecot.append(quinn, mx_stamp(make_mail(alice, quinn, "Temporary", message_id="<t@x.test>"), alice))
     answered_once(dovecot, alice, ["<t@x.test>"], daemon)
     smtp.fail_next(1, 550, "5.7.1 Relay denied")
-    dovecot.append(quinn, make_mail(alice, quinn, "Permanent", message_id="<p@x.test>"))
+    dovecot.append(quinn, mx_stamp(make_mail(alice, quinn, "Permanent", message_id="<p@x.test>"), alice))
     wait_for(lambda: ledger(config.db_path).get("<p@x.test>", {}).get("moved"), "the refused one filed", log=daemon.log)
-    dovecot.append(quinn, make_mail(alice, quinn, "Everyone", message_id="<all@x.test>", cc=[bob]))
+    dovecot.append(quinn, mx_stamp(make_mail(alice, quinn, "Everyone", message_id="<all@x.test>", cc=[bob]), alice))
     answered_once(dovecot, bob, ["<all@x.test>"], daemon)
     assert daemon.terminate() == 0
     rows = ledger(config.db_path)
@@ -252,18 +252,21 @@ def test_rate_caps_defer_and_never_drop(
     dovecot, quinn = mail_lab.dovecot, config.address
     alice, bob, carol = (mail_lab.new_user(n) for n in ("alice", "bob", "carol"))
     for n in range(4):
-        dovecot.append(quinn, make_mail(alice, quinn, f"Topic {n}", message_id=f"<a{n}@x.test>"))
+        dovecot.append(quinn, mx_stamp(make_mail(alice, quinn, f"Topic {n}", message_id=f"<a{n}@x.test>"), alice))
     for n in range(3):  # one thread: each mail answers the previous one
         refs = [f"<b{i}@x.test>" for i in range(n)]
         dovecot.append(
             quinn,
-            make_mail(
+            mx_stamp(
+                make_mail(
+                    bob,
+                    quinn,
+                    "Re: Loop",
+                    message_id=f"<b{n}@x.test>",
+                    references=refs,
+                    in_reply_to=refs[-1] if refs else None,
+                ),
                 bob,
-                quinn,
-                "Re: Loop",
-                message_id=f"<b{n}@x.test>",
-                references=refs,
-                in_reply_to=refs[-1] if refs else None,
             ),
         )
     wait_for(
@@ -280,7 +283,7 @@ def test_rate_caps_defer_and_never_drop(
     # An hour passes (in the ledger): the deferred mails are answered at the next look at the folder.
     query(config.db_path, "SELECT 1")  # the file is shared; writes go through a second connection below
     _age_replies(config.db_path)
-    dovecot.append(quinn, make_mail(carol, quinn, "Unrelated", message_id="<c@x.test>"))
+    dovecot.append(quinn, mx_stamp(make_mail(carol, quinn, "Unrelated", message_id="<c@x.test>"), carol))
     answered_once(dovecot, alice, [f"<a{n}@x.test>" for n in range(4)], daemon)
     answered_once(dovecot, bob, [f"<b{n}@x.test>" for n in range(3)], daemon)
     assert daemon.terminate() == 0
@@ -311,7 +314,7 @@ def test_uidvalidity_change_neither_loses_nor_reanswers(
     # 1. A reply is sent and recorded, then the daemon dies before filing the mail away.
     config.env["QUINN_FAULT"] = "before_move:1"
     crashing = quinn_daemon(config)
-    server.append(quinn, make_mail(alice, quinn, "First", message_id="<first@x.test>"))
+    server.append(quinn, mx_stamp(make_mail(alice, quinn, "First", message_id="<first@x.test>"), alice))
     assert crashing.proc is not None and crashing.proc.wait(timeout=90) == -signal.SIGKILL
     assert len(replies_to(server.messages(alice), "<first@x.test>")) == 1
     del config.env["QUINN_FAULT"]
@@ -321,21 +324,23 @@ def test_uidvalidity_change_neither_loses_nor_reanswers(
     daemon = started(quinn_daemon, config)
     # 3. A mail waits for the model (deferred); then another UIDVALIDITY change, noticed at the next look at
     #    the folder (here: new mail wakes the IDLE; otherwise the next renewal).
-    server.append(quinn, make_mail(alice, quinn, "Second", "please wait", message_id="<second@x.test>"))
+    server.append(
+        quinn, mx_stamp(make_mail(alice, quinn, "Second", "please wait", message_id="<second@x.test>"), alice)
+    )
     wait_for(
         lambda: ledger(config.db_path).get("<second@x.test>", {}).get("state") == "deferred",
         "deferred",
         log=daemon.log,
     )
     server.doveadm("mailbox", "update", "-u", quinn, "--uid-validity", str(old + 2000), "INBOX")
-    server.append(quinn, make_mail(alice, quinn, "Third", message_id="<third@x.test>"))
+    server.append(quinn, mx_stamp(make_mail(alice, quinn, "Third", message_id="<third@x.test>"), alice))
     daemon.wait_for_log("unfinished mails will be taken up again")
     answered_once(server, alice, ["<first@x.test>", "<third@x.test>"], daemon)
     assert daemon.terminate() == 0
     rows = ledger_rows(config.db_path)
     first = [(r["uidvalidity"] - old, r["state"], r["reason"]) for r in rows if r["message_id"] == "<first@x.test>"]
     assert first == [
-        (0, "replied", "authenticated"),
+        (0, "replied", "authenticated: dmarc=pass header.from=example.test"),
         (1000, "ignored", "duplicate of uid 1: replied"),
     ]
     second = [(r["uidvalidity"] - old, r["state"], r["attempts"]) for r in rows if r["message_id"] == "<second@x.test>"]
