@@ -534,6 +534,8 @@ class Quinn:
         self.prompts, self.llm, self.rules, self.config = prompts, llm, Rules.from_config(c, LOOP_HEADER), c
         if plan.changed("smtp"):
             self.sender = SmtpSender(c.smtp)
+        if self.db is not None:  # Delivery holds the SMTP and IMAP settings: rebuilt, or a rotated password is unused
+            self.delivery = Delivery(c.smtp, c.imap, Outbox(self.db), self.sender, self.mailbox, self._db, self._imap)
         if self.store is not None:
             self.agent = Agent(c, llm, prompts, self.store, self.metrics.stage)
         if self.scheduler is not None:  # the next job run uses the new templates and model

@@ -195,3 +195,25 @@ async def test_draft_mode_appends_to_drafts_and_sends_nothing(make_rig: Callable
         client.select_folder("Drafts", readonly=True)
         flags = client.fetch(client.search("ALL"), ["FLAGS"])
     assert all(b"\\Draft" in f[b"FLAGS"] for f in flags.values())
+
+
+async def test_a_reload_of_smtp_reaches_the_next_send(make_quinn, mail_lab, llm_server) -> None:
+    """SIGHUP with new [smtp] settings (a rotated password, another relay): the next reply uses them. Delivery was
+    built once at start and kept the old settings, so a reloaded password was never used."""
+    from quinn.config import load_config
+    from tests.lab.mails import plain_model
+
+    llm_server.responder = plain_model
+    quinn = await make_quinn('[embeddings]\nbackend = "none"\n')
+    alice = mail_lab.new_user("alice")
+    other = SmtpLab(mail_lab.dovecot)
+    other.start()
+    try:
+        path = quinn.config.path
+        path.write_text(path.read_text().replace(f"port = {mail_lab.smtp.port}", f"port = {other.port}"))
+        quinn.app.reload(load_config(path, env=quinn.config.env))
+        await quinn.send(alice, "After the reload", "Hello again")
+        assert [r for r in other.received if alice in r.rcpt_tos], "the reply did not go through the new relay"
+        assert not [r for r in mail_lab.smtp.received if alice in r.rcpt_tos]
+    finally:
+        other.stop()
