@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from quinn.agent.context import ThreadMessage, others_on_thread
@@ -459,7 +459,8 @@ class Quinn:
             await self._db(self._forget_receipt, item.message_id, email.message_id)
             # Their mail goes from the mailbox too, once this pass has filed it away (the confirming mail is
             # still in the watched folder now); the receipt's own copy may come later, hence a window.
-            self._mailbox_purges[user] = (time.monotonic() + MAILBOX_PURGE_WINDOW_S, utcnow())
+            # To the microsecond: INTERNALDATE has whole seconds, and the confirming mail came in this very second.
+            self._mailbox_purges[user] = (time.monotonic() + MAILBOX_PURGE_WINDOW_S, datetime.now(UTC))
         return state
 
     async def _purge_mailboxes(self) -> None:

@@ -243,8 +243,10 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
 
     # New template directory, a policy that only answers bob, and a key that needs a restart.
     config.path.write_text(
-        original.replace(str(tmp_path / "one"), str(tmp_path / "two"))
-        + f'\n[policy]\nallow = ["{bob}"]\n[metrics]\nport = 9999\n'
+        original.replace(str(tmp_path / "one"), str(tmp_path / "two")).replace(
+            "[policy]\n", f'[policy]\nallow = ["{bob}"]\n'
+        )
+        + "\n[metrics]\nport = 9999\n"
     )
     daemon.proc.send_signal(signal.SIGHUP)
     daemon.wait_for_log("reloaded")
@@ -257,7 +259,7 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
     assert "MARKER-TWO" in request.text and "MARKER-ONE" not in request.text
 
     # A broken file is refused; the running configuration stays.
-    config.path.write_text(original + "\n[policy]\nallow = 42\n")
+    config.path.write_text(original.replace("[policy]\n", "[policy]\nallow = 42\n"))
     daemon.proc.send_signal(signal.SIGHUP)
     daemon.wait_for_log("reload failed, keeping the running configuration")
     assert "MARKER-TWO" in ask(bob, 4).text

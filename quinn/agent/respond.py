@@ -192,7 +192,7 @@ class Agent:
             body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes)
             return Answer(body, memory_mail.EXPORT_CONFIRM_TEMPLATE, "", changes=tuple(work.changes), private=True)
         if "digest" in kinds:
-            return await self._digest(email, user, work)
+            return await self._digest(email, user, private_ok, work)
         with self.stage("retrieve"):
             inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions,
                                     session_id=session_id)  # fmt: skip
@@ -230,8 +230,9 @@ class Agent:
         if action == "purge":
             return await self._purge(email, user)
         if action == "export":
-            memories = await self._db(self.store.get_all, user)
-            data = memory_mail.export_json(user, memories)
+            every = await self._db(self.store.get_all, user)
+            memories = visible(every, not others_on_thread(email, user, self.config.smtp.from_address))
+            data = memory_mail.export_json(user, memories, len(every) - len(memories))
             files = (Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json", "application/json", data),)
             log.info("mail %s: export confirmed: %d memories", email.message_id, len(memories))
             return Answer(memory_mail.export_sent(len(memories)), memory_mail.EXPORT_DONE_TEMPLATE, "",
@@ -252,12 +253,13 @@ class Agent:
         body = result.text + memory_mail.changes_footer(changes)
         return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes)
 
-    async def _digest(self, email: InboundEmail, user: str, work: _Work) -> Answer:
-        """What Quinn knows about the user: it goes to the user's own address only, so nothing is withheld."""
-        memories = visible(await self._db(self.store.get_all, user), True, utcnow())
+    async def _digest(self, email: InboundEmail, user: str, private_ok: bool, work: _Work) -> Answer:
+        """What Quinn knows about the user, to the user's own address only; private memories stay out when others
+        are on the mail (the rule every prompt follows: tests/proof/test_isolation.py)."""
+        memories = visible(await self._db(self.store.get_all, user), private_ok, utcnow())
         groups = memory_mail.digest_groups(memories)
         rendered = self.prompts.render("digest", {"user": {"address": user}, "groups": groups,
-                                                  "others_on_thread": False})  # fmt: skip
+                                                  "others_on_thread": not private_ok})  # fmt: skip
         if not groups:
             body = "I don't remember anything about you yet."
             return Answer(body + memory_mail.changes_footer(work.changes), "digest", rendered.version, None,

@@ -283,7 +283,11 @@ def test_isolation_through_the_daemon(dovecot, smtp_lab, llm_server, lab_config,
                   for n, r in enumerate(requests)}  # fmt: skip
         failures += [f"trial {trial.index} ({trial.shape}, {trial.person.address}): {leak}"
                      for leak in leaks(trial, people, texts)]  # fmt: skip
-        if trial.topic in trial.person.topics:
+        if trial.shape == "reply-to outsider":  # the reply goes to someone else: no memory at all (issue 13)
+            seen = "\n".join(r.text for r in requests)
+            shown = [m for m in trial.person.topics.values() if m in seen]
+            failures += [f"trial {trial.index}: memory {m} reached a reply to an outsider" for m in shown]
+        elif trial.topic in trial.person.topics:
             control["expected"] += 1
             own = trial.person.topics[trial.topic] in "\n".join(r.text for r in requests)
             control["seen"] += own

@@ -134,8 +134,11 @@ def test_purge_by_email_leaves_nothing(dovecot, smtp_lab, llm_server, lab_config
     text = receipt.get_body(("plain",)).get_content()
     removed = receipt_counts(text)
     # Her mail, and Quinn's replies to her, leave Quinn's folders too; Bob's stay.
-    gone = wait_for(lambda: not mail_in_folders(dovecot, quinn, alice), "alice's mail gone from the mailbox",
-                    log=daemon.log)  # fmt: skip
+    try:
+        gone = wait_for(lambda: not mail_in_folders(dovecot, quinn, alice), "alice's mail gone from the mailbox",
+                        log=daemon.log)  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"left in {mail_in_folders(dovecot, quinn, alice)}: {exc}") from None
     assert gone and mail_in_folders(dovecot, quinn, bob)
     assert "mails of the purged user deleted from the mailbox" in daemon.log()
     assert daemon.terminate() == 0
