@@ -202,7 +202,9 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
                     pytest.skip("this kernel has no PR_SET_MDWE (Linux < 6.3)")
                 pytest.fail(f"quinn exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.1)
-        assert "W^X memory is enforced" in log_path.read_text()
+        # W^X is on (sandboxed() exits 97 when it cannot set PR_SET_MDWE), and the default embedder needs no fix
+        # for it: torch's oneDNN switch is only for the sentence-transformers backend.
+        assert "W^X memory is enforced" not in log_path.read_text()
         status = Path(f"/proc/{proc.pid}/status").read_text()
         assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status  # the filter is really on
         mail_lab.smtp.send(alice, config.address, bees_mail(alice, config.address))
