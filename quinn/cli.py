@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from quinn import __version__
-from quinn.commands import database, evaluate, jobs, mail, memory, prompts, sessions, users
+from quinn.commands import configuration, database, evaluate, jobs, mail, memory, prompts, sessions, users
 from quinn.config import Config, load_config
 from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [mail, users, sessions, memory, prompts, evaluate, jobs, database]
+GROUPS: list[Any] = [mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -49,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        if not getattr(args, "needs_config", True):  # quinn config example: there may be no config yet
+            return int(args.handler(args, None))
         # A command that only reads the database sets ``secrets_of=("database",)`` and needs no IMAP password.
         config = load_config(Path(args.config), secrets_of=getattr(args, "secrets_of", None))
         redactor = setup_logging(config.log_level, config.log_format, secret_values(config))

@@ -440,10 +440,10 @@ def parse_config(raw: Mapping[str, object], source: str = "config") -> Config:
         key = ".".join(str(part) for part in err["loc"])
         kind = err["type"]
         if kind == "missing":
-            raise ConfigError(f"{source}: missing key {key}", f"add {key} (see deploy/quinn.example.toml)") from None
+            raise ConfigError(f"{source}: missing key {key}", f"add {key} (see quinn config example)") from None
         if kind == "extra_forbidden":
             raise ConfigError(
-                f"{source}: unknown key {key}", "check the spelling against deploy/quinn.example.toml"
+                f"{source}: unknown key {key}", "check the spelling against quinn config example"
             ) from None
         message = err["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{source}: {key}: {message} (got {err.get('input')!r})") from None

@@ -66,7 +66,7 @@ def test_run_with_missing_key_is_one_line(lab_config):
     result = quinn(config, "run")
     assert result.returncode == 2
     assert result.stderr.strip() == "quinn: " + f"{config.path}: missing key llm.model (hint: add llm.model (see " \
-        "deploy/quinn.example.toml))"  # fmt: skip
+        "quinn config example))"  # fmt: skip
 
 
 @pytest.mark.timeout(300)
