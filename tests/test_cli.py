@@ -89,7 +89,7 @@ def test_wheel_ships_the_prompt_templates(tmp_path):
         result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT)],
                                 capture_output=True, text=True, timeout=280)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    [wheel] = tmp_path.glob("quinn-*.whl")
+    [wheel] = tmp_path.glob("quinn_mail-*.whl")  # the distribution name (quinn on the index is not ours)
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in ("reply", "extract", "summarize", "consolidate", "reflect", "digest"):
         assert f"quinn/_prompts/{template}.j2" in names
