@@ -204,7 +204,7 @@ def gaps(rng: random.Random, n: int, mean_s: float) -> list[float]:
 def run(args: argparse.Namespace, sizes: Sizes, embedder: Any, tmp: Path) -> dict[str, Any]:
     """All phases; returns the report (without the machine info)."""
     rng = random.Random(args.seed)
-    threads = args.torch_threads
+    threads = args.embed_threads
     maker = MailMaker(args.seed)
     with Dovecot() as dovecot, ScriptedLLM() as llm:
         llm.responder = plain_model
@@ -348,22 +348,21 @@ def time_io_calls(app: Any) -> None:
     app._imap = timed_imap
 
 
-def serve_daemon(config_path: Path, samples_path: Path, torch_threads: int | None) -> int:
+def serve_daemon(config_path: Path, samples_path: Path, embed_threads: int | None) -> int:
     """The child: ``quinn run``'s body with the stage timings kept, written to ``samples_path`` at exit.
 
-    ``torch_threads``: torch's CPU threads for this process, set before the model loads (what
-    ``LocalEmbedder(threads=...)`` does); None leaves torch's default, as ``quinn run`` does today.
+    ``embed_threads``: the embedder's CPU threads (``[embeddings] threads``) instead of the config's; None keeps
+    the config's (default 1).
     """
-    if torch_threads is not None:
-        import torch
-
-        torch.set_num_threads(torch_threads)
     from quinn.app import Quinn
     from quinn.config import load_config
     from quinn.lifecycle import serve
     from quinn.logs import secret_values, setup_logging
 
     config = load_config(config_path, env=os.environ)
+    if embed_threads is not None:
+        embeddings = config.embeddings.model_copy(update={"threads": embed_threads})
+        config = config.model_copy(update={"embeddings": embeddings})
     redactor = setup_logging(config.log_level, config.log_format, secret_values(config))
     app = Quinn(config)
     app.metrics.keep_samples()
@@ -382,7 +381,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: Any = None) -> dict[str
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG (no matplotlib)")
     parser.add_argument(
-        "--torch-threads", type=int, default=None, help="torch CPU threads in the daemon (default: torch's own)"
+        "--embed-threads", type=int, default=None, help="the daemon's [embeddings] threads (default: the config's, 1)"
     )
     parser.add_argument(
         "--profile-io", action="store_true", help="also time each DB and IMAP call in the daemon (diagnosis)"
@@ -392,7 +391,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: Any = None) -> dict[str
     parser.add_argument("--samples", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:
-        raise SystemExit(serve_daemon(args.serve, args.samples, args.torch_threads))
+        raise SystemExit(serve_daemon(args.serve, args.samples, args.embed_threads))
     require_matplotlib(args.plot)
     if args.profile_io:
         os.environ["QUINN_BENCH_PROFILE_IO"] = "1"  # read by the daemon child
@@ -411,7 +410,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: Any = None) -> dict[str
     report = {
         "benchmark": "pipeline",
         "quick": args.quick,
-        "torch_threads": args.torch_threads,
+        "embed_threads": args.embed_threads,
         "machine": info,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         **results,

@@ -178,7 +178,7 @@ class BenchDaemon:
     env: dict[str, str]
     log_path: Path
     samples_path: Path
-    torch_threads: int | None = None
+    embed_threads: int | None = None
     proc: subprocess.Popen[bytes] | None = None
     started_s: float = 0.0
     ready_s: float | None = None
@@ -196,8 +196,8 @@ class BenchDaemon:
             "--samples",
             str(self.samples_path),
         ]
-        if self.torch_threads is not None:
-            command += ["--torch-threads", str(self.torch_threads)]
+        if self.embed_threads is not None:
+            command += ["--embed-threads", str(self.embed_threads)]
         self.started_s = time.monotonic()
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(

@@ -103,7 +103,7 @@ class Quinn:
         except ConnectError as exc:
             log.error("%s; will keep trying", exc)
         self.db = Database.open(c.database.url, c.database.secret("auth_token"))
-        if c.embeddings.backend == "local":
+        if c.embeddings.backend == "sentence-transformers":
             fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
         embedder = await asyncio.to_thread(embedder_for, c.embeddings)
         self.store = MemoryStore(self.db, embedder)

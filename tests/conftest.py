@@ -305,7 +305,7 @@ def brain(llm_server: ScriptedLLM) -> Brain:
 
 @pytest.fixture(scope="session")
 def local_embedder() -> Any:
-    """The real all-MiniLM-L6-v2, loaded offline once per test session (~10 s with torch)."""
+    """The real all-MiniLM-L6-v2, loaded offline once per test session (0.2-0.5 s, numpy)."""
     from quinn.memory.embed import LocalEmbedder
 
     return LocalEmbedder()

@@ -60,8 +60,8 @@ def test_retrieval_quality_runs_on_one_user(tmp_path: Path, model: LocalEmbedder
 
 
 def test_pipeline_runs_through_the_lab_and_answers_every_mail(tmp_path: Path, model: LocalEmbedder) -> None:
-    # One torch thread: the quick run shares the 2 cores with the rest of the suite.
-    pipeline.main(["--quick", "--out", str(tmp_path), "--torch-threads", "1"], embedder=model)
+    # One embedder thread: the quick run shares the 2 cores with the rest of the suite.
+    pipeline.main(["--quick", "--out", str(tmp_path), "--embed-threads", "1"], embedder=model)
     report = json.loads((tmp_path / "pipeline.json").read_text())
     sizes = pipeline.QUICK
     assert set(report["phases"]) == {"burst", "paced_idle", "paced_polling"}

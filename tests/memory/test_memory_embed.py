@@ -103,10 +103,8 @@ def test_store_open_uses_the_local_model_by_default(tmp_path):
         store.close()
 
 
-def test_embeddings_threads_sets_torchs_threads():
-    """``[embeddings] threads`` (default 1) reaches torch: 2 threads per query were 7x slower on a busy box."""
-    import torch
-
+def test_embeddings_threads_reach_the_local_embedder():
+    """``[embeddings] threads`` (default 1) reaches the local model: 2 threads per query were slow on a busy box."""
     from quinn.config import parse_config
     from quinn.memory.embed import embedder_for
 
@@ -115,12 +113,22 @@ def test_embeddings_threads_sets_torchs_threads():
             "llm": {"model": "ollama/llama3.2", "base_url": "http://127.0.0.1:9/v1"}}  # fmt: skip
     config = parse_config(base)
     assert config.embeddings.threads == 1
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        embedder = embedder_for(config.embeddings)
-        assert isinstance(getattr(embedder, "inner", None), LocalEmbedder) and torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+    embedder = embedder_for(config.embeddings)
+    assert isinstance(embedder, RecentEmbeddings) and isinstance(embedder.inner, LocalEmbedder)
+    assert embedder.inner.threads == 1
+    two = embedder_for(parse_config({**base, "embeddings": {"threads": 2}}).embeddings)
+    assert isinstance(two, RecentEmbeddings) and isinstance(two.inner, LocalEmbedder) and two.inner.threads == 2
     with pytest.raises(ConfigError, match=r"embeddings\.threads"):
         parse_config({**base, "embeddings": {"threads": 0}})
+
+
+def test_the_torch_backend_without_torch_names_the_extra():
+    """CI installs no torch: the opt-in backend must then say how to get it, not fail with an ImportError."""
+    try:
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match=r"needs sentence-transformers and torch.*quinn-mail\[torch\]"):
+            build_embedder("sentence-transformers", "all-MiniLM-L6-v2")
+    else:
+        embedder = build_embedder("sentence-transformers", "all-MiniLM-L6-v2")
+        assert embedder is not None and embedder.model_id == "local/all-MiniLM-L6-v2"  # same space as local
