@@ -9,11 +9,12 @@ loads every file of DIR under that prefix) is read, NAME being the variable's na
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -468,21 +469,74 @@ def load_config(
 
 
 def parse_config(raw: Mapping[str, object], source: str = "config") -> Config:
-    """Validate a parsed TOML mapping; the first problem becomes one ``ConfigError`` line naming the key."""
+    """Validate a parsed TOML mapping. Every problem is reported at once (a newcomer's empty file would otherwise
+    take a round per key): one ``ConfigError`` line for one problem, a list for several; a misspelled key is
+    named with the key it probably meant."""
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(part) for part in err["loc"])
-        kind = err["type"]
+        problems = config_problems(exc.errors())
+    if len(problems) == 1:
+        text, hint = problems[0]
+        raise ConfigError(f"{source}: {text}", hint)
+    listed = "\n".join(f"  - {text}" + (f" ({hint})" if hint else "") for text, hint in problems)
+    raise ConfigError(f"{source}: {len(problems)} problems:\n{listed}", "each key is explained by quinn config example")
+
+
+def config_problems(errors: Sequence[Mapping[str, Any]]) -> list[tuple[str, str | None]]:
+    """pydantic's errors as (problem, hint) pairs, in file order; an unknown key close to a missing one is one
+    problem ("did you mean"), not two."""
+    problems: list[tuple[str, str | None]] = []
+    meant: set[tuple[str, ...]] = set()
+    for err in errors:
+        loc = tuple(str(part) for part in err["loc"])
+        if err["type"] != "extra_forbidden":
+            continue
+        known = _keys_at(loc[:-1])
+        guess = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
+        if guess:
+            meant.add((*loc[:-1], guess[0]))
+    for err in errors:
+        loc = tuple(str(part) for part in err["loc"])
+        key, kind = ".".join(loc), err["type"]
         if kind == "missing":
-            raise ConfigError(f"{source}: missing key {key}", f"add {key} (see quinn config example)") from None
-        if kind == "extra_forbidden":
-            raise ConfigError(
-                f"{source}: unknown key {key}", "check the spelling against quinn config example"
-            ) from None
-        message = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{source}: {key}: {message} (got {err.get('input')!r})") from None
+            if loc not in meant:
+                problems.append((f"missing key {key}", f"add {key} (see quinn config example)"))
+        elif kind == "extra_forbidden":
+            guess = difflib.get_close_matches(loc[-1], _keys_at(loc[:-1]), n=1, cutoff=0.6)
+            if guess:
+                right = ".".join((*loc[:-1], guess[0]))
+                problems.append((f"unknown key {key}: did you mean {right}?", f"rename it to {guess[0]}"))
+            else:
+                problems.append((f"unknown key {key}", "check the spelling against quinn config example"))
+        else:
+            message = str(err["msg"]).removeprefix("Value error, ")
+            problems.append((f"{key}: {message} (got {err.get('input')!r})", None))
+    return problems
+
+
+def _keys_at(path: Sequence[str]) -> list[str]:
+    """The keys the config allows at ``path`` (("imap",) -> the [imap] keys; () -> the sections)."""
+    model: type[BaseModel] | None = Config
+    for part in path:
+        if model is None:
+            return []
+        if part.isdigit():  # an index into a list of tables: [[domains]]
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: object) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation such as ``ImapConfig``, ``list[DomainConfig]`` or ``X | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def read_secret(var: str, env: Mapping[str, str]) -> str | None:

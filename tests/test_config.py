@@ -144,3 +144,25 @@ def test_trust_defaults_to_authenticated_and_the_old_switch_says_what_replaced_i
     path = write(tmp_path, MINIMAL + '\n[policy]\ntrust = "from-header"\n')
     with pytest.raises(ConfigError, match=r"policy\.trust"):
         load_config(path, env={"Q_IMAP": "pw"})
+
+
+def test_every_problem_of_a_file_at_once_with_did_you_mean(tmp_path):
+    """An empty file used to take one round per key; a misspelled required key was reported as missing."""
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, ""), env={})
+    text = str(info.value)
+    assert "3 problems" in text
+    assert all(f"missing key {s}" in text for s in ("imap", "smtp", "llm"))
+    typo = MINIMAL.replace('host = "imap.example.org"', 'hots = "imap.example.org"').replace(
+        "[llm]", "[llm]\ntimout_s = 3"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, typo), env={"Q_IMAP": "x"})
+    text = str(info.value)
+    assert "unknown key imap.hots: did you mean imap.host?" in text and "missing key imap.host" not in text
+    assert "unknown key llm.timout_s: did you mean llm.timeout_s?" in text and "2 problems" in text
+    with pytest.raises(ConfigError, match=r"unknown key polcy: did you mean policy\?"):
+        load_config(write(tmp_path, MINIMAL + "\n[polcy]\nallow = []\n"), env={"Q_IMAP": "x"})
+    with pytest.raises(ConfigError, match=r"unknown key domains\.0\.keywrds: did you mean domains\.0\.keywords\?"):
+        load_config(write(tmp_path, MINIMAL + '\n[[domains]]\nname = "w"\ndescription = "d"\nkeywrds = []\n'),
+                    env={"Q_IMAP": "x"})  # fmt: skip
