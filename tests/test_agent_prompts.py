@@ -196,3 +196,16 @@ def test_eval_extraction_smoke_against_the_scripted_server(lab_config, llm_serve
     assert "restates-known: duplicate 'Alice deploys on Linux servers with Python.'" in out
     assert {r.path for r in llm_server.requests} == {"/v1/chat/completions"}
     assert {r.model for r in llm_server.requests} == {"qwen/qwen3-8b"}
+
+
+@pytest.mark.parametrize("args", [["prompts", "check"], ["jobs", "list"]])
+def test_commands_that_touch_no_server_need_no_secret(lab_config, args: list[str]) -> None:
+    """prompts check and jobs list read templates and the run log: no IMAP password, no API key (issue 19)."""
+    import subprocess
+    import sys
+
+    config = lab_config(extra='[embeddings]\nbackend = "none"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUINN_TEST_")}
+    result = subprocess.run([sys.executable, "-m", "quinn", *args, "-c", str(config.path)], capture_output=True,
+                            text=True, timeout=120, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr

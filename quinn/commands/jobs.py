@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from quinn.clock import Clock
+from quinn.commands.database import DATABASE_ONLY
 from quinn.config import JOB_NAMES, Config
 
 if TYPE_CHECKING:  # the scheduler pulls in the model SDKs: imported when a jobs command runs, not at CLI start
@@ -30,7 +31,7 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     commands = jobs.add_subparsers(dest="jobs_command", metavar="SUBCOMMAND", required=True)
     listing = with_config(commands.add_parser("list", help="every job: interval, last run, counts, next run"))
     listing.add_argument("--json", action="store_true", help="print JSON (for scripts)")
-    listing.set_defaults(handler=list_jobs)
+    listing.set_defaults(handler=list_jobs, secrets_of=DATABASE_ONLY)  # reads the run log only
     run = with_config(commands.add_parser("run", help="run one job now (waits for it; exit 1 if it failed)"))
     run.add_argument("name", choices=JOB_NAMES, help="the job to run")
     run.add_argument("--json", action="store_true", help="print the outcome as JSON")

@@ -28,13 +28,14 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     group = sub.add_parser("prompts", help="check and preview the prompt templates")
     commands = group.add_subparsers(dest="prompts_command", metavar="SUBCOMMAND", required=True)
     check = with_config(commands.add_parser("check", help="render every template with sample context"))
-    check.set_defaults(handler=check_command)
+    check.set_defaults(handler=check_command, secrets_of=())  # templates only: no password, no API key
     render = with_config(commands.add_parser("render", help="preview a template with a user's real memory"))
     render.add_argument("name", choices=TEMPLATE_NAMES, help="the template to render")
     render.add_argument("--user", required=True, help="the user's address (their memory is read, not changed)")
     render.add_argument("--text", default="What do you remember about me?", help="the text of the sample email")
     render.add_argument("--subject", default="Preview", help="the subject of the sample email")
-    render.set_defaults(handler=render_command)
+    # The user's memory and the embedder (a query embedding): no IMAP password, no model key.
+    render.set_defaults(handler=render_command, secrets_of=(*DATABASE_ONLY, "embeddings"))
     stats = with_config(add_json_flag(commands.add_parser("stats", help="replies and reward per prompt version")))
     stats.set_defaults(handler=prompts_stats, secrets_of=DATABASE_ONLY)
 
