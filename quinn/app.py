@@ -30,7 +30,7 @@ from quinn.hardening import fit_torch_to_sandbox
 from quinn.hold import HELD_PREFIX, SetupHold
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.delivery import Delivery
-from quinn.mailbox.imap import IMAP_FAILURES, ImapLoginRejected, ImapMailbox
+from quinn.mailbox.imap import IMAP_FAILURES, HostUnknown, ImapLoginRejected, ImapMailbox
 from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
@@ -100,6 +100,8 @@ class Quinn:
         # Cheapest and likeliest mistakes first: the IMAP login, then the database, then the slow model load.
         try:
             await self._imap(self.mailbox.connect)
+        except HostUnknown:
+            raise  # a typo in the config, not an outage: quinn run exits with it (systemd retries later)
         except ConnectError as exc:
             log.error("%s; will keep trying", exc)
         self.db = Database.open(c.database.url, c.database.secret("auth_token"))

@@ -101,8 +101,10 @@ async def check(config: Config) -> int:
 
     async def imap() -> str:
         mailbox = ImapMailbox(config.imap)
-        await asyncio.to_thread(mailbox.connect)
+        await asyncio.to_thread(lambda: mailbox.connect(create_folders=False))  # check changes nothing
         detail = f"{mailbox.where}, folder {config.imap.folder}, {'IDLE' if mailbox.can_idle else 'polling'}"
+        if mailbox.missing_folders:
+            detail += f"; the first start creates {', '.join(mailbox.missing_folders)}"
         try:  # a few recent mails, for the trust check below
             folders = [config.imap.folder, config.imap.processed_folder]
             headers.extend(await asyncio.to_thread(mailbox.recent_headers, folders, 5))

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from quinn.errors import ConnectError
-from quinn.mailbox.imap import IMAP_FAILURES, KEYWORD, ImapLoginRejected, ImapMailbox
+from quinn.mailbox.imap import IMAP_FAILURES, KEYWORD, HostUnknown, ImapLoginRejected, ImapMailbox
 from tests.lab.dovecot import Dovecot
 from tests.lab.mails import lab_settings, make_mail
 
@@ -331,3 +331,35 @@ def test_tls_with_a_private_ca(make_dovecot: Callable[..., Dovecot], users: User
     box.close()
     with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         mailbox(server, user, tls=tls, port=port)  # the system CAs do not know the lab's certificate
+
+
+def test_connect_for_a_check_creates_nothing(dovecot: Dovecot, users: Users) -> None:
+    """quinn check used to create five folders as a side effect; now it lists what the first start creates."""
+    user = users("quinn")
+    box = ImapMailbox(lab_settings(dovecot, user).imap)
+    box.connect(create_folders=False)
+    assert box.missing_folders == ["Quinn/Processed", "Quinn/Quarantine", "Drafts", "Quinn/Sent"]
+    assert box.recent_headers(["INBOX", "Quinn/Processed"]) == []
+    box.close()
+    assert not [f for f in dovecot.folders(user) if f.startswith(("Quinn", "Drafts"))]
+    watched = ImapMailbox(lab_settings(dovecot, user, imap={"folder": "Quinn/In"}).imap)
+    watched.connect(create_folders=False)  # the watched folder itself does not exist yet: nothing is selected
+    assert "Quinn/In" in watched.missing_folders
+    watched.close()
+
+
+def test_tls_against_a_plain_port_says_what_to_try(dovecot: Dovecot, users: Users) -> None:
+    box = ImapMailbox(lab_settings(dovecot, users("quinn"), imap={"tls": "ssl"}).imap)
+    with pytest.raises(ConnectError) as info:
+        box.connect()
+    assert "does not speak TLS right away" in str(info.value) and 'tls = "starttls"' in str(info.value)
+
+
+def test_a_host_name_that_does_not_resolve_is_its_own_error(dovecot: Dovecot, users: Users) -> None:
+    """A typo, not an outage: quinn run stops at start with it instead of retrying forever."""
+    settings = lab_settings(dovecot, users("quinn"))
+    # A name that fails to resolve without asking DNS (tests make no lookups off the machine): a loopback
+    # address with an interface that does not exist.
+    box = ImapMailbox(settings.imap.model_copy(update={"host": "::1%quinn-no-such-if"}))
+    with pytest.raises(HostUnknown, match="does not resolve"):
+        box.connect()

@@ -63,6 +63,7 @@ class ImapMailbox:
         self.can_move = False
         self.can_uidplus = False
         self.uidvalidity = 0
+        self.missing_folders: list[str] = []  # after connect(create_folders=False): what a first start creates
         self.idle_cycles = 0  # IDLE commands issued; each ends within idle_renew_s (RFC 2177)
         self.keepalives = 0  # NOOPs sent to keep a quiet connection alive
 
@@ -76,25 +77,32 @@ class ImapMailbox:
         """Whether a logged-in connection is held (it may still turn out dead on the next command)."""
         return self._client is not None
 
-    def connect(self) -> None:
+    def connect(self, *, create_folders: bool = True) -> None:
         """Connect, log in, learn capabilities and the hierarchy delimiter, create our folders, select.
 
-        Raises ``ImapLoginRejected`` when the password is refused and ``ConnectError`` for everything else.
+        ``create_folders=False`` (``quinn check``) changes nothing on the server: the folders Quinn would create
+        are listed in ``missing_folders`` instead. Raises ``ImapLoginRejected`` when the password is refused,
+        ``HostUnknown`` when the host name does not resolve, and ``ConnectError`` for everything else.
         """
         c = self.config
         context = tls_context(c.ca_file) if c.tls != "none" else None
         try:
             client = IMAPClient(c.host, port=c.port, ssl=c.tls == "ssl", ssl_context=context, timeout=c.timeout_s)
+        except socket.gaierror as exc:
+            raise HostUnknown(f"IMAP host {c.host!r} does not resolve ({exc.strerror or exc})",
+                              "check the spelling of imap.host") from None  # fmt: skip
         except (OSError, IMAPClientError) as exc:
             raise ConnectError(f"IMAP {c.host}:{c.port} unreachable: {_describe(exc)}",
-                               "check imap.host, port and tls") from None  # fmt: skip
+                               tls_hint("imap", c.tls, c.port, exc)) from None  # fmt: skip
         try:
             if c.tls == "starttls":
                 client.starttls(context)
         except (OSError, IMAPClientError) as exc:
             _close_quietly(client)
-            raise ConnectError(f"IMAP {c.host}:{c.port} STARTTLS failed: {_describe(exc)}",
-                               "check imap.tls and imap.ca_file") from None  # fmt: skip
+            raise ConnectError(
+                f"IMAP {c.host}:{c.port} STARTTLS failed: {_describe(exc)}",
+                tls_hint("imap", c.tls, c.port, exc, "check imap.tls and imap.ca_file"),
+            ) from None
         try:
             client.login(c.username, self.config.secret("password") or "")
         except LoginError as exc:
@@ -116,7 +124,12 @@ class ImapMailbox:
             if folders:
                 delimiter = folders[0][1]
                 self.delimiter = delimiter.decode() if isinstance(delimiter, bytes) else (delimiter or "/")
-            self.ensure_folders(self.own_folders())
+            if create_folders:
+                self.ensure_folders(self.own_folders())
+            else:
+                self.missing_folders = self.absent(self.own_folders())
+                if c.folder in self.missing_folders:  # nothing to select until the first start creates it
+                    return
             self.uidvalidity = int(client.select_folder(self.server_name(c.folder))[b"UIDVALIDITY"])
             self._take_news()  # a fresh connection is followed by a full pass
         except (*DEAD_CONNECTION, IMAPClientError) as exc:
@@ -131,6 +144,11 @@ class ImapMailbox:
     def server_name(self, folder: str) -> str:
         """A configured folder name (``/`` separates levels) in the server's own hierarchy delimiter."""
         return folder.replace("/", self.delimiter) if self.delimiter else folder
+
+    def absent(self, folders: list[str]) -> list[str]:
+        """The folders of ``folders`` that do not exist on the server."""
+        existing = {name for _flags, _delim, name in self._client.list_folders()}
+        return [f for f in folders if f.upper() != "INBOX" and self.server_name(f) not in existing]
 
     def ensure_folders(self, folders: list[str]) -> None:
         """Create each folder (and its parents) that does not exist yet."""
@@ -227,7 +245,8 @@ class ImapMailbox:
                     data = self._client.fetch(uids, ["BODY.PEEK[HEADER]"])
                     found.extend(bytes(item[b"BODY[HEADER]"]) for item in data.values() if b"BODY[HEADER]" in item)
         finally:
-            self._client.select_folder(self.server_name(self.config.folder))
+            if self.config.folder not in self.missing_folders:  # quinn check before the watched folder exists
+                self._client.select_folder(self.server_name(self.config.folder))
         return found
 
     def holds_message_id(self, message_id: str, folders: list[str]) -> bool:
@@ -445,6 +464,24 @@ def _is_change(response: Any) -> bool:
 def _has_bye(responses: list[Any]) -> bool:
     """An untagged BYE (RFC 3501 §7.1.5), parsed by imapclient as ``(b"BYE", b"Server", b"shutting", …)``."""
     return any((isinstance(r, tuple) and r and r[0] == b"BYE") or r == b"BYE" for r in responses or ())
+
+
+class HostUnknown(ConnectError):
+    """The server's host name does not resolve: a typo in the config, not an outage (fails a first start)."""
+
+
+def tls_hint(section: str, tls: str, port: int, exc: BaseException, default: str | None = None) -> str:
+    """What to try when a connection fails: OpenSSL's WRONG_VERSION_NUMBER means TLS met a server that speaks
+    plain text on that port (or the reverse)."""
+    text = str(exc).upper()
+    if isinstance(exc, ssl.SSLError) and ("WRONG_VERSION_NUMBER" in text or "UNKNOWN_PROTOCOL" in text):
+        return (
+            f'the server does not speak TLS right away on port {port}: with {section}.tls = "{tls}" try '
+            f'{section}.tls = "starttls" (IMAP port 143, SMTP 587), or the implicit-TLS port (IMAP 993, SMTP 465)'
+        )
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the server's certificate is not trusted: fix the certificate, or set {section}.ca_file to its CA"
+    return default or f"check {section}.host, port and tls"
 
 
 def _describe(exc: BaseException) -> str:
