@@ -274,3 +274,35 @@ async def test_unauthenticated_mail_neither_reads_nor_writes_memory(make_quinn, 
     assert "I did not carry out" in refusal and "could not verify" in refusal
     assert len(brain.server.requests) == requests
     assert quinn.query("SELECT content FROM memories WHERE user_id = ?", (alice,)) == [("Alice's salary is 90k.",)]
+
+
+async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_quinn, mail_lab, brain: Brain) -> None:
+    """The session-close review writes the user's short-term state; the next reply's prompt carries it as
+    "Recent context" (issue 15: it was written and never read). Private state stays out with others on the mail."""
+    import asyncio
+
+    from tests.lab.llm_server import Json
+
+    alice, carol = mail_lab.new_user("alice"), mail_lab.new_user("carol")
+    quinn = await make_quinn("[scheduler]\nstartup_delay_s = 3600\nsession_close_after_min = 0.01\n")
+    await quinn.send(alice, "Kitchen", "We are planning the kitchen renovation; the tiler comes on Friday.", date=DAY0)
+    quinn.replies(alice, 1)
+    review = {
+        "summary": "Alice is renovating her kitchen; the tiler was booked for Friday.",
+        "state": {"recent_goal_and_status": "kitchen renovation: tiles chosen, tiler booked",
+                  "agent_info": "Alice likes short answers with dates first."},
+    }  # fmt: skip
+    brain.reply = lambda r: Json(review) if "You review a finished email conversation" in r.text else Text("ok")
+    await asyncio.sleep(1.0)  # the session goes quiet (session_close_after_min = 0.6 s)
+    assert quinn.app.scheduler is not None
+    outcome = await quinn.app.scheduler.run_job("session_close", force=True)
+    assert outcome.status == "ok" and outcome.counts["processed"] == 1, outcome
+    await quinn.send(alice, "Hello again", "Can we pick up where we left off?", date=DAY0 + timedelta(days=3))
+    quinn.replies(alice, 2)
+    prompt = brain.prompt("pick up where we left off")
+    assert "Recent context with this person" in prompt
+    assert "last conversation summary: Alice is renovating her kitchen" in prompt
+    assert "recent goal and status: kitchen renovation: tiles chosen, tiler booked" in prompt
+    assert "agent info: Alice likes short answers with dates first." in prompt
+    await quinn.send(alice, "Plans", "Carol, shall we pick up the plans?", cc=(carol,), date=DAY0 + timedelta(days=4))
+    assert "Recent context with this person" not in brain.prompt("shall we pick up the plans")

@@ -23,6 +23,7 @@ from quinn.agent.extract import ExtractionOutcome, extract_memories
 from quinn.agent.gate import sensory_gate
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
+from quinn.agent.state import user_state
 from quinn.agent.tools import MEMORY_TOOLS, MemoryChange, MemoryDeps
 from quinn.agent.usage import record_usage
 from quinn.clock import utcnow
@@ -114,7 +115,9 @@ class Agent:
         store = self.store
         c = self.config
         persona, profile, hits, domains = [], [], [], []
+        state: dict[str, str] = {}
         if use_memory:
+            state = user_state(store.db, user)  # what the last conversation left open: "recent context"
             persona = store.get_all(None, scope="global", type="persona")
             profile = store.get_all(user, scope="profile", limit=50)
             query = f"{email.subject}\n{email.text or email.full_text}"
@@ -131,7 +134,7 @@ class Agent:
             email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
             hits=hits, thread=list(thread), thread_summary=summary, token_budget=c.memory.token_budget,
-            domains=domains, now=utcnow(), actions=list(actions),
+            domains=domains, now=utcnow(), actions=list(actions), state=state,
         )  # fmt: skip
 
     # -- 2 and 3. the answer ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, Field
 
 from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, scope_for
+from quinn.agent.state import ALL_STATE_FIELDS, STATE_FIELDS, user_state
 from quinn.clock import iso
 from quinn.errors import RetryLater, StoreError
 from quinn.memory.db import Database
@@ -30,9 +31,6 @@ from quinn.scheduler.summarize import Message, session_text
 
 log = logging.getLogger(__name__)
 
-STATE_FIELDS = ("user_info", "recent_goal_and_status", "important_context", "agent_beliefs")
-ALL_STATE_FIELDS = ("user_info", "last_conversation_summary", *STATE_FIELDS[1:], "agent_info")
-
 
 class StateUpdate(BaseModel):
     """The user's short-term state after the conversation; null leaves a field as it was."""
@@ -41,6 +39,7 @@ class StateUpdate(BaseModel):
     recent_goal_and_status: str | None = None
     important_context: str | None = None
     agent_beliefs: str | None = None
+    agent_info: str | None = None
 
 
 class SessionReview(BaseModel):
@@ -70,12 +69,6 @@ def quiet_sessions(db: Database, before: datetime) -> list[QuietSession]:
         (iso(before),),
     )
     return [QuietSession(sid, at) for sid, at in rows]
-
-
-def user_state(db: Database, user_id: str) -> dict[str, str]:
-    """The user's short-term state (empty strings when none was written yet)."""
-    row = db.query_one(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
-    return dict(zip(ALL_STATE_FIELDS, row or ("",) * len(ALL_STATE_FIELDS), strict=True))
 
 
 def reply_prompt_version(db: Database, session_id: str) -> str:
@@ -155,9 +148,9 @@ def close_session(
                 if value is not None:
                     state[name] = value
             state["last_conversation_summary"] = review.summary
-            columns = ", ".join(ALL_STATE_FIELDS)
+            columns, marks = ", ".join(ALL_STATE_FIELDS), ", ".join("?" * len(ALL_STATE_FIELDS))
             tx.execute(
-                f"INSERT INTO user_state (user_id, {columns}, updated_at) VALUES (?, {', '.join('?' * 6)}, ?)"
+                f"INSERT INTO user_state (user_id, {columns}, updated_at) VALUES (?, {marks}, ?)"
                 f" ON CONFLICT (user_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in ALL_STATE_FIELDS)},"
                 " updated_at = excluded.updated_at",
                 (user_id, *(state[c] for c in ALL_STATE_FIELDS), iso(now)),
