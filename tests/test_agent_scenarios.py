@@ -306,3 +306,26 @@ async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_
     assert "agent info: Alice likes short answers with dates first." in prompt
     await quinn.send(alice, "Plans", "Carol, shall we pick up the plans?", cc=(carol,), date=DAY0 + timedelta(days=4))
     assert "Recent context with this person" not in brain.prompt("shall we pick up the plans")
+
+
+async def test_the_profile_keeps_what_matters_when_more_than_fits(make_quinn, mail_lab, brain: Brain) -> None:
+    """Months of mail later, "always answer me in Spanish" must still be in every prompt: the profile is chosen by
+    what the user asked to remember, importance and use, not by recency (issue 15)."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    store = quinn.app.store
+    assert store is not None
+    old = DAY0 - timedelta(days=300)
+    store.add(alice, "Alice asked to remember: always answer me in Spanish", scope="profile", type="preference",
+              importance=0.8, metadata={"via": "remember"}, valid_from=old)  # fmt: skip
+    store.add(alice, "Alice is allergic to penicillin.", scope="profile", type="personal", importance=0.9,
+              valid_from=old + timedelta(days=1))  # fmt: skip
+    for n in range(80):  # newer, minor preferences: together far more than the profile's share of the budget
+        note = f"Alice mentioned once that she found item number {n} of the catalogue mildly interesting."
+        when = old + timedelta(days=10 + n)
+        store.add(alice, note, scope="profile", type="preference", importance=0.2, valid_from=when)
+    await quinn.send(alice, "Hello", "What should I pack for the trip?", date=DAY0)
+    quinn.replies(alice, 1)
+    prompt = brain.prompt("What should I pack")
+    assert "always answer me in Spanish" in prompt and "allergic to penicillin" in prompt
+    assert prompt.count("mildly interesting") < 80  # the budget still holds

@@ -79,6 +79,17 @@ def in_domains(memory: Memory, domains: Sequence[str]) -> bool:
     return not domains or memory.user_id is None or memory.domain is None or memory.domain in domains
 
 
+def profile_order(memories: Sequence[Memory]) -> list[Memory]:
+    """The profile as it fills the budget: what must never fall out first. Fixed by the operator, then what the
+    user explicitly asked to remember, then by importance and use; recency only breaks ties. (Newest first let
+    "always answer me in Spanish" fall out of every prompt after months of mail: issue 15.)"""
+
+    def rank(m: Memory) -> tuple[bool, bool, float, int, str]:
+        return (m.immutable, m.metadata.get("via") == "remember", m.importance, m.access_count, m.valid_from)
+
+    return sorted(memories, key=rank, reverse=True)
+
+
 def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
     """The variables of the reply template (documented in prompts/README.md)."""
     email = inputs.email
@@ -86,7 +97,7 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
     profile_text = ""
     memories_text = ""
     if inputs.memory_enabled:
-        profile = visible(inputs.profile, private_ok, inputs.now)
+        profile = profile_order(visible(inputs.profile, private_ok, inputs.now))
         profile_budget = int(inputs.token_budget * PROFILE_SHARE)
         profile_text = context_block([SearchHit(m, 1.0) for m in profile], profile_budget)
         shown = {m.id for m in profile if f"[memory:{m.id}]" in profile_text}

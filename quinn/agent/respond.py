@@ -38,6 +38,7 @@ from quinn.memory.store import MemoryStore
 log = logging.getLogger(__name__)
 
 RunDb = Callable[..., Awaitable[Any]]
+PROFILE_ROWS = 1000  # profile memories read per reply; far more than any token budget shows
 #: Times a named stage (``Metrics.stage``); the default times nothing.
 StageTimer = Callable[[str], AbstractContextManager[Any]]
 
@@ -119,7 +120,8 @@ class Agent:
         if use_memory:
             state = user_state(store.db, user)  # what the last conversation left open: "recent context"
             persona = store.get_all(None, scope="global", type="persona")
-            profile = store.get_all(user, scope="profile", limit=50)
+            # Every profile memory: the budget keeps the most important (context.profile_order), not the newest.
+            profile = store.get_all(user, scope="profile", limit=PROFILE_ROWS)
             query = f"{email.subject}\n{email.text or email.full_text}"
             matches = self.domains.detect(query)
             domains = [m.name for m in matches]
