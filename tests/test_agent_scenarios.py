@@ -329,3 +329,25 @@ async def test_the_profile_keeps_what_matters_when_more_than_fits(make_quinn, ma
     prompt = brain.prompt("What should I pack")
     assert "always answer me in Spanish" in prompt and "allergic to penicillin" in prompt
     assert prompt.count("mildly interesting") < 80  # the budget still holds
+
+
+async def test_one_fact_stated_twice_in_a_batch_is_stored_once_and_doubt_is_shown(
+    make_quinn, mail_lab, brain: Brain
+) -> None:
+    """Issue 15: duplicates within one extraction answer were both stored, and extracted confidence was ignored."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Ghent"] = {**NOTHING, "new": [
+        {"content": "Alice lives in Ghent.", "type": "fact", "confidence": "high"},
+        {"content": "Alice lives in the city of Ghent.", "type": "fact", "confidence": "high"},
+        {"content": "Alice might be changing jobs in spring.", "type": "goal", "confidence": "low"},
+    ]}  # fmt: skip
+    await quinn.send(alice, "Hi", "I live in Ghent, and I might change jobs in spring.", date=DAY0)
+    quinn.replies(alice, 1)
+    stored = [c for (c,) in quinn.query("SELECT content FROM memories WHERE user_id = ? AND active = 1", (alice,))]
+    assert sorted(stored) == ["Alice lives in Ghent.", "Alice might be changing jobs in spring."]
+    await quinn.send(alice, "Jobs", "Any thoughts on my jobs plans for spring?", date=DAY0 + timedelta(days=1))
+    quinn.replies(alice, 2)
+    prompt = brain.prompt("jobs plans for spring")
+    assert re.search(r"\(goal, since 2026-09-01, unsure\) Alice might be changing jobs in spring\.", prompt)
+    assert "since 2026-09-01) Alice lives in Ghent." in prompt or "Alice lives in Ghent." not in prompt

@@ -111,6 +111,28 @@ async def extract_memories(
     return ExtractionOutcome(created, updated, usage)
 
 
+def distinct(store: MemoryStore, memories: list[ExtractedMemory]) -> list[ExtractedMemory]:
+    """The batch without its own near-duplicates (cosine >= ``DUPLICATE_SIMILARITY``, the threshold used against
+    stored memories): a model that states one fact twice in one answer stores it once. The first wins."""
+    if len(memories) < 2:
+        return list(memories)
+    if store.embedder is None:  # full-text only: exact text (case and spaces folded) is all that can be compared
+        seen: set[str] = set()
+        kept = []
+        for memory in memories:
+            key = " ".join(memory.content.lower().split())
+            if key not in seen:
+                seen.add(key)
+                kept.append(memory)
+        return kept
+    vectors = store.embedder.embed([m.content for m in memories])
+    kept_at: list[int] = []
+    for i in range(len(memories)):
+        if all(float(vectors[i] @ vectors[j]) < DUPLICATE_SIMILARITY for j in kept_at):
+            kept_at.append(i)
+    return [memories[i] for i in kept_at]
+
+
 def _apply(
     store: MemoryStore, user_id: str, extraction: Extraction, email: InboundEmail, source: dict, version: str
 ) -> tuple[list[int], list[int]]:
@@ -129,7 +151,7 @@ def _apply(
         except StoreError as exc:  # the model named a memory that is not this user's current one
             log.info("extraction: cannot update memory %s: %s", change.id, exc)
     fresh: list[NewMemory] = []
-    for memory in extraction.new:
+    for memory in distinct(store, extraction.new):
         similar = find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY)
         if similar and not similar[0].memory.immutable:
             if " ".join(similar[0].content.split()).lower() != " ".join(memory.content.split()).lower():

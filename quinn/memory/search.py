@@ -404,7 +404,9 @@ def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
             continue
         date = memory.valid_from[:10]
         where = f"{memory.type}, {memory.domain}" if memory.domain else memory.type
-        line = f"- [memory:{memory.id}] ({where}, since {date}) {memory.content}"
+        # A fact the extraction was unsure of is not presented as certain (issue 15).
+        unsure = ", unsure" if memory.metadata.get("confidence") == "low" else ""
+        line = f"- [memory:{memory.id}] ({where}, since {date}{unsure}) {memory.content}"
         cost = estimate_tokens(line)
         if used + cost > token_budget:
             continue

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, scope_for
+from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, distinct, scope_for
 from quinn.agent.state import ALL_STATE_FIELDS, STATE_FIELDS, user_state
 from quinn.clock import iso
 from quinn.errors import RetryLater, StoreError
@@ -108,7 +108,7 @@ def apply_memories(
             log.info("session close: cannot update memory %s: %s", change.id, exc)
             skipped += 1
     fresh: list[NewMemory] = []
-    for memory in extraction.new:
+    for memory in distinct(store, extraction.new):
         if find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY):
             skipped += 1  # the per-mail extraction (or an earlier, interrupted close) has it already
             continue
