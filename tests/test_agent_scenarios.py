@@ -351,3 +351,36 @@ async def test_one_fact_stated_twice_in_a_batch_is_stored_once_and_doubt_is_show
     prompt = brain.prompt("jobs plans for spring")
     assert re.search(r"\(goal, since 2026-09-01, unsure\) Alice might be changing jobs in spring\.", prompt)
     assert "since 2026-09-01) Alice lives in Ghent." in prompt or "Alice lives in Ghent." not in prompt
+
+
+async def test_time_bound_facts_expire_and_finished_goals_close(make_quinn, mail_lab, brain: Brain) -> None:
+    """Issue 15: nothing set expires_at, and goals never completed. A fact "until Friday" stops being presented
+    as current after that day (kept in history); a goal the user reports done is closed."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Lisbon"] = {**NOTHING, "new": [
+        {"content": "Alice is in Lisbon for a conference until Friday 4 September 2026.", "type": "context",
+         "valid_until": "2026-09-04"},
+        {"content": "Alice wants to finish her thesis draft.", "type": "goal"},
+        {"content": "Alice has a broken date.", "type": "fact", "valid_until": "someday"},
+    ]}  # fmt: skip
+    await quinn.send(alice, "Trip", "I'm in Lisbon for a conference until Friday; still working on my thesis.",
+                     date=DAY0)  # fmt: skip
+    quinn.replies(alice, 1)
+    rows = dict(quinn.query("SELECT content, expires_at FROM memories WHERE user_id = ?", (alice,)))
+    assert rows["Alice is in Lisbon for a conference until Friday 4 September 2026."] == "2026-09-04T23:59:59+00:00"
+    assert rows["Alice wants to finish her thesis draft."] is None and rows["Alice has a broken date."] is None
+    [(goal,)] = quinn.query("SELECT id FROM memories WHERE user_id = ? AND type = 'goal'", (alice,))
+    brain.learn["submitted"] = {**NOTHING, "completed": [goal]}
+    await quinn.send(alice, "Done", "Good news: I submitted the thesis draft yesterday!", date=DAY0 + timedelta(days=6))
+    quinn.replies(alice, 2)
+    assert quinn.query("SELECT valid_to FROM memories WHERE id = ?", (goal,)) == [("2026-09-07T09:00:00+00:00",)]
+    assert quinn.query("SELECT change FROM memory_versions WHERE memory_id = ? ORDER BY id DESC LIMIT 1", (goal,)) == [
+        ("completed",)
+    ]
+    await quinn.send(alice, "Now", "Where am I this week, and what am I working on? Lisbon thesis",
+                     date=DAY0 + timedelta(days=7))  # fmt: skip
+    quinn.replies(alice, 3)
+    prompt = brain.prompt("Where am I this week")
+    assert "conference until Friday" not in prompt  # expired: no longer current
+    assert "thesis draft" not in prompt.split("New email from", 1)[0]  # the closed goal is not presented

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -22,6 +23,7 @@ from quinn.agent.domains import DomainDetector
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.tools import scope_for
+from quinn.clock import iso
 from quinn.errors import StoreError
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.models import Memory, NewMemory
@@ -43,6 +45,11 @@ class ExtractedMemory(BaseModel):
     confidence: Literal["high", "medium", "low"] = "medium"
     domain: str | None = None
     tags: list[str] = Field(default_factory=list)
+    valid_until: str | None = Field(
+        default=None,
+        description="For a time-bound fact ('this week', 'until Friday', 'during the conference'): the last day it "
+        "holds, as YYYY-MM-DD; null when it has no end.",
+    )
 
 
 class ChangedMemory(ExtractedMemory):
@@ -57,6 +64,7 @@ class Extraction(BaseModel):
     new: list[ExtractedMemory] = Field(default_factory=list)
     updated: list[ChangedMemory] = Field(default_factory=list)
     contradicted: list[ChangedMemory] = Field(default_factory=list)
+    completed: list[int] = Field(default_factory=list, description="ids of existing goals the email reports done")
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,22 @@ async def extract_memories(
     return ExtractionOutcome(created, updated, usage)
 
 
+def expiry(memory: ExtractedMemory, sent: datetime | None) -> str | None:
+    """When a time-bound memory stops being current: the end (UTC) of its ``valid_until`` day. A date that cannot
+    be read, or one before the mail was written, is ignored (the memory is kept open-ended, never lost)."""
+    if not memory.valid_until:
+        return None
+    try:
+        day = date.fromisoformat(memory.valid_until.strip()[:10])
+    except ValueError:
+        log.info("extraction: unreadable valid_until %r ignored", memory.valid_until)
+        return None
+    end = datetime.combine(day, time(23, 59, 59), tzinfo=UTC)
+    if sent is not None and end < sent:
+        return None
+    return iso(end)
+
+
 def distinct(store: MemoryStore, memories: list[ExtractedMemory]) -> list[ExtractedMemory]:
     """The batch without its own near-duplicates (cosine >= ``DUPLICATE_SIMILARITY``, the threshold used against
     stored memories): a model that states one fact twice in one answer stores it once. The first wins."""
@@ -163,7 +187,24 @@ def _apply(
             user_id=user_id, content=memory.content, scope=scope_for(memory.type, memory.domain), type=memory.type,
             domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
             metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
+            expires_at=expiry(memory, email.date),
         ))  # fmt: skip
     if fresh:
         created = store.add_many(fresh)
+    updated += close_completed(store, user_id, extraction.completed, valid_from, f"reported done in {email.message_id}")
     return created, updated
+
+
+def close_completed(
+    store: MemoryStore, user_id: str, goal_ids: Sequence[int], at: datetime | str | None, reason: str
+) -> list[int]:
+    """Close the goals the user reported done (only their own current goals); returns the ids closed."""
+    closed = []
+    for goal_id in goal_ids:
+        goal = store.get(goal_id, user_id=user_id)
+        if goal is None or not goal.current or goal.type != "goal":
+            log.info("extraction: %s is not a current goal of this user; not closed", goal_id)
+            continue
+        store.complete(goal_id, user_id=user_id, at=at, reason=reason)
+        closed.append(goal_id)
+    return closed

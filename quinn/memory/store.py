@@ -283,6 +283,19 @@ class MemoryStore:
             tx.execute("UPDATE memories SET active = 0, updated_at = ? WHERE id = ?", (now, old.id))
             log_changes(tx, [old.id], "forgotten", reason, now)
 
+    def complete(
+        self, memory_id: int, *, user_id: str | None = None, at: datetime | str | None = None,
+        reason: str | None = None,
+    ) -> None:  # fmt: skip
+        """Close a memory that stopped being true, such as a goal the user reports done: it is no longer current
+        from ``at`` (``valid_to``) but stays in history and in ``as_of`` reads of the time before."""
+        old = self._current_for_change(memory_id, user_id, False, "complete")
+        now = iso(utcnow())
+        when = iso(at) if isinstance(at, datetime) else (at or now)
+        with self.db.transaction() as tx:
+            tx.execute("UPDATE memories SET valid_to = ?, updated_at = ? WHERE id = ?", (when, now, old.id))
+            log_changes(tx, [old.id], "completed", reason, now)
+
     def _current_for_change(
         self, memory_id: int, user_id: str | None, allow_immutable: bool, verb: str, *, owner_known: bool = False
     ) -> Memory:

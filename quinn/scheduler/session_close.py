@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, distinct, scope_for
+from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, close_completed, distinct, expiry, scope_for
 from quinn.agent.state import ALL_STATE_FIELDS, STATE_FIELDS, user_state
 from quinn.clock import iso
 from quinn.errors import RetryLater, StoreError
@@ -116,8 +116,10 @@ def apply_memories(
             user_id=user_id, content=memory.content, scope=scope_for(memory.type, memory.domain), type=memory.type,
             domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
             metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
+            expires_at=expiry(memory, None),
         ))  # fmt: skip
     created = len(store.add_many(fresh)) if fresh else 0
+    updated += len(close_completed(store, user_id, extraction.completed, valid_from, reason))
     return created, updated, skipped
 
 
