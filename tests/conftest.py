@@ -168,6 +168,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", default=False, help="also run tests marked long")
 
 
+@pytest.fixture(scope="session")
+def real_llm() -> Iterator[Any]:
+    """A real model (Qwen2.5-Coder-0.5B Q4_K_M on llama-cpp-python's server) for the session, on 127.0.0.1.
+
+    Missing weights or runtime fail the test (skip with QUINN_ALLOW_SKIP=1); see tests/lab/real_model.py for
+    where the weights come from and why they are only a test fixture.
+    """
+    from tests.lab.real_llm import RUNTIME_HINT, RealLLM, runtime_available
+    from tests.lab.real_model import FETCH_HINT, verified_path
+
+    model = verified_path()
+    if model is None:
+        _missing("The lab's real model (verified GGUF file)", FETCH_HINT)
+    if not runtime_available():
+        _missing("llama-cpp-python's server", RUNTIME_HINT)
+    server = RealLLM(model)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without ``--long``, tests marked ``long`` are skipped (CI's default run stays fast)."""
     if config.getoption("--long"):
