@@ -147,6 +147,16 @@ async def test_a_tool_call_written_as_text_is_run_and_never_becomes_the_reply(ll
     assert "remember: saved" in llm_server.requests[1].text
 
 
+async def test_the_same_tool_call_written_again_is_not_run_again(llm_server: ScriptedLLM) -> None:
+    saved.clear()
+    llm_server.like_llama_cpp = True
+    call = ToolCall("remember", {"content": "Ana likes tea"})
+    llm_server.script(call, call, Text("Noted, Ana."))
+    result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember])
+    assert result.text == "Noted, Ana." and saved == ["Ana likes tea"] and result.tool_rounds == 1
+    assert "That was JSON, not a reply" in llm_server.requests[2].text
+
+
 @pytest.mark.parametrize(
     "junk",
     [
@@ -167,6 +177,17 @@ async def test_json_instead_of_a_reply_twice_is_retried_later(llm_server: Script
     llm_server.script(Text('{"reply": "Hello"}'), Text('[{"reply": "Hello"}]'))
     with pytest.raises(RetryLater, match="JSON instead of a reply"):
         await local(llm_server).text("You are Quinn.", "Hi")
+
+
+async def test_a_model_stuck_on_tool_calls_is_asked_once_without_tools(llm_server: ScriptedLLM) -> None:
+    saved.clear()
+    llm_server.like_llama_cpp = True
+    call = ToolCall("remember", {"content": "Ana likes tea"})
+    llm_server.script(call, call, call, Text("Noted, Ana."))
+    result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember])
+    assert result.text == "Noted, Ana." and saved == ["Ana likes tea"]
+    last = llm_server.requests[-1]
+    assert "tools" not in last.body_json and "What your tool calls found:\nremember: saved" in last.text
 
 
 async def test_a_server_refusing_tools_is_asked_without_them_from_then_on(llm_server: ScriptedLLM) -> None:

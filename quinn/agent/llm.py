@@ -209,6 +209,8 @@ class LLM:
         params: dict[str, Any] = {}
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
+        if self.config.max_output_tokens is not None:
+            params["max_tokens"] = self.config.max_output_tokens
         return llm.Model(self.background_model_id if background else self.model_id, **params)
 
     @staticmethod
@@ -223,14 +225,18 @@ class LLM:
         When the bound is reached and the model still asks for tools, the calls are answered with a refusal that
         tells it to write its answer now; a model that still gives no text is retried later (``RetryLater``).
         An answer that is nothing but JSON is never returned as a reply: a tool call written as text (as
-        llama.cpp's server returns them) naming one of `tools` is executed like a real one, anything else (a
-        schema, an unknown call) is sent back once with the request for plain text, then ``RetryLater``.
+        llama.cpp's server returns them) naming one of `tools` is executed like a real one (a repeat of a call
+        already run is not), anything else (a schema, an unknown call) is sent back once with the request for
+        plain text, then asked once more without tools, then ``RetryLater``.
         A server that rejects the tool definitions (400/500) is asked again without tools, and from then on.
         """
         model = self._model(background)
         usage = Usage(model.model_id)
         rounds = 0
         nudged = False
+        ran_as_text: set[tuple[str, str]] = set()
+        gathered: list[str] = []  # results of tool calls the model wrote as text
+        bare = False  # asked once without tools
         if model.model_id in self._no_tools:
             tools = ()
         try:
@@ -263,9 +269,15 @@ class LLM:
                     break
                 calls = tool_calls_in_text(text)
                 names = {getattr(tool, "name", None) for tool in tools}
-                if calls and all(call.name in names for call in calls) and rounds < self.config.max_tool_rounds:
+                keys = {(c.name, json.dumps(c.args, sort_keys=True)) for c in calls or ()}
+                # A small model asks for the same call again and again (seen: five identical searches per mail);
+                # a repeat gets no new answer, so it is treated as the JSON it is.
+                fresh = bool(keys - ran_as_text)
+                if calls and fresh and all(c.name in names for c in calls) and rounds < self.config.max_tool_rounds:
                     log.info("model %s wrote %d tool call(s) as text; running them", model.model_id, len(calls))
                     results = [await _run_text_call(response, call.name, call.args, ctx) for call in calls]
+                    gathered += results
+                    ran_as_text |= keys
                     rounds += 1
                     note = ("Your tool calls were run. Results:\n" + "\n".join(results) + "\nNow write the reply "
                             "to the email as plain text: no JSON, no tool calls.")  # fmt: skip
@@ -273,8 +285,17 @@ class LLM:
                     log.warning("model %s answered with JSON instead of a reply; asking for plain text: %.200s",
                                 model.model_id, text)  # fmt: skip
                     nudged = True
-                    note = ("That was JSON, not a reply. Write the reply to the email as plain text, without JSON and "
-                            "without tool calls.")  # fmt: skip
+                    note = ("That was JSON, not a reply (tool results you asked for are above). Write the reply to the "
+                            "email now as plain text, without JSON and without tool calls.")  # fmt: skip
+                elif tools and not bare:
+                    # Last resort before giving up: the same request with no tools to call, and what the text
+                    # calls found so far. Greedy decoding would repeat the same JSON on every retry otherwise.
+                    log.warning("model %s still answered with JSON; asking once more without tools", model.model_id)
+                    bare = True
+                    found = "\n\nWhat your tool calls found:\n" + "\n".join(gathered) if gathered else ""
+                    response = await model.call_async(self._messages(system, user + found))
+                    usage += _usage(response, model.model_id)
+                    continue
                 else:
                     raise RetryLater(f"model {model.model_id} answered with JSON instead of a reply, twice; nothing "
                                      f"was sent: {text[:200]!r}")  # fmt: skip
