@@ -215,11 +215,12 @@ def llm_server() -> Iterator[ScriptedLLM]:
 def lab_config_text(
     *, imap_port: int, smtp_port: int, address: str, llm_url: str, db_path: Path, extra: str = "",
     model: str = "openai/gpt-test", idle: bool = True, imap_extra: str = "", smtp_extra: str = "",
-    llm_timeout_s: float = 20,
+    llm_timeout_s: float = 20, llm_extra: str = "",
 ) -> str:  # fmt: skip
     """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables.
 
-    ``imap_extra`` / ``smtp_extra`` are more lines for those sections; ``extra`` holds further sections.
+    ``imap_extra`` / ``smtp_extra`` / ``llm_extra`` are more lines for those sections; ``extra`` holds further
+    sections.
     """
     return f"""
 log_level = "INFO"
@@ -247,6 +248,7 @@ base_url = "{llm_url}"
 api_key_env = "QUINN_TEST_LLM_KEY"
 timeout_s = {llm_timeout_s}
 max_retries = 0
+{llm_extra}
 
 [database]
 url = "{db_path}"

@@ -11,17 +11,23 @@ prompt, ~55 tokens/s decode, 0.6 GiB RSS. What this server does that the scripte
 
 Usage::
 
-    with RealLLM(model_path) as server:
-        base_url = server.openai_base_url    # http://127.0.0.1:PORT/v1
+    with RealLLM(model_path) as server, ModelRecorder(server) as recorder:
+        base_url = recorder.openai_base_url  # Quinn talks to the recorder, which passes everything on
+        ...
+        assert "Ana lives in Porto" in recorder.texts()[-1]   # what Quinn sent, not what the model said
 """
 
 from __future__ import annotations
 
 import http.client
 import importlib.util
+import json
 import sys
 import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from tests.lab.ports import free_port
 from tests.lab.process import LabServer, remove_at_exit
@@ -93,3 +99,71 @@ class RealLLM(LabServer):
             return response.status
         finally:
             conn.close()
+
+
+class ModelRecorder:
+    """A pass-through in front of a `RealLLM` that keeps every request body: tests assert on what Quinn sent to
+    the model (llama.cpp's server records nothing), never on the model's wording."""
+
+    def __init__(self, target: RealLLM) -> None:
+        self.target = target
+        self.requests: list[tuple[str, Any]] = []  # (path, JSON body)
+        self._httpd: ThreadingHTTPServer | None = None
+
+    @property
+    def openai_base_url(self) -> str:
+        assert self._httpd is not None, "start() the recorder first"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def texts(self, path_suffix: str = "/chat/completions") -> list[str]:
+        """The messages of each recorded chat request, joined into one string per request."""
+        return ["\n".join(str(m.get("content")) for m in body.get("messages", []))
+                for path, body in self.requests if path.endswith(path_suffix)]  # fmt: skip
+
+    def start(self) -> ModelRecorder:
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _forward(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else None
+                if raw is not None:
+                    recorder.requests.append((self.path, json.loads(raw)))
+                conn = http.client.HTTPConnection(recorder.target.host, recorder.target.port, timeout=600)
+                try:
+                    conn.request(method, self.path, body=raw, headers={"Content-Type": "application/json"})
+                    response = conn.getresponse()
+                    payload = response.read()
+                finally:
+                    conn.close()
+                self.send_response(response.status)
+                self.send_header("Content-Type", response.getheader("Content-Type") or "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                self._forward("GET")
+
+            def do_POST(self) -> None:
+                self._forward("POST")
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+
+    def __enter__(self) -> ModelRecorder:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
