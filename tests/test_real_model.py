@@ -12,6 +12,7 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -85,6 +86,9 @@ def test_a_mail_is_answered_its_facts_stored_and_a_new_thread_recalls_them(
     smtp_lab.send(alice, address, raw)
     replies = dovecot.wait_for_messages(alice, 2, timeout_s=300)
     assert len(replies) == 2
+    deadline = time.monotonic() + 300  # let the second extraction finish: a SIGTERM would wait out its grace
+    while daemon.log().count("extraction for") < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert daemon.terminate(timeout_s=120) == 0
 
     stored = current_memories(tmp_path / "quinn.db", alice)
