@@ -245,7 +245,7 @@ class LLM:
             except (llm.BadRequestError, llm.ServerError) as exc:
                 if not tools:
                     raise
-                log.warning("model %s: the server refused the request with tools (%s); answering without tools "
+                log.warning("model %s: the server refused the request with tools (%.200s); answering without tools "
                             "from now on", model.model_id, exc)  # fmt: skip
                 self._no_tools.add(model.model_id)
                 tools = ()
@@ -333,7 +333,7 @@ class LLM:
             except (llm.BadRequestError, llm.ServerError, llm.FeatureNotSupportedError) as exc:
                 if i + 1 == len(modes):
                     raise _translate(exc, model.model_id) from exc
-                log.warning("model %s: the server refused structured output as %s (%s); using %s from now on",
+                log.warning("model %s: the server refused structured output as %s (%.200s); using %s from now on",
                             model.model_id, mode, exc, modes[i + 1])  # fmt: skip
                 self._format_mode[model.model_id] = modes[i + 1]
             except (llm.Error, *TRANSPORT_ERRORS) as exc:
