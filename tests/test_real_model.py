@@ -160,3 +160,22 @@ async def test_every_background_call_writes_valid_rows_or_fails_cleanly(real_ben
     assert any("These are similar episodes" in t for t in asked)
     usage = {row[0] for row in bench.db.query("SELECT purpose FROM llm_usage")}
     assert {"job:session_close", "job:reflect"} <= usage
+
+
+@pytest.mark.long
+async def test_the_labelled_extraction_set_parses_case_by_case(recorder: ModelRecorder) -> None:
+    """--long (~3 min quiet, ~11 min on a loaded box): all of tests/data/extraction_eval.jsonl through the daemon's
+    extraction call; every answer is a valid Extraction (scores are bench/extraction_real.py's business)."""
+    from quinn.agent.evaluation import evaluate_extraction, load_cases
+    from quinn.agent.prompts import PromptStore
+    from quinn.commands.evaluate import DEFAULT_DATA
+    from quinn.config import LlmConfig
+
+    cases = load_cases(DEFAULT_DATA)
+    config = LlmConfig(model=MODEL, base_url=recorder.openai_base_url, timeout_s=300, max_retries=0, temperature=0,
+                       max_output_tokens=600)  # fmt: skip
+    report = await evaluate_extraction(LLM(config), PromptStore(), cases)
+    assert [c.case_id for c in report.cases] == [c["id"] for c in cases]
+    asked = [body for path, body in recorder.requests if EXTRACT_MARK in json.dumps(body)]
+    assert len(asked) >= sum(not c.gated for c in report.cases)  # each ungated case reached the model
+    assert report.usage.calls >= len(asked) - 1  # the one json_schema refusal costs no tokens
