@@ -119,6 +119,22 @@ async def test_a_server_refusing_every_response_format_gets_json_asked_for_in_th
     assert "facts" in last.text  # the schema travels in the prompt
 
 
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_a_transient_server_error_keeps_the_mode_and_the_tools(llm_server: ScriptedLLM, status: int) -> None:
+    seam = local(llm_server)
+    llm_server.script(Error(status, "overloaded"), Error(status, "overloaded"))
+    with pytest.raises(RetryLater):
+        await seam.structured("Extract.", "Ana...", Facts)
+    with pytest.raises(RetryLater):
+        await seam.text("You are Quinn.", "Hi", tools=[remember])
+    llm_server.script(Json(GOOD), Text("Hello Ana."))
+    assert len((await seam.structured("Extract.", "Ana...", Facts))[0].facts) == 2
+    assert (await seam.text("You are Quinn.", "Hi", tools=[remember])).text == "Hello Ana."
+    formats = [(r.body_json.get("response_format") or {}).get("type") for r in llm_server.requests]
+    assert formats == ["json_schema", None, "json_schema", None]
+    assert ["tools" in r.body_json for r in llm_server.requests] == [False, True, False, True]
+
+
 async def test_a_server_error_in_the_last_mode_is_retried_later(llm_server: ScriptedLLM) -> None:
     llm_server.script(Error(500), Error(500), Error(500))
     with pytest.raises(RetryLater):

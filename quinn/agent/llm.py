@@ -228,7 +228,7 @@ class LLM:
         llama.cpp's server returns them) naming one of `tools` is executed like a real one (a repeat of a call
         already run is not), anything else (a schema, an unknown call) is sent back once with the request for
         plain text, then asked once more without tools, then ``RetryLater``.
-        A server that rejects the tool definitions (400/500) is asked again without tools, and from then on.
+        A server that rejects the tool definitions (400) is asked again without tools, and from then on.
         """
         model = self._model(background)
         usage = Usage(model.model_id)
@@ -242,7 +242,9 @@ class LLM:
         try:
             try:
                 response = await self._first_text_call(model, system, user, tools, ctx)
-            except (llm.BadRequestError, llm.ServerError) as exc:
+            except llm.BadRequestError as exc:
+                # Ollama and vLLM answer 400 to tools a model or server does not support. Not a 5xx: a server
+                # that is overloaded or down must make the mail wait, not lose its tools for good.
                 if not tools:
                     raise
                 log.warning("model %s: the server refused the request with tools (%.200s); answering without tools "
@@ -319,7 +321,7 @@ class LLM:
         JSON in prose or code fences is found, a truncated object keeps its complete elements, and an answer
         that is not one (a schema echoed back, an empty ``{}``, keys outside the schema) gets one repair round.
         On an OpenAI-compatible server the request mode falls back json_schema → json_object with the schema
-        (llama.cpp) → JSON asked for in the prompt when the server refuses one (400/500), and the mode that
+        (llama.cpp) → JSON asked for in the prompt when the server refuses one (400, or a plain 500), and the mode that
         worked is kept per model. Still no valid answer: ``RetryLater`` (the mail or job waits, nothing lost).
         """
         model = self._model(background)
@@ -331,7 +333,10 @@ class LLM:
             try:
                 return await self._structured_in(model, mode, system, user, format, usage)
             except (llm.BadRequestError, llm.ServerError, llm.FeatureNotSupportedError) as exc:
-                if i + 1 == len(modes):
+                # llama-cpp-python refuses json_schema with a plain 500; 502-504 (overloaded, a proxy timing out)
+                # are transient and say nothing about the mode.
+                transient = isinstance(exc, llm.ServerError) and exc.status_code != 500
+                if transient or i + 1 == len(modes):
                     raise _translate(exc, model.model_id) from exc
                 log.warning("model %s: the server refused structured output as %s (%.200s); using %s from now on",
                             model.model_id, mode, exc, modes[i + 1])  # fmt: skip
