@@ -168,6 +168,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", default=False, help="also run tests marked long")
 
 
+@pytest.fixture(scope="session")
+def real_llm() -> Iterator[Any]:
+    """A real model (Qwen2.5-Coder-0.5B Q4_K_M on llama-cpp-python's server) for the session, on 127.0.0.1.
+
+    Missing weights or runtime fail the test (skip with QUINN_ALLOW_SKIP=1); see tests/lab/real_model.py for
+    where the weights come from and why they are only a test fixture.
+    """
+    from tests.lab.real_llm import RUNTIME_HINT, RealLLM, runtime_available
+    from tests.lab.real_model import FETCH_HINT, verified_path
+
+    model = verified_path()
+    if model is None:
+        _missing("The lab's real model (verified GGUF file)", FETCH_HINT)
+    if not runtime_available():
+        _missing("llama-cpp-python's server", RUNTIME_HINT)
+    server = RealLLM(model)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without ``--long``, tests marked ``long`` are skipped (CI's default run stays fast)."""
     if config.getoption("--long"):
@@ -192,13 +215,13 @@ def llm_server() -> Iterator[ScriptedLLM]:
 def lab_config_text(
     *, imap_port: int, smtp_port: int, address: str, llm_url: str, db_path: Path, extra: str = "",
     model: str = "openai/gpt-test", idle: bool = True, imap_extra: str = "", smtp_extra: str = "",
-    llm_timeout_s: float = 20,
+    llm_timeout_s: float = 20, llm_extra: str = "",
 ) -> str:  # fmt: skip
     """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables.
 
-    ``imap_extra`` / ``smtp_extra`` are more lines for those sections; ``extra`` holds further sections. Quinn
-    trusts the lab's MX (``authserv_id``, added to a ``[policy]`` of ``extra`` or as one of its own), as an
-    operator following deploy/SECURITY.md would: the default trust setting, with the stamp it needs.
+    ``imap_extra`` / ``smtp_extra`` / ``llm_extra`` are more lines for those sections; ``extra`` holds further
+    sections. Quinn trusts the lab's MX (``authserv_id``, added to a ``[policy]`` of ``extra`` or as one of its
+    own), as an operator following deploy/SECURITY.md would: the default trust setting, with the stamp it needs.
     """
     if "authserv_id" not in extra:
         line = f'authserv_id = "{LAB_AUTHSERV}"\n'
@@ -230,6 +253,7 @@ base_url = "{llm_url}"
 api_key_env = "QUINN_TEST_LLM_KEY"
 timeout_s = {llm_timeout_s}
 max_retries = 0
+{llm_extra}
 
 [database]
 url = "{db_path}"

@@ -22,8 +22,12 @@ ANTHROPIC_WARNINGS = [
 
 # provider string -> (endpoint path the server must see, model name it must see, base URL kind)
 PROVIDERS = {
-    "openai/gpt-x": ("/v1/responses", "gpt-x", "v1"),
+    # With a base_url, openai/ means an OpenAI-compatible server: chat completions, the name as written
+    # (llama.cpp, Ollama and vLLM serve no /v1/responses); `:responses` asks for the Responses API.
+    "openai/gpt-x": ("/v1/chat/completions", "gpt-x", "v1"),
+    "openai/qwen/qwen2.5-coder-0.5b": ("/v1/chat/completions", "qwen/qwen2.5-coder-0.5b", "v1"),
     "openai/gpt-x:completions": ("/v1/chat/completions", "gpt-x", "v1"),
+    "openai/gpt-x:responses": ("/v1/responses", "gpt-x", "v1"),
     "ollama/qwen/qwen3-8b": ("/v1/chat/completions", "qwen/qwen3-8b", "v1"),
     "vllm/meta-llama/Llama-3.1-8B-Instruct": ("/v1/chat/completions", "meta-llama/Llama-3.1-8B-Instruct", "v1"),
     "lmstudio/qwen2.5-7b-instruct": ("/v1/chat/completions", "qwen2.5-7b-instruct", "v1"),

@@ -7,7 +7,10 @@ across a tool loop and returned, so the caller records it per user, per email an
 
 from __future__ import annotations
 
+import contextvars
+import json
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -16,8 +19,9 @@ import httpx
 from mirascope import llm
 from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAICompletionsProvider
 from openai import AsyncOpenAI, OpenAI
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from quinn.agent.json_text import find_json, is_schema_dump, tool_calls_in_text, whole_json
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
 
@@ -25,6 +29,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=BaseModel)
 NATIVE = ("openai", "anthropic", "google")
+# Structured-output modes on an OpenAI-compatible server, tried in this order until the server takes one.
+COMPATIBLE_MODES = ("json_schema", "json_object", "prompt")
 # Mirascope wraps the OpenAI/Anthropic SDK errors, but google-genai lets httpx's timeouts and connection errors
 # through unwrapped: those are transient like any other provider's.
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
@@ -48,9 +54,32 @@ class OpenAICompatibleProvider(BaseOpenAICompletionsProvider):
         key = api_key or "unused"
         self.client = OpenAI(api_key=key, base_url=base_url, timeout=timeout_s, max_retries=retries)
         self.async_client = AsyncOpenAI(api_key=key, base_url=base_url, timeout=timeout_s, max_retries=retries)
+        _send_response_format(self.async_client)
 
     def _model_name(self, model_id: str) -> str:
-        return model_id.removeprefix(self._prefix)
+        # `openai/<name>:completions` is Mirascope's spelling of chat completions; the server wants the name.
+        return model_id.removeprefix(self._prefix).removesuffix(":completions")
+
+
+# The response_format of the structured call in progress ("json_object" mode), read where the compatible
+# provider sends its request: Mirascope has no way to send {"type": "json_object", "schema": …}, which
+# llama.cpp's server honours (it answers 500 to {"type": "json_schema"}, FACTS.md).
+_RESPONSE_FORMAT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("response_format",
+                                                                                          default=None)  # fmt: skip
+
+
+def _send_response_format(client: AsyncOpenAI) -> None:
+    """Make `client`'s chat completions send `_RESPONSE_FORMAT` when one is set for the current call."""
+    completions = client.chat.completions
+    create = completions.create
+
+    async def create_with_format(*args: Any, **kwargs: Any) -> Any:
+        response_format = _RESPONSE_FORMAT.get()
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        return await create(*args, **kwargs)
+
+    completions.create = create_with_format  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)
@@ -128,6 +157,9 @@ class LLM:
         self.config = config
         self.model_id = config.model
         self.background_model_id = config.background_model or config.model
+        self._compatible: set[str] = set()  # model ids served by an OpenAI-compatible server
+        self._format_mode: dict[str, str] = {}  # model id -> the structured-output mode its server accepts
+        self._no_tools: set[str] = set()  # model ids whose server refused tool definitions
         llm.reset_provider_registry()
         for model in {self.model_id, self.background_model_id}:
             self._register(model)
@@ -136,6 +168,15 @@ class LLM:
         prefix = provider_prefix(model)
         c = self.config
         api_key = c.secret("api_key")
+        if prefix == "openai" and c.base_url is not None and not model.endswith(":responses"):
+            # An OpenAI-compatible server (llama.cpp, Ollama, vLLM, LM Studio) at base_url: chat completions with
+            # the name as written. Mirascope would send an unknown name to /v1/responses, which they do not serve.
+            self._compatible.add(model)
+            provider = OpenAICompatibleProvider(
+                prefix=prefix, base_url=c.base_url, api_key=api_key, timeout_s=c.timeout_s, retries=c.max_retries
+            )
+            llm.register_provider(provider, f"{prefix}/")
+            return
         if prefix in NATIVE:
             if api_key is None and c.base_url is None:
                 # Without a key, Mirascope would fall back to its hosted router when MIRASCOPE_API_KEY is set
@@ -158,6 +199,7 @@ class LLM:
                 f"llm.model {model}: {prefix}/ is served through an OpenAI-compatible endpoint",
                 "set llm.base_url, e.g. http://localhost:11434/v1 for Ollama",
             )
+        self._compatible.add(model)
         provider = OpenAICompatibleProvider(
             prefix=prefix, base_url=c.base_url, api_key=api_key, timeout_s=c.timeout_s, retries=c.max_retries
         )
@@ -167,6 +209,8 @@ class LLM:
         params: dict[str, Any] = {}
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
+        if self.config.max_output_tokens is not None:
+            params["max_tokens"] = self.config.max_output_tokens
         return llm.Model(self.background_model_id if background else self.model_id, **params)
 
     @staticmethod
@@ -180,26 +224,84 @@ class LLM:
 
         When the bound is reached and the model still asks for tools, the calls are answered with a refusal that
         tells it to write its answer now; a model that still gives no text is retried later (``RetryLater``).
+        An answer that is nothing but JSON is never returned as a reply: a tool call written as text (as
+        llama.cpp's server returns them) naming one of `tools` is executed like a real one (a repeat of a call
+        already run is not), anything else (a schema, an unknown call) is sent back once with the request for
+        plain text, then asked once more without tools, then ``RetryLater``.
+        A server that rejects the tool definitions (400) is asked again without tools, and from then on.
         """
         model = self._model(background)
         usage = Usage(model.model_id)
         rounds = 0
+        nudged = False
+        ran_as_text: set[tuple[str, str]] = set()
+        gathered: list[str] = []  # results of tool calls the model wrote as text
+        bare = False  # asked once without tools
+        if model.model_id in self._no_tools:
+            tools = ()
         try:
-            if ctx is not None:
-                response = await model.context_call_async(self._messages(system, user), ctx=ctx, tools=list(tools))
-            else:
-                response = await model.call_async(self._messages(system, user), tools=list(tools) or None)
+            try:
+                response = await self._first_text_call(model, system, user, tools, ctx)
+            except llm.BadRequestError as exc:
+                # Ollama and vLLM answer 400 to tools a model or server does not support. Not a 5xx: a server
+                # that is overloaded or down must make the mail wait, not lose its tools for good.
+                if not tools:
+                    raise
+                log.warning("model %s: the server refused the request with tools (%.200s); answering without tools "
+                            "from now on", model.model_id, exc)  # fmt: skip
+                self._no_tools.add(model.model_id)
+                tools = ()
+                response = await self._first_text_call(model, system, user, tools, ctx)
             usage += _usage(response, model.model_id)
-            while response.tool_calls:
-                if rounds >= self.config.max_tool_rounds:
-                    if rounds > self.config.max_tool_rounds:
-                        break
-                    log.warning("model %s hit the tool limit (%d rounds)", model.model_id, rounds)
-                    outputs = [_refused(call, self.config.max_tool_rounds) for call in response.tool_calls]
+            while True:
+                if response.tool_calls:
+                    if rounds >= self.config.max_tool_rounds:
+                        if rounds > self.config.max_tool_rounds:
+                            break
+                        log.warning("model %s hit the tool limit (%d rounds)", model.model_id, rounds)
+                        outputs = [_refused(call, self.config.max_tool_rounds) for call in response.tool_calls]
+                    else:
+                        outputs = await (response.execute_tools(ctx) if ctx is not None else response.execute_tools())
+                    rounds += 1
+                    response = await (response.resume(ctx, outputs) if ctx is not None else response.resume(outputs))
+                    usage += _usage(response, model.model_id)
+                    continue
+                text = response.text().strip()
+                if whole_json(text) is None:
+                    break
+                calls = tool_calls_in_text(text)
+                names = {getattr(tool, "name", None) for tool in tools}
+                keys = {(c.name, json.dumps(c.args, sort_keys=True)) for c in calls or ()}
+                # A small model asks for the same call again and again (seen: five identical searches per mail);
+                # a repeat gets no new answer, so it is treated as the JSON it is.
+                fresh = bool(keys - ran_as_text)
+                if calls and fresh and all(c.name in names for c in calls) and rounds < self.config.max_tool_rounds:
+                    log.info("model %s wrote %d tool call(s) as text; running them", model.model_id, len(calls))
+                    results = [await _run_text_call(response, call.name, call.args, ctx) for call in calls]
+                    gathered += results
+                    ran_as_text |= keys
+                    rounds += 1
+                    note = ("Your tool calls were run. Results:\n" + "\n".join(results) + "\nNow write the reply "
+                            "to the email as plain text: no JSON, no tool calls.")  # fmt: skip
+                elif not nudged:
+                    log.warning("model %s answered with JSON instead of a reply; asking for plain text: %.200s",
+                                model.model_id, text)  # fmt: skip
+                    nudged = True
+                    note = ("That was JSON, not a reply (tool results you asked for are above). Write the reply to the "
+                            "email now as plain text, without JSON and without tool calls.")  # fmt: skip
+                elif tools and not bare:
+                    # Last resort before giving up: the same request with no tools to call, and what the text
+                    # calls found so far. Greedy decoding would repeat the same JSON on every retry otherwise.
+                    log.warning("model %s still answered with JSON; asking once more without tools", model.model_id)
+                    bare = True
+                    found = "\n\nWhat your tool calls found:\n" + "\n".join(gathered) if gathered else ""
+                    response = await model.call_async(self._messages(system, user + found))
+                    usage += _usage(response, model.model_id)
+                    continue
                 else:
-                    outputs = await (response.execute_tools(ctx) if ctx is not None else response.execute_tools())
-                rounds += 1
-                response = await (response.resume(ctx, outputs) if ctx is not None else response.resume(outputs))
+                    raise RetryLater(f"model {model.model_id} answered with JSON instead of a reply, twice; nothing "
+                                     f"was sent: {text[:200]!r}")  # fmt: skip
+                response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
                 usage += _usage(response, model.model_id)
         except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise _translate(exc, model.model_id) from exc
@@ -208,24 +310,68 @@ class LLM:
             raise RetryLater(f"model {model.model_id} returned no text after {rounds} tool rounds")
         return TextResult(text, usage, rounds)
 
+    async def _first_text_call(self, model: llm.Model, system: str, user: str, tools: Sequence[Any], ctx: Any) -> Any:
+        if ctx is not None:
+            return await model.context_call_async(self._messages(system, user), ctx=ctx, tools=list(tools))
+        return await model.call_async(self._messages(system, user), tools=list(tools) or None)
+
     async def structured(self, system: str, user: str, format: type[T], *, background: bool = True) -> tuple[T, Usage]:
-        """A structured answer validated into ``format``; one repair round when the JSON does not validate."""
+        """A structured answer validated into ``format``, from models and servers as they are.
+
+        JSON in prose or code fences is found, a truncated object keeps its complete elements, and an answer
+        that is not one (a schema echoed back, an empty ``{}``, keys outside the schema) gets one repair round.
+        On an OpenAI-compatible server the request mode falls back json_schema → json_object with the schema
+        (llama.cpp) → JSON asked for in the prompt when the server refuses one (400, or a plain 500), and the mode that
+        worked is kept per model. Still no valid answer: ``RetryLater`` (the mail or job waits, nothing lost).
+        """
         model = self._model(background)
         usage = Usage(model.model_id)
-        try:
-            response = await model.call_async(self._messages(system, user), format=format)
-            usage += _usage(response, model.model_id)
+        modes = self._modes(model.model_id)
+        for i, mode in enumerate(modes):
+            schema = {"type": "json_object", "schema": format.model_json_schema()} if mode == "json_object" else None
+            token = _RESPONSE_FORMAT.set(schema)
             try:
-                return response.parse(), usage
-            except llm.ParseError as exc:
-                log.info("model %s gave invalid %s, asking once more: %s", model.model_id, format.__name__, exc)
-                response = await response.resume(f"That was not valid: {exc}. Answer again with valid JSON only.")
-                usage += _usage(response, model.model_id)
-                return response.parse(), usage
-        except llm.ParseError as exc:
-            raise RetryLater(f"model {model.model_id} gave no valid {format.__name__}: {exc}") from exc
-        except (llm.Error, *TRANSPORT_ERRORS) as exc:
-            raise _translate(exc, model.model_id) from exc
+                return await self._structured_in(model, mode, system, user, format, usage)
+            except (llm.BadRequestError, llm.ServerError, llm.FeatureNotSupportedError) as exc:
+                # llama-cpp-python refuses json_schema with a plain 500; 502-504 (overloaded, a proxy timing out)
+                # are transient and say nothing about the mode.
+                transient = isinstance(exc, llm.ServerError) and exc.status_code != 500
+                if transient or i + 1 == len(modes):
+                    raise _translate(exc, model.model_id) from exc
+                log.warning("model %s: the server refused structured output as %s (%.200s); using %s from now on",
+                            model.model_id, mode, exc, modes[i + 1])  # fmt: skip
+                self._format_mode[model.model_id] = modes[i + 1]
+            except (llm.Error, *TRANSPORT_ERRORS) as exc:
+                raise _translate(exc, model.model_id) from exc
+            finally:
+                _RESPONSE_FORMAT.reset(token)
+        raise AssertionError("unreachable: the last mode returns or raises")
+
+    def _modes(self, model_id: str) -> Sequence[str | None]:
+        """The structured-output modes to try for `model_id`, the remembered working one first."""
+        if model_id not in self._compatible:
+            return (None,)  # the native providers' own default (strict schema or a format tool)
+        start = self._format_mode.get(model_id, COMPATIBLE_MODES[0])
+        return COMPATIBLE_MODES[COMPATIBLE_MODES.index(start) :]
+
+    async def _structured_in(
+        self, model: llm.Model, mode: str | None, system: str, user: str, format: type[T], usage: Usage
+    ) -> tuple[T, Usage]:
+        """One structured call in `mode`, with one repair round."""
+        spec: Any = format if mode is None else llm.format(format, mode="strict" if mode == "json_schema" else "json")
+        response = await model.call_async(self._messages(system, user), format=spec)
+        usage += _usage(response, model.model_id)
+        try:
+            return _parse_answer(response, format, model.model_id, allow_empty=False), usage
+        except _InvalidAnswer as exc:
+            log.info("model %s gave invalid %s, asking once more: %s", model.model_id, format.__name__, exc)
+            response = await response.resume(f"That was not valid: {exc}. Answer again with only the JSON object "
+                                              "the schema describes.")  # fmt: skip
+            usage += _usage(response, model.model_id)
+        try:
+            return _parse_answer(response, format, model.model_id, allow_empty=True), usage
+        except _InvalidAnswer as exc:
+            raise RetryLater(f"model {model.model_id} gave no valid {format.__name__} twice: {exc}") from exc
 
     async def check(self) -> str:
         """One tiny request to the main model, for ``quinn check``; returns the model id."""
@@ -234,6 +380,47 @@ class LLM:
         except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise ConnectError(f"LLM {self.model_id}: {_translate(exc, self.model_id)}") from exc
         return self.model_id
+
+
+class _InvalidAnswer(ValueError):
+    """A structured answer that is not one; the message is what the model is told."""
+
+
+def _parse_answer(response: Any, format: type[T], model: str, *, allow_empty: bool) -> T:
+    """The answer in `response` validated into `format`; `_InvalidAnswer` says what is wrong with it."""
+    text = response.text()
+    try:
+        value, repaired = find_json(text)
+    except ValueError:
+        try:
+            return response.parse()  # type: ignore[no-any-return]  # e.g. a format tool's arguments, not text
+        except llm.ParseError as exc:
+            raise _InvalidAnswer(f"no JSON object in the answer ({text[:100]!r})") from exc
+    if is_schema_dump(value):
+        raise _InvalidAnswer("that is the JSON schema itself, not an answer that follows it")
+    fields = set(format.model_fields)
+    if isinstance(value, dict) and value and not fields & set(value):
+        inner = next(iter(value.values()))
+        if len(value) == 1 and isinstance(inner, dict) and fields & set(inner):
+            value = inner  # {"Extraction": {...}}: the answer wrapped in one more object
+        else:
+            raise _InvalidAnswer(f"keys {sorted(value)} are not in the schema; use {sorted(fields)}")
+    if value == {} and fields and not allow_empty:
+        raise _InvalidAnswer("an empty object {}: give the schema's fields (an empty list where there is nothing)")
+    if repaired:
+        log.warning("model %s: the %s answer was cut off; keeping its complete part", model, format.__name__)
+    try:
+        return format.model_validate(value)
+    except ValidationError as exc:
+        errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        raise _InvalidAnswer(errors) from exc
+
+
+async def _run_text_call(response: Any, name: str, args: dict[str, Any], ctx: Any) -> str:
+    """Run a tool call the model wrote as text, through the response's own toolkit; its result as a line."""
+    call = llm.ToolCall(id=f"text-{uuid.uuid4().hex[:12]}", name=name, args=json.dumps(args))
+    output = await (response.toolkit.execute(ctx, call) if ctx is not None else response.toolkit.execute(call))
+    return f"{name}: {output.result}"
 
 
 def _refused(call: Any, limit: int) -> Any:

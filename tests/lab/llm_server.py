@@ -34,6 +34,10 @@ Usage::
 Replies are consumed one per chat request (embeddings never consume the queue); when the
 queue is empty ``srv.responder(request)`` is asked, and when it returns ``None`` (or is
 unset) the default ``Text("Scripted reply.")`` is sent, so a caller never hangs.
+
+``srv.like_llama_cpp = True`` imitates llama-cpp-python's server on chat completions (measured,
+tests/lab/real_llm.py): ``response_format: {"type": "json_schema"}`` gets a 500 without consuming a
+reply, and scripted tool calls come back as ``<tool_call>{"name": …, "arguments": …}</tool_call>`` text.
 """
 
 from __future__ import annotations
@@ -324,6 +328,7 @@ class ScriptedLLM:
         self.embedding_dims = embedding_dims
         self.default_text = default_text
         self.responder: Responder | None = None
+        self.like_llama_cpp = False
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -539,6 +544,14 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "embeddings":
             self._embeddings(req)
             return
+        response_format = body.get("response_format") if isinstance(body, dict) else None
+        if (
+            self.llm.like_llama_cpp
+            and isinstance(response_format, dict)
+            and response_format.get("type") == "json_schema"
+        ):
+            self._error(kind, Error(500, "llama.cpp: response_format json_schema is not supported"))
+            return
 
         reply: Reply | None = self.llm._next_reply(req)
         while isinstance(reply, Delay):
@@ -591,6 +604,10 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(reply, ToolCall):
             reply = ToolCalls([reply])
         if isinstance(reply, ToolCalls):
+            if self.llm.like_llama_cpp and req.kind == "chat":
+                text = "\n".join(f'<tool_call>\n{json.dumps({"name": c.name, "arguments": c.args})}\n</tool_call>'
+                                 for c in reply.calls)  # fmt: skip
+                return _Turn(text, [], "stop")
             calls = [(c.id or new_id(id_prefix), c.name, c.args) for c in reply.calls]
             return _Turn(reply.text, calls, "tool_calls")
         if isinstance(reply, Json):

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
@@ -27,16 +28,55 @@ class Stoppable(Protocol):
 
 class LabServer:
     """The lifecycle the lab's server processes share: ``restart``, ``close`` (stop, then delete ``self.dir``)
-    and ``with``. Subclasses give ``start(timeout_s)``, ``stop()``, ``dir`` and ``restart_timeout_s``."""
+    and ``with``. Subclasses give ``start(timeout_s)``, ``dir`` and ``restart_timeout_s``; those that run one
+    process group in ``self._proc`` can start it with `_spawn` and take ``running`` and ``stop`` from here."""
 
     dir: Path
     restart_timeout_s = 10.0
+    stop_grace_s = 5.0
+    _proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float) -> None:
         raise NotImplementedError
 
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
     def stop(self) -> None:
-        raise NotImplementedError
+        """End the process group (SIGTERM, SIGKILL after ``stop_grace_s``) and wait (no-op when stopped)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            kill_group(proc, grace_s=self.stop_grace_s)
+        untrack(self)
+
+    def _spawn(
+        self, cmd: list[str], log_path: Path, ready: Callable[[], bool], timeout_s: float, error: type[Exception]
+    ) -> None:
+        """Start `cmd` in its own session, logging to `log_path`, and return once `ready()` is true (an OSError
+        counts as not yet); raise `error` with the log's tail when the process exits or `timeout_s` passes."""
+        with log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.dir, start_new_session=True
+            )
+        track(self)
+        name = Path(cmd[0]).name if len(cmd) < 3 or cmd[1] != "-m" else cmd[2]
+        deadline = time.monotonic() + timeout_s
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self.stop()
+                raise error(f"{name} exited with {code} while starting\n{tail(log_path)}")
+            try:
+                if ready():
+                    return
+            except OSError as exc:
+                last_error = exc
+            time.sleep(0.02)
+        self.stop()
+        raise error(f"{name} did not answer within {timeout_s} s ({last_error!r})\n{tail(log_path)}")
 
     def restart(self, timeout_s: float | None = None) -> None:
         """Stop and start again on the same port with the same data."""

@@ -21,13 +21,11 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from tests.lab.ports import free_port
-from tests.lab.process import LabServer, kill_group, remove_at_exit, tail, track, untrack
+from tests.lab.process import LabServer, remove_at_exit
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CANDIDATES = (
@@ -72,54 +70,19 @@ class Sqld(LabServer):
         remove_at_exit(self.dir)
         self.db_path = self.dir / "data.sqld"
         self.log_path = self.dir / "sqld.log"
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """The URL to hand `libsql.connect`: ``http://127.0.0.1:PORT``."""
         return f"http://{self.host}:{self.port}"
 
-    @property
-    def running(self) -> bool:
-        """Whether the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
     def start(self, timeout_s: float = 15.0) -> None:
         """Start sqld and return once ``GET /health`` answers 200; raise `SqldError` with the log tail."""
         if self.running:
             return
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                [
-                    str(self.binary),
-                    "--db-path",
-                    str(self.db_path),
-                    "--http-listen-addr",
-                    f"{self.host}:{self.port}",
-                    "--no-welcome",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=self.dir,
-                start_new_session=True,
-            )
-        track(self)
-        deadline = time.monotonic() + timeout_s
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
-                self.stop()
-                raise SqldError(f"sqld exited with {code} while starting\n{tail(self.log_path)}")
-            try:
-                if self._health() == 200:
-                    return
-            except OSError as exc:
-                last_error = exc
-            time.sleep(0.02)
-        self.stop()
-        raise SqldError(f"sqld did not answer within {timeout_s} s ({last_error!r})\n{tail(self.log_path)}")
+        cmd = [str(self.binary), "--db-path", str(self.db_path), "--http-listen-addr", f"{self.host}:{self.port}",
+               "--no-welcome"]  # fmt: skip
+        self._spawn(cmd, self.log_path, lambda: self._health() == 200, timeout_s, SqldError)
 
     def _health(self) -> int:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
@@ -130,10 +93,3 @@ class Sqld(LabServer):
             return response.status
         finally:
             conn.close()
-
-    def stop(self) -> None:
-        """End the process group (SIGTERM, SIGKILL after 5 s) and wait (no-op when stopped)."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            kill_group(proc, grace_s=5.0)
-        untrack(self)

@@ -1,0 +1,151 @@
+"""JSON as real models write it: inside code fences or prose, cut off by max_tokens, or as a tool call in text.
+
+Pure functions, used by the LLM seam (agent/llm.py) for structured answers and to keep JSON out of replies.
+Small local models and OpenAI-compatible servers do all of these: llama-cpp-python's server returns tool calls
+as text in the message content (Quinn once mailed such a call to a user), and a model cut off by max_tokens
+leaves an unclosed object.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)(?:```|$)", re.DOTALL)
+# Tags chat templates put around tool calls in text (Qwen/Hermes <tool_call>, Llama 3 <|python_tag|>, Mistral).
+_TOOL_TAGS = re.compile(r"</?tool_call>|<\|python_tag\|>|\[TOOL_CALLS\]|<\|eom_id\|>|<\|eot_id\|>")
+
+
+def _unwrapped(text: str) -> str:
+    """The text without tool-call tags and, when it is one fenced block, without the fence."""
+    text = _TOOL_TAGS.sub("", text).strip()
+    fence = _FENCE.search(text)
+    if fence and not text[: fence.start()].strip() and not text[fence.end() :].strip():
+        return fence.group(1).strip()
+    return text
+
+
+def whole_json(text: str) -> Any | None:
+    """The JSON object or array that is the entire text (tags and one code fence aside), else None."""
+    body = _unwrapped(text)
+    if not body.startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        # Several objects on lines of their own (one tool call per line) are still nothing but JSON.
+        try:
+            value = [json.loads(line) for line in body.splitlines() if line.strip()]
+        except ValueError:
+            return None
+    return value if isinstance(value, dict | list) else None
+
+
+@dataclass(frozen=True)
+class TextToolCall:
+    """A tool call a model wrote as text instead of a structured ``tool_calls`` entry."""
+
+    name: str
+    args: dict[str, Any]
+
+
+def tool_calls_in_text(text: str) -> list[TextToolCall] | None:
+    """The tool calls when the whole text is one or more calls (``{"name": …, "arguments": {…}}``, also the
+    ``{"function": {…}}`` and ``parameters`` spellings), else None."""
+    value = whole_json(text)
+    items = value if isinstance(value, list) else [value]
+    calls: list[TextToolCall] = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        item = item.get("function", item) if isinstance(item.get("function"), dict) else item
+        name, args = item.get("name"), item.get("arguments", item.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return None
+        if not isinstance(name, str) or not isinstance(args, dict):
+            return None
+        calls.append(TextToolCall(name, args))
+    return calls or None
+
+
+def _closers(prefix: str) -> str | None:
+    """What closes every bracket left open in `prefix`, or None when it ends inside a string."""
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in prefix:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    return None if in_string else "".join(reversed(stack))
+
+
+def repair_truncated(text: str) -> Any | None:
+    """A JSON value cut off part way, repaired by dropping the unfinished tail and closing what is open.
+
+    Only whole elements survive (a half-written sentence is not a memory): the text is cut after the last
+    closing bracket that yields valid JSON. None when nothing valid is left.
+    """
+    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return None
+    body = text[start:]
+    for end in sorted((m.end() for m in re.finditer(r"[}\]]", body)), reverse=True):
+        prefix = body[:end].rstrip()
+        closers = _closers(prefix)
+        if closers is None:
+            continue
+        try:
+            return json.loads(re.sub(r",\s*$", "", prefix) + closers)
+        except ValueError:
+            continue
+    return None
+
+
+def find_json(text: str) -> tuple[Any, bool]:
+    """The JSON value in a model's answer: the whole text, a fenced block, or the first balanced object in
+    prose; failing those, a truncated one repaired. Returns ``(value, repaired)``; raises ValueError."""
+    body = _unwrapped(text)
+    candidates = [body] + [m.group(1) for m in _FENCE.finditer(text)]
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        candidate = candidate.strip()
+        for i, ch in enumerate(candidate):
+            if ch not in "{[":
+                continue
+            try:
+                value, _ = decoder.raw_decode(candidate, i)
+            except ValueError:
+                if _closers(candidate[i:]) != "":
+                    # It ran to the end of the text: cut off, not prose. An object nested in it would parse,
+                    # but it is not the answer; repair the outer one.
+                    repaired = repair_truncated(candidate[i:])
+                    if repaired is not None:
+                        return repaired, True
+                    break
+                continue
+            return value, False
+    raise ValueError(f"no JSON object in the answer: {text[:200]!r}")
+
+
+def is_schema_dump(value: Any) -> bool:
+    """Whether a model echoed a JSON schema (``{"type": "object", "properties": …}``) instead of an answer."""
+    return (
+        isinstance(value, dict)
+        and ("properties" in value or "$defs" in value or "$schema" in value)
+        and (value.get("type") == "object" or "$schema" in value or "title" in value)
+    )

@@ -1,0 +1,218 @@
+"""The LLM seam against models and servers as they are (issue 21): every failure shape of structured output and of
+replies, each against a real HTTP server (the scripted one, taught the shape; ``like_llama_cpp`` imitates what
+llama-cpp-python's server was measured to do)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mirascope import llm
+from pydantic import BaseModel, Field
+
+from quinn.agent.llm import LLM
+from quinn.errors import RetryLater
+from tests.lab.llm_server import Error, Json, ScriptedLLM, Text, ToolCall
+from tests.test_agent_llm import make_llm
+
+MODEL = "openai/qwen2.5-coder-0.5b-instruct"  # a name OpenAI does not know, at a base_url
+
+
+class Fact(BaseModel):
+    content: str
+    kind: str = "fact"
+
+
+class Facts(BaseModel):
+    facts: list[Fact] = Field(default_factory=list)
+    mood: str | None = None
+
+
+GOOD = {"facts": [{"content": "Ana lives in Porto."}, {"content": "Ana has a dog named Rui."}]}
+
+
+def local(srv: ScriptedLLM, **extra: object) -> LLM:
+    return make_llm(srv, MODEL, **extra)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Sure! Here is the JSON you asked for:\n" + json.dumps(GOOD) + "\nLet me know if you need more.",
+        "```json\n" + json.dumps(GOOD, indent=2) + "\n```",
+        "<tool_call>\n" + json.dumps(GOOD) + "\n</tool_call>",
+        json.dumps({"Facts": GOOD}),
+    ],
+    ids=["prose", "code-fence", "tool-tags", "wrapped-in-its-name"],
+)
+async def test_json_found_where_models_put_it(llm_server: ScriptedLLM, answer: str) -> None:
+    llm_server.script(Text(answer))
+    facts, usage = await local(llm_server).structured("Extract.", "Ana lives in Porto and has a dog, Rui.", Facts)
+    assert [f.content for f in facts.facts] == ["Ana lives in Porto.", "Ana has a dog named Rui."]
+    assert usage.calls == 1 and len(llm_server.requests) == 1
+
+
+async def test_truncated_answer_keeps_its_complete_elements(llm_server: ScriptedLLM) -> None:
+    cut = json.dumps(GOOD)[:-25]  # inside the second fact's sentence
+    llm_server.script(Text(cut, finish="length"))
+    facts, _ = await local(llm_server).structured("Extract.", "Ana...", Facts)
+    assert [f.content for f in facts.facts] == ["Ana lives in Porto."]
+
+
+@pytest.mark.parametrize(
+    ("first", "told"),
+    [
+        ("{}", "an empty object"),
+        (json.dumps(Facts.model_json_schema()), "the JSON schema itself"),
+        (json.dumps({"memories": ["Ana lives in Porto"]}), "not in the schema"),
+        (json.dumps({"facts": [{"text": "Ana lives in Porto"}]}), "facts.0.content"),
+        ("I cannot help with that.", "no JSON object"),
+    ],
+    ids=["empty-object", "schema-dump", "other-keys", "wrong-field", "no-json"],
+)
+async def test_an_answer_that_is_not_one_gets_one_repair_round(llm_server: ScriptedLLM, first: str, told: str) -> None:
+    llm_server.script(Text(first), Json(GOOD))
+    facts, usage = await local(llm_server).structured("Extract.", "Ana...", Facts)
+    assert len(facts.facts) == 2 and usage.calls == 2
+    assert told in llm_server.requests[1].text  # the model is told what was wrong
+
+
+async def test_an_empty_object_twice_is_taken_as_nothing_to_say(llm_server: ScriptedLLM) -> None:
+    llm_server.script(Text("{}"), Text("{}"))
+    facts, _ = await local(llm_server).structured("Extract.", "Thanks!", Facts)
+    assert facts == Facts()
+
+
+async def test_invalid_twice_is_retried_later_not_lost(llm_server: ScriptedLLM) -> None:
+    llm_server.script(Text("no idea"), Text(json.dumps(Facts.model_json_schema())))
+    with pytest.raises(RetryLater, match="no valid Facts twice"):
+        await local(llm_server).structured("Extract.", "Ana...", Facts)
+
+
+async def test_json_schema_refused_falls_back_to_json_object_with_the_schema_and_remembers(
+    llm_server: ScriptedLLM,
+) -> None:
+    llm_server.like_llama_cpp = True
+    seam = local(llm_server)
+    llm_server.script(Json(GOOD), Json(GOOD))
+    first, _ = await seam.structured("Extract.", "Ana...", Facts)
+    second, _ = await seam.structured("Extract.", "Ana again...", Facts)
+    assert first == second and len(first.facts) == 2
+    formats = [(r.body_json.get("response_format") or {}).get("type") for r in llm_server.requests]
+    assert formats == ["json_schema", "json_object", "json_object"]  # one refusal, then the working mode kept
+    sent = llm_server.requests[-1].body_json["response_format"]
+    assert sent["schema"]["properties"].keys() == Facts.model_json_schema()["properties"].keys()
+
+
+async def test_a_server_refusing_every_response_format_gets_json_asked_for_in_the_prompt(
+    llm_server: ScriptedLLM,
+) -> None:
+    def reply(request: object) -> object:
+        body = request.body_json  # type: ignore[attr-defined]
+        return Error(400, "response_format is not supported") if "response_format" in body else Json(GOOD)
+
+    llm_server.responder = reply
+    facts, _ = await local(llm_server).structured("Extract.", "Ana...", Facts)
+    assert len(facts.facts) == 2
+    last = llm_server.requests[-1]
+    assert len(llm_server.requests) == 3 and "response_format" not in last.body_json
+    assert "facts" in last.text  # the schema travels in the prompt
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_a_transient_server_error_keeps_the_mode_and_the_tools(llm_server: ScriptedLLM, status: int) -> None:
+    seam = local(llm_server)
+    llm_server.script(Error(status, "overloaded"), Error(status, "overloaded"))
+    with pytest.raises(RetryLater):
+        await seam.structured("Extract.", "Ana...", Facts)
+    with pytest.raises(RetryLater):
+        await seam.text("You are Quinn.", "Hi", tools=[remember])
+    llm_server.script(Json(GOOD), Text("Hello Ana."))
+    assert len((await seam.structured("Extract.", "Ana...", Facts))[0].facts) == 2
+    assert (await seam.text("You are Quinn.", "Hi", tools=[remember])).text == "Hello Ana."
+    formats = [(r.body_json.get("response_format") or {}).get("type") for r in llm_server.requests]
+    assert formats == ["json_schema", None, "json_schema", None]
+    assert ["tools" in r.body_json for r in llm_server.requests] == [False, True, False, True]
+
+
+async def test_a_server_error_in_the_last_mode_is_retried_later(llm_server: ScriptedLLM) -> None:
+    llm_server.script(Error(500), Error(500), Error(500))
+    with pytest.raises(RetryLater):
+        await local(llm_server).structured("Extract.", "Ana...", Facts)
+
+
+# -- replies -----------------------------------------------------------------------------------------------------
+
+saved: list[str] = []
+
+
+@llm.tool
+async def remember(content: str) -> str:
+    """Save something worth remembering about the user."""
+    saved.append(content)
+    return "saved"
+
+
+async def test_a_tool_call_written_as_text_is_run_and_never_becomes_the_reply(llm_server: ScriptedLLM) -> None:
+    saved.clear()
+    llm_server.like_llama_cpp = True
+    llm_server.script(ToolCall("remember", {"content": "Ana likes tea"}), Text("Noted, Ana: tea it is."))
+    result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember])
+    assert result.text == "Noted, Ana: tea it is." and result.tool_rounds == 1
+    assert saved == ["Ana likes tea"]
+    assert "remember: saved" in llm_server.requests[1].text
+
+
+async def test_the_same_tool_call_written_again_is_not_run_again(llm_server: ScriptedLLM) -> None:
+    saved.clear()
+    llm_server.like_llama_cpp = True
+    call = ToolCall("remember", {"content": "Ana likes tea"})
+    llm_server.script(call, call, Text("Noted, Ana."))
+    result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember])
+    assert result.text == "Noted, Ana." and saved == ["Ana likes tea"] and result.tool_rounds == 1
+    assert "That was JSON, not a reply" in llm_server.requests[2].text
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        json.dumps({"name": "delete_everything", "arguments": {}}),  # a tool we do not offer
+        json.dumps({"type": "object", "properties": {"reply": {"type": "string"}}}),  # a schema dump
+        '```json\n{"reply": "Hello"}\n```',
+    ],
+    ids=["unknown-tool", "schema", "fenced-json"],
+)
+async def test_json_instead_of_a_reply_is_sent_back_once(llm_server: ScriptedLLM, junk: str) -> None:
+    llm_server.script(Text(junk), Text("Hello Ana."))
+    result = await local(llm_server).text("You are Quinn.", "Hi", tools=[remember])
+    assert result.text == "Hello Ana."
+    assert "That was JSON, not a reply" in llm_server.requests[1].text
+
+
+async def test_json_instead_of_a_reply_twice_is_retried_later(llm_server: ScriptedLLM) -> None:
+    llm_server.script(Text('{"reply": "Hello"}'), Text('[{"reply": "Hello"}]'))
+    with pytest.raises(RetryLater, match="JSON instead of a reply"):
+        await local(llm_server).text("You are Quinn.", "Hi")
+
+
+async def test_a_model_stuck_on_tool_calls_is_asked_once_without_tools(llm_server: ScriptedLLM) -> None:
+    saved.clear()
+    llm_server.like_llama_cpp = True
+    call = ToolCall("remember", {"content": "Ana likes tea"})
+    llm_server.script(call, call, call, Text("Noted, Ana."))
+    result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember])
+    assert result.text == "Noted, Ana." and saved == ["Ana likes tea"]
+    last = llm_server.requests[-1]
+    assert "tools" not in last.body_json and "What your tool calls found:\nremember: saved" in last.text
+
+
+async def test_a_server_refusing_tools_is_asked_without_them_from_then_on(llm_server: ScriptedLLM) -> None:
+    def reply(request: object) -> object:
+        body = request.body_json  # type: ignore[attr-defined]
+        return Error(400, "tools are not supported") if "tools" in body else Text("Hello Ana.")
+
+    llm_server.responder = reply
+    seam = local(llm_server)
+    assert (await seam.text("You are Quinn.", "Hi", tools=[remember])).text == "Hello Ana."
+    assert (await seam.text("You are Quinn.", "Hi again", tools=[remember])).text == "Hello Ana."
+    assert ["tools" in r.body_json for r in llm_server.requests] == [True, False, False]
