@@ -17,7 +17,7 @@ from imapclient.exceptions import IMAPClientAbortError, LoginError
 
 from tests.lab.dovecot import Dovecot
 from tests.lab.guard import install_network_guard
-from tests.lab.smtp import MailLab, SmtpLab
+from tests.lab.smtp import MailLab, SmtpLab, mx_stamp
 from tests.lab.sqld import Sqld
 
 Users = Callable[[str], str]
@@ -115,7 +115,10 @@ def test_smtp_delivers_to_each_recipients_inbox_with_return_path(mail_lab: MailL
     # Delivery happens before the 250, so the mail is there without waiting.
     for rcpt in (quinn, cc):
         [delivered] = mail_lab.dovecot.messages(rcpt)
-        assert delivered == f"Return-Path: <{alice}>\r\n".encode() + raw
+        # As an MX delivers it: Return-Path, then the lab MX's stamp and Received field, then the mail as sent.
+        expected = f"Return-Path: <{alice}>\r\n".encode() + mx_stamp(raw, alice)
+        assert delivered.replace(b"\r\n", b"\n") == expected.replace(b"\r\n", b"\n")
+        assert b"dmarc=pass header.from=example.test" in delivered
     assert [(r.mail_from, r.rcpt_tos, r.data) for r in mail_lab.smtp.received] == [(alice, [quinn, cc], raw)]
 
 
