@@ -24,7 +24,7 @@ from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientError
 
 from tests.lab.ports import free_port
-from tests.lab.process import LabServer, kill_group, remove_at_exit, tail, track, untrack
+from tests.lab.process import LabServer, kill_group, remove_at_exit, tail, untrack
 
 DOVECOT_BIN = os.environ.get("QUINN_DOVECOT_BIN", "/usr/sbin/dovecot")
 DOVEADM_BIN = os.environ.get("QUINN_DOVEADM_BIN", "/usr/bin/doveadm")
@@ -171,34 +171,23 @@ service anvil {{
             raise DovecotError(f"dovecot is not installed ({DOVECOT_BIN}, {DOVEADM_BIN})")
         with contextlib.suppress(FileNotFoundError):
             (self.dir / "run" / "master.pid").unlink()
-        with self.stderr_path.open("ab") as err:
-            self._proc = subprocess.Popen(
-                [DOVECOT_BIN, "-F", "-c", str(self.conf_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=err,
-                stderr=err,
-                cwd=self.dir,
-                start_new_session=True,
-            )
-        track(self)
-        deadline = time.monotonic() + timeout_s
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
-                self.stop()
-                raise DovecotError(f"dovecot exited with {code} while starting\n{self.log_tail()}")
+
+        def ready() -> bool:
             try:
                 with self.connect("lab-probe@example.test", timeout=1.0) as client:
                     client.noop()
                 # doveadm who/kick talk to anvil, which may come up after the first login works.
                 self.doveadm("who", "-1")
-                return
-            except (IMAPClientError, OSError, DovecotError) as exc:
-                last_error = exc
-                time.sleep(0.02)
-        self.stop()
-        raise DovecotError(f"dovecot gave no IMAP login within {timeout_s} s ({last_error!r})\n{self.log_tail()}")
+            except (IMAPClientError, DovecotError):
+                return False
+            return True
+
+        try:
+            self._spawn(
+                [DOVECOT_BIN, "-F", "-c", str(self.conf_path)], self.stderr_path, ready, timeout_s, DovecotError
+            )
+        except DovecotError as exc:
+            raise DovecotError(f"{exc}\n{self.log_tail()}") from None
 
     def stop(self) -> None:
         """Kill the whole process group (logged-in imap processes too) and wait; no-op when stopped."""
