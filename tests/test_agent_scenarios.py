@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain, memory_id
-from tests.lab.inprocess import LabQuinn
+from tests.lab.inprocess import LabQuinn, build_mail
 from tests.lab.llm_server import Text
 
 DAY0 = datetime(2026, 9, 1, 9, 0, tzinfo=UTC)
@@ -306,6 +306,12 @@ async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_
     assert "agent info: Alice likes short answers with dates first." in prompt
     await quinn.send(alice, "Plans", "Carol, shall we pick up the plans?", cc=(carol,), date=DAY0 + timedelta(days=4))
     assert "Recent context with this person" not in brain.prompt("shall we pick up the plans")
+    # A forger writing alice's From from their own domain (the lab MX stamps dmarc=fail) gets none of it.
+    _mid, raw = build_mail(alice, quinn.address, "Again", "Where did we leave off with my plans?")
+    mail_lab.smtp.send("mallory@evil.test", [quinn.address], raw)
+    await quinn.process()
+    forged = brain.prompt("Where did we leave off")
+    assert "Recent context with this person" not in forged and "kitchen" not in forged.lower()
 
 
 async def test_the_profile_keeps_what_matters_when_more_than_fits(make_quinn, mail_lab, brain: Brain) -> None:
