@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from quinn.errors import ConfigError
+from quinn.mailbox.identity import canonical_address
 from quinn.mailbox.message import Address, InboundEmail
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.policy import (
@@ -15,7 +16,6 @@ from quinn.mailbox.policy import (
     Rules,
     authenticated,
     decide,
-    normalise_address,
     normalise_subject,
     reply_subject,
     user_for,
@@ -227,13 +227,13 @@ def test_aliases_map_to_the_main_user_and_the_allowlist() -> None:
     assert decision.action == "handle" and decision.user_id == "alice@home.test"
 
 
-def test_user_for_and_normalise_address() -> None:
+def test_user_for_and_canonical_address() -> None:
     aliases = {"alice@home.test": ["alice@work.test", "a@old.test"]}
     assert user_for("A@Old.Test", aliases) == "alice@home.test"
     assert user_for("alice@home.test", aliases) == "alice@home.test"
     assert user_for("bob@x.test", aliases) == "bob@x.test"
-    assert normalise_address(" Alice <Alice+Tag@Example.COM> ") == "alice+tag@example.com"
-    assert normalise_address("BOB@X.TEST") == "bob@x.test"
+    assert canonical_address(" Alice <Alice+Tag@Example.COM> ") == "alice+tag@example.com"
+    assert canonical_address("BOB@X.TEST") == "bob@x.test"
 
 
 def test_rules_validate_their_choices() -> None:

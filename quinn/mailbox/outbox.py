@@ -8,7 +8,6 @@ the message) → ``sent`` / ``drafted``, or ``failed`` (permanent refusal, with 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from quinn.clock import iso, utcnow
@@ -97,20 +96,6 @@ class Outbox:
             "SELECT message_id FROM outbox WHERE state IN ('pending', 'sending', 'drafting') ORDER BY created_at"
         )
         return [item for (mid,) in rows if (item := self.get(mid)) is not None]
-
-    def ours_with_template(self, message_ids: Sequence[str], template: str, user_id: str) -> str | None:
-        """The first of ``message_ids`` that is a reply of ours to ``user_id`` made with ``template``, or None.
-
-        Used to recognise an answer to a question Quinn asked (the purge confirmation).
-        """
-        ids = [m for m in message_ids if m]
-        if not ids:
-            return None
-        return self.db.query_value(
-            f"SELECT message_id FROM outbox WHERE message_id IN ({','.join('?' * len(ids))}) AND template = ?"
-            " AND user_id = ? AND state IN ('sent', 'drafted') LIMIT 1",
-            (*ids, template, user_id),
-        )
 
     def forget_delivered(self, message_id: str) -> None:
         """Drop the text, recipients and parent id of a delivered item (a purge receipt: the last trace of a

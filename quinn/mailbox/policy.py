@@ -113,11 +113,6 @@ class Decision:
         return self.user_id is not None
 
 
-def normalise_address(addr: str) -> str:
-    """``"Alice <Alice@Example.COM> "`` -> ``alice@example.com`` (quinn/mailbox/identity.py); plus tags kept."""
-    return canonical_address(addr)
-
-
 def normalise_subject(subject: str) -> str:
     """Subject without reply/forward prefixes, whitespace collapsed, lower-cased: for matching threads."""
     return " ".join(_PREFIX.sub("", subject).split()).lower()
@@ -234,7 +229,7 @@ def _foreign(reply_to: Sequence[Address], user: str, rules: Rules) -> list[str]:
 
 def _ours(email: InboundEmail, rules: Rules) -> str | None:
     """Mail we sent, or that carries our loop marker: answering it would start a loop."""
-    own = normalise_address(rules.own_address)
+    own = canonical_address(rules.own_address)
     if email.sender and same_mailbox(email.sender, own):
         return "own mail: From is quinn"
     if email.header(rules.loop_header) is not None:
