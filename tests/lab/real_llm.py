@@ -108,6 +108,7 @@ class ModelRecorder:
     def __init__(self, target: RealLLM) -> None:
         self.target = target
         self.requests: list[tuple[str, Any]] = []  # (path, JSON body)
+        self.responses: list[tuple[int, Any]] = []  # (index of the request answered, JSON body or None)
         self._httpd: ThreadingHTTPServer | None = None
 
     @property
@@ -130,8 +131,10 @@ class ModelRecorder:
             def _forward(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else None
+                index = -1
                 if raw is not None:
                     recorder.requests.append((self.path, json.loads(raw)))
+                    index = len(recorder.requests) - 1
                 conn = http.client.HTTPConnection(recorder.target.host, recorder.target.port, timeout=600)
                 try:
                     conn.request(method, self.path, body=raw, headers={"Content-Type": "application/json"})
@@ -139,6 +142,11 @@ class ModelRecorder:
                     payload = response.read()
                 finally:
                     conn.close()
+                if index >= 0:  # token counts for benchmarks (bench/memory_qa.py)
+                    try:
+                        recorder.responses.append((index, json.loads(payload)))
+                    except ValueError:
+                        recorder.responses.append((index, None))
                 self.send_response(response.status)
                 self.send_header("Content-Type", response.getheader("Content-Type") or "application/json")
                 self.send_header("Content-Length", str(len(payload)))
