@@ -47,6 +47,7 @@ from bench.machine import ROOT, machine_info
 from bench.memory_qa_data import CATEGORIES, HISTORY_MAILS, SEED, Question, UserScript, answered, build, question_mail
 from quinn.agent.context import ThreadMessage, reply_variables
 from quinn.clock import ManualClock, utcnow
+from quinn.errors import RetryLater
 from quinn.mailbox.parse import parse_email
 from quinn.scheduler.runner import JobRunner
 from tests.conftest import lab_config_text
@@ -83,6 +84,7 @@ class Outcome:
     in_prompt: bool
     correct: bool
     stale: bool
+    replied: bool  # a reply was sent (Quinn defers a mail whose model keeps writing JSON: none then)
     tokens_in: int
     tokens_out: int
     seconds: float
@@ -217,7 +219,11 @@ class Bench:
             thread = thread[1:]  # the oldest message goes first
         start = len(self.recorder.requests)
         started = time.perf_counter()
-        result = await app.llm.text(rendered.system, rendered.user)
+        try:
+            text = (await app.llm.text(rendered.system, rendered.user)).text
+        except RetryLater as exc:  # Quinn's own answer to a model that keeps writing JSON: nothing is sent
+            print(f"{condition}: no answer: {exc.message[:120]}", file=sys.stderr, flush=True)
+            text = ""
         seconds = time.perf_counter() - started
         tin, tout = tokens_of(self.recorder, start, lambda b: True)
         if condition == "full_history":
@@ -227,7 +233,7 @@ class Bench:
             question,
             condition,
             rendered.system + "\n" + rendered.user,
-            reply_text(result.text),
+            reply_text(text),
             tin,
             tout,
             seconds,
@@ -269,6 +275,7 @@ def outcome(
         answered(prompt, q.gold),
         correct,
         stale,
+        bool(reply.strip()),
         tin,
         tout,
         round(seconds, 2),
@@ -288,6 +295,7 @@ def summarise(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             "recall_in_prompt": round(sum(r.in_prompt for r in rows) / n, 3),
             "answer_accuracy": round(sum(r.correct for r in rows) / n, 3),
             "stale": round(sum(r.stale for r in rows) / n, 3),
+            "replied": round(sum(r.replied for r in rows) / n, 3),
         }
 
     summary: dict[str, Any] = {}
@@ -335,13 +343,14 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "## Cost",
         "",
-        "| condition | tokens in / reply | tokens out / reply | s / question (mean, p50) | stale |",
-        "|---|---:|---:|---:|---:|",
+        "| condition | replied | tokens in / reply | tokens out / reply | s / question (mean, p50) | stale |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for condition, data in s.items():
         t, sec = data["tokens_per_reply"], data["seconds_per_question"]
         lines.append(
-            f"| {names[condition]} | {t['input']} | {t['output']} | {sec['mean']} / {sec['p50']} | "
+            f"| {names[condition]} | {data['overall']['replied']:.2f} | {t['input']} | {t['output']} | "
+            f"{sec['mean']} / {sec['p50']} | "
             f"{data['by_category']['updated'].get('stale', 0):.2f} of updated |"
         )
     h = result["history"]
