@@ -7,7 +7,7 @@ import logging
 import re
 from datetime import timedelta
 
-from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain
+from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain, memory_id
 from tests.lab.llm_server import Error, Text, ToolCall, ToolCalls
 from tests.test_agent_scenarios import DAY0
 
@@ -27,16 +27,26 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     quinn = await make_quinn()
     brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
     await quinn.send(alice, "Hello", "I live in Lisbon and work as a nurse.", date=DAY0)
+    # The command is carried out before the reply, and the mail is still learnt from: the extraction sees the
+    # statement (not the command) and the memories it may contradict, and supersedes through the usual path.
+    brain.learn["I moved to Porto"] = lambda r: {
+        **NOTHING,
+        "contradicted": [
+            {"id": memory_id(r, "Alice lives in Lisbon."), "content": "Alice lives in Porto.", "type": "fact"}
+        ],
+    }
     await quinn.send(alice, "Move", "Please remember that I moved to Porto.", date=DAY0 + timedelta(days=1))
     replies = quinn.replies(alice, 2)
     assert re.search(r"- saved \[memory:\d+\]: Alice asked to remember: I moved to Porto", body(replies[1]))
-    assert current(quinn, alice) == ["Alice lives in Lisbon.", "Alice asked to remember: I moved to Porto"]
+    assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto", "Alice lives in Porto."]
+    lisbon = quinn.query("SELECT valid_to FROM memories WHERE content = 'Alice lives in Lisbon.'")
+    assert lisbon == [("2026-09-02T09:00:00+00:00",)]  # closed at the Date of the mail that said so, kept in history
 
     brain.reply = lambda r: Text("DIGEST:\n" + r.text) if "readable digest" in r.text else Text("ok")
     await quinn.send(alice, "Memory", "What do you know about me?", date=DAY0 + timedelta(days=2))
     digest = body(quinn.replies(alice, 3)[2])
     assert "DIGEST:" in digest  # the digest template went to the model...
-    assert 'Alice lives in Lisbon. (since 2026-09-01, from "Hello, 2026-09-01")' in digest  # ...with dates, sources
+    assert 'Alice lives in Porto. (since 2026-09-02, from "Move, 2026-09-02")' in digest  # ...with dates, sources
     assert "Facts:" in digest
 
     await quinn.send(alice, "Export", "Could you export my memory please?", date=DAY0 + timedelta(days=3))
@@ -58,17 +68,46 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     assert not list(again.iter_attachments()) and "I did nothing" in body(again)
     assert quinn.query("SELECT count(*) FROM confirmations WHERE token_hash LIKE ?", (f"%{code}%",)) == [(0,)]
 
-    await quinn.send(alice, "Old", "Please forget that I live in Lisbon.", date=DAY0 + timedelta(days=4))
+    await quinn.send(alice, "Old", "Please forget that I live in Porto.", date=DAY0 + timedelta(days=4))
     reply = body(quinn.replies(alice, 7)[6])
-    assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Lisbon\.", reply)
+    assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Porto\.", reply)
     assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto"]
     forgotten = quinn.query("SELECT change, reason FROM memory_versions WHERE user_id = ? AND change = 'forgotten'",
                             (alice,))  # fmt: skip
-    assert forgotten == [("forgotten", 'asked by email: "forget I live in Lisbon"')]
-    # Commands are not fed to extraction a second time.
+    assert forgotten == [("forgotten", 'asked by email: "forget I live in Porto"')]
+    # Commands are not fed to extraction a second time; what "remember" stated is.
     commands = ("remember that I moved", "What do you know", "export my memory", "forget that I live")
-    extraction = [r.text for r in brain.server.requests if EXTRACT_MARK in r.text]
+    extraction = [r.text.split("New email from", 1)[-1] for r in brain.server.requests if EXTRACT_MARK in r.text]
     assert not [t for t in extraction for c in commands if c in t]
+    assert [t for t in extraction if "I moved to Porto" in t]
+
+
+async def test_a_command_does_not_stop_learning_and_remember_goes_through_dedupe(
+    make_quinn, mail_lab, brain: Brain
+) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Acme"] = {**NOTHING, "new": [{"content": "Alice started a new job at Acme.", "type": "fact"}]}
+    await quinn.send(alice, "News", "Please forget that I like tea. Also, I started a new job at Acme last week.",
+                     date=DAY0)  # fmt: skip
+    assert current(quinn, alice) == ["Alice started a new job at Acme."]  # the rest of the mail was learnt from
+    asked = [r.text.split("New email from", 1)[-1] for r in brain.server.requests if EXTRACT_MARK in r.text]
+    assert len(asked) == 1 and "forget that I like tea" not in asked[0] and "new job at Acme" in asked[0]
+
+    # An explicit statement is deduplicated like an extracted one: the second "remember" is a new version of
+    # the first memory (its history kept), not a twin in every prompt.
+    for day in (1, 2):
+        await quinn.send(alice, f"Tea {day}", "Remember that I take my coffee black.", date=DAY0 + timedelta(days=day))
+    remembered = [c for c in current(quinn, alice) if "coffee" in c]
+    assert remembered == ["Alice asked to remember: I take my coffee black"]
+    versions = quinn.query("SELECT version, valid_to IS NULL FROM memories WHERE content LIKE '%coffee black%' "
+                           "ORDER BY id")  # fmt: skip
+    assert versions == [(1, 0), (2, 1)]
+    # A "delete everything" mail teaches nothing, whatever else it says.
+    await quinn.send(
+        alice, "Bye", "I moved to Oslo. Delete everything you know about me.", date=DAY0 + timedelta(days=3)
+    )
+    assert not [r for r in brain.server.requests if EXTRACT_MARK in r.text and "Oslo" in r.text]
 
 
 async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab, brain: Brain) -> None:

@@ -178,7 +178,9 @@ def _apply(
     for memory in distinct(store, extraction.new):
         similar = find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY)
         if similar and not similar[0].memory.immutable:
-            if " ".join(similar[0].content.split()).lower() != " ".join(memory.content.split()).lower():
+            explicit = similar[0].memory.metadata.get("via") == "remember"  # kept in the person's own words
+            restated = " ".join(similar[0].content.split()).lower() != " ".join(memory.content.split()).lower()
+            if restated and not explicit:
                 updated.append(store.update(similar[0].memory.id, memory.content, user_id=user_id,
                                             valid_from=valid_from, metadata=source,
                                             reason="near-duplicate restated"))  # fmt: skip

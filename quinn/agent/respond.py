@@ -8,6 +8,7 @@ from the mail (sensory gate, then the extraction call). Every memory change is r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -283,10 +284,18 @@ class Agent:
     # -- 4. learning -----------------------------------------------------------------------------------
 
     async def learn(self, user: str, email: InboundEmail) -> ExtractionOutcome | None:
-        """Extract memories from an answered mail of the authenticated user, unless the gate says it is trivial."""
-        if memory_mail.parse_requests(email.text):
-            log.info("mail %s: no extraction, the mail was a memory command", email.message_id)
-            return None
+        """Extract memories from an answered mail of the authenticated user, unless the gate says it is trivial.
+
+        A mail with memory commands is learnt from too, without the commands (`memory_mail.learnable_text`): "forget
+        X, and by the way I started at Acme" still teaches the new job, and "remember that I moved to Porto" lets
+        the extraction supersede "lives in Lisbon". A purge request teaches nothing.
+        """
+        text = memory_mail.learnable_text(email.text)
+        if text != email.text.strip():
+            if not text:
+                log.info("mail %s: no extraction, the mail was only memory commands", email.message_id)
+                return None
+            email = dataclasses.replace(email, text=text)
         decision = sensory_gate(email.text)
         log.info("mail %s: sensory gate: %s", email.message_id, decision)
         if not decision.passed:
