@@ -314,3 +314,31 @@ async def test_a_refused_smtp_login_holds_mail_until_the_operator_fixes_it(
             assert (replies_written("plan my week"), replies_written("the week after")) == (1, 1)
         finally:
             await quinn.close()
+
+
+async def test_quinn_classifies_what_is_private_and_a_cc_never_sees_it(make_quinn, mail_lab, brain: Brain) -> None:
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    quinn = await make_quinn()
+    brain.learn["jazz"] = {**NOTHING, "new": [
+        {"content": "Alice's new card is 4111 1111 1111 1111.", "type": "fact"},  # not marked by the model...
+        {"content": "Alice is being treated for a sleep problem.", "type": "fact", "private": True},  # ...this is
+        {"content": "Alice loves jazz.", "type": "preference"},
+    ]}  # fmt: skip
+    await quinn.send(alice, "News", "My new card is 4111 1111 1111 1111, I am being treated for a sleep problem, "
+                     "and I love jazz.", date=DAY0)  # fmt: skip
+    rows = quinn.query("SELECT content, metadata FROM memories WHERE user_id = ? ORDER BY id", (alice,))
+    private = {content: json.loads(metadata).get("private", False) for content, metadata in rows}
+    assert private == {"Alice's new card is 4111 1111 1111 1111.": True,  # by its shape (Luhn)
+                       "Alice is being treated for a sleep problem.": True,  # by the model
+                       "Alice loves jazz.": False}  # fmt: skip
+
+    await quinn.send(alice, "Alone", "Any jazz concerts for me this week? Also my card and my sleep problem.",
+                     date=DAY0 + timedelta(days=1))  # fmt: skip
+    alone = brain.prompt("Any jazz concerts")
+    assert "4111" in alone and "sleep problem." in alone and "Alice loves jazz." in alone
+    await quinn.send(alice, "Plans", "Bob and I want jazz tickets; my card and my sleep problem too.", cc=(bob,),
+                     date=DAY0 + timedelta(days=2))  # fmt: skip
+    shared = brain.prompt("Bob and I want jazz")
+    assert "Alice loves jazz." in shared
+    assert "4111" not in shared.split("New email from", 1)[0]  # the memory is withheld (the mail's own text aside)
+    assert "treated for a sleep problem" not in shared

@@ -117,8 +117,10 @@ async def save_memory(
     domain: str | None = None,
     tags: list[str] | None = None,
     importance: float = 0.5,
+    private: bool = False,
 ) -> str:
-    """Remember something new about the person: one self-contained sentence in the third person."""
+    """Remember something new about the person: one self-contained sentence in the third person. ``private``:
+    health, money, codes, identity numbers or anything shared in confidence (never shown to others)."""
     deps = ctx.deps
     text = " ".join(content.split())
     if not text:
@@ -129,7 +131,7 @@ async def save_memory(
     item = NewMemory(
         user_id=deps.user_id, content=text, scope=scope_for(type, name), type=type, domain=name,
         tags=tuple(sorted({t.strip().lower() for t in tags or () if t.strip()})), importance=importance,
-        metadata={**deps.source, "via": "tool"}, valid_from=deps.valid_from,
+        metadata={**deps.source, "via": "tool", **({"private": True} if private else {})}, valid_from=deps.valid_from,
     )  # fmt: skip
     try:
         [memory_id] = await deps.db(deps.store.add_many, [item])
