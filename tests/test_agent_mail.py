@@ -342,3 +342,57 @@ async def test_quinn_classifies_what_is_private_and_a_cc_never_sees_it(make_quin
     assert "Alice loves jazz." in shared
     assert "4111" not in shared.split("New email from", 1)[0]  # the memory is withheld (the mail's own text aside)
     assert "treated for a sleep problem" not in shared
+
+
+async def test_stop_remembering_me_keeps_answering_and_stores_nothing_new(make_quinn, mail_lab, brain: Brain) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
+    await quinn.send(alice, "Hi", "I live in Lisbon and work as a nurse.", date=DAY0)
+    brain.learn["Porto"] = {**NOTHING, "new": [{"content": "Alice moved to Porto.", "type": "fact"}]}
+    await quinn.send(alice, "Privacy", "Please stop remembering me. I moved to Porto, by the way.",
+                     date=DAY0 + timedelta(days=1))  # fmt: skip
+    first = body(quinn.replies(alice, 2)[1])
+    assert "you may remember me again" in first  # the reply says so
+    assert "Stopped remembering them, as asked" in brain.prompt("Please stop remembering me")
+
+    # Nothing new by any path: extraction, the model's tools, an explicit "remember".
+    script = iter([ToolCalls([ToolCall("save_memory", {"content": "Alice has a dog.", "type": "fact"})]),
+                   Text("Sure.")])  # fmt: skip
+    brain.reply = lambda request: next(script, Text("Sure."))
+    await quinn.send(alice, "Dog", "I got a dog called Rex. Remember that I like jazz.", date=DAY0 + timedelta(days=2))
+    reply = body(quinn.replies(alice, 3)[2])
+    assert "you may remember me again" in reply and "saved [memory" not in reply
+    assert current(quinn, alice) == ["Alice lives in Lisbon."]  # still used in prompts, never added to
+    assert "Alice lives in Lisbon." in brain.prompt("I got a dog called Rex")
+    refused = [r.text for r in brain.server.requests if "Refused: this person asked not to be remembered" in r.text]
+    assert refused, "the save_memory tool was not refused"
+    assert not [r for r in brain.server.requests if EXTRACT_MARK in r.text and ("Porto" in r.text or "Rex" in r.text)]
+    assert quinn.query("SELECT count(*) FROM memory_consent WHERE user_id = ?", (alice,)) == [(1,)]
+
+    # Taking it back: the same mail is learnt from again, and replies no longer carry the note.
+    brain.reply = lambda request: Text("Welcome back.")
+    brain.learn["Oslo"] = {**NOTHING, "new": [{"content": "Alice moved to Oslo.", "type": "fact"}]}
+    await quinn.send(alice, "Back", "You may remember me again. I moved to Oslo.", date=DAY0 + timedelta(days=3))
+    back = body(quinn.replies(alice, 4)[3])
+    assert "you may remember me again" not in back
+    assert current(quinn, alice) == ["Alice lives in Lisbon.", "Alice moved to Oslo."]
+
+
+async def test_use_is_what_reached_the_prompt(make_quinn, mail_lab, brain: Brain) -> None:
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    quinn = await make_quinn()
+    store = quinn.app.store
+    assert store is not None
+    profile = store.add(alice, "Alice prefers short answers.", scope="profile", type="preference")
+    shared = store.add(alice, "Alice's team tracks tickets in Jira.", scope="episodic")
+    secret = store.add(alice, "Alice's Jira password is hunter2.", scope="episodic")  # private by its shape
+    await quinn.send(alice, "Jira", "Bob and I need help with our Jira tickets.", cc=(bob,), date=DAY0)
+    prompt = brain.prompt("help with our Jira tickets")
+    assert f"[memory:{shared}]" in prompt and f"[memory:{profile}]" in prompt and "hunter2" not in prompt
+    store.flush_access()
+    counts = dict(quinn.query("SELECT id, access_count FROM memories WHERE user_id = ?", (alice,)))
+    # The withheld memory was a search hit, but it never reached the model: it was not used.
+    assert counts == {profile: 1, shared: 1, secret: 0}
+    sessions = quinn.query("SELECT DISTINCT memory_id FROM memory_retrievals ORDER BY memory_id")
+    assert sessions == [(profile,), (shared,)]

@@ -23,7 +23,7 @@ from quinn.memory.models import Memory
 from quinn.memory.search import content_words, find_similar, hybrid_search
 from quinn.memory.store import MemoryStore
 
-RequestKind = Literal["remember", "forget", "digest", "export", "purge"]
+RequestKind = Literal["remember", "forget", "digest", "export", "purge", "stop", "resume"]
 FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten
 REMEMBER_IMPORTANCE = 0.8  # an explicit "remember" outranks what the model judged worth keeping (0.5 by default)
 PURGE_CONFIRM_TEMPLATE = "purge_confirm"
@@ -44,6 +44,14 @@ _PATTERNS: tuple[tuple[RequestKind, re.Pattern[str]], ...] = (
     ("purge", re.compile(
         r"\b(?:delete|erase|remove|forget|wipe)\s+(?:absolutely\s+)?(?:everything|all)\s+(?:that\s+)?"
         r"(?:you\s+(?:know|have|remember|store)(?:\s+about\s+me)?|about\s+me|of\s+my\s+data|my\s+(?:data|memor(?:y|ies)))",
+        re.IGNORECASE)),
+    ("resume", re.compile(
+        r"\b(?:you\s+(?:may|can)\s+(?:now\s+)?(?:start\s+)?remember(?:ing)?\s+me\s+again|"
+        r"(?:please\s+)?(?:start|resume)\s+remembering\s+(?:me|things\s+about\s+me)(?:\s+again)?)\b",
+        re.IGNORECASE)),
+    ("stop", re.compile(
+        r"\b(?:stop|quit)\s+remembering\s+(?:me|(?:things|anything)\s+about\s+me|what\s+i\s+(?:say|tell\s+you))"
+        r"|\b(?:do\s+not|don'?t)\s+(?:remember|store|keep)\s+anything\s+(?:(?:new\s+)?about\s+me|i\s+(?:say|write|tell\s+you))",
         re.IGNORECASE)),
     ("digest", re.compile(
         r"\bwhat\s+(?:do|did)\s+you\s+(?:know|remember|have\s+stored|store)\s+about\s+me\b", re.IGNORECASE)),
@@ -72,7 +80,7 @@ def parse_requests(text: str) -> list[MemoryRequest]:
                 continue  # "forget everything you know about me" is the purge, not a forget
             what = match.groupdict().get("what") or ""
             found.append(MemoryRequest(kind, " ".join(what.split()).strip(" ,;:")))
-            if kind in ("purge", "digest", "export"):
+            if kind in ("purge", "digest", "export", "resume", "stop"):
                 break
     return found
 
@@ -87,7 +95,7 @@ def learnable_text(text: str) -> str:
     for kind, pattern in _PATTERNS:
         if kind == "remember":
             text = pattern.sub(lambda m: f" {m.group('what').strip()}", text)
-        elif kind in ("forget", "digest", "export"):
+        elif kind in ("forget", "digest", "export", "stop", "resume"):
             text = pattern.sub(" ", text)
     return text.strip()
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from quinn.clock import iso
 from quinn.config import SchedulerConfig
 from quinn.errors import StoreError
+from quinn.memory.filters import AGE_ANCHOR
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
 
@@ -37,7 +38,7 @@ def archive_candidates(store: MemoryStore, settings: SchedulerConfig, now: datet
         f" FROM memories WHERE {_CURRENT} AND ("
         "  (expires_at IS NOT NULL AND expires_at <= ?)"
         "  OR (type = 'context' AND valid_from < ?)"
-        "  OR (importance < ? AND coalesce(last_accessed_at, valid_from) < ?)"
+        f"  OR (importance < ? AND {AGE_ANCHOR} < ?)"
         ") ORDER BY id",
         (iso(now), context_before, _num(settings.cleanup_context_days), _num(settings.cleanup_min_importance),
          _num(settings.cleanup_unused_days), iso(now), context_before, settings.cleanup_min_importance,

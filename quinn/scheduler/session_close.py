@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
+from quinn.agent.consent import opted_out
 from quinn.agent.extract import Extraction, apply_extraction
 from quinn.agent.state import ALL_STATE_FIELDS, STATE_FIELDS, user_state
 from quinn.clock import iso
@@ -136,7 +137,9 @@ async def session_close_job(ctx: JobContext) -> None:
         text = await ctx.db(session_text, ctx.store.db, quiet.id)
         if text is None:
             continue
-        if not text.messages and not text.summary:
+        # Nothing to review, or a user who asked not to be remembered: closed without a review (no memories, no
+        # short-term state, no model call).
+        if (not text.messages and not text.summary) or await ctx.db(opted_out, ctx.store.db, text.user_id):
             await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, None, "",
                          ctx.now())  # fmt: skip
             continue
