@@ -1,4 +1,5 @@
-"""Job 5, cleanup: archive (never delete) memories by the seed rules.
+"""Job 5, cleanup: archive (never delete) memories by the seed rules; then the retention windows
+(``scheduler/retention.py``, ``[retention]``), which do delete, each kind after the time the operator chose.
 
 - importance below ``cleanup_min_importance`` and not retrieved for ``cleanup_unused_days``;
 - type ``context`` older than ``cleanup_context_days``;
@@ -20,6 +21,7 @@ from quinn.errors import StoreError
 from quinn.memory.filters import AGE_ANCHOR
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
+from quinn.scheduler.retention import expire
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ def archive(store: MemoryStore, memory_id: int, user_id: str, rule: str) -> bool
 
 
 async def cleanup_job(ctx: JobContext) -> None:
-    """Archive every memory the rules name."""
+    """Archive every memory the rules name, then apply the retention windows (``[retention]``)."""
     candidates = await ctx.db(archive_candidates, ctx.store, ctx.settings, ctx.now())
     for memory_id, user_id, rule in candidates:
         ctx.counts.processed += 1
@@ -69,6 +71,9 @@ async def cleanup_job(ctx: JobContext) -> None:
             rules[key] = rules.get(key, 0) + 1
         else:
             ctx.counts.skipped += 1
+    expired = await ctx.db(expire, ctx.store.db, ctx.retention, ctx.now())
+    if any(expired.values()):
+        ctx.counts.details["retention"] = expired
 
 
 def _num(value: float) -> str:
