@@ -111,7 +111,8 @@ class Quinn:
         self.store = MemoryStore(self.db, embedder)
         self.agent = Agent(c, self.llm, self.prompts, self.store, self.metrics.stage)
         if c.scheduler.enabled:
-            self.scheduler = JobRunner(self.store, self.llm, self.prompts, c.scheduler, clock=self.clock)
+            self.scheduler = JobRunner(self.store, self.llm, self.prompts, c.scheduler, clock=self.clock,
+                                       retention=c.retention)  # fmt: skip
             await self.scheduler.start()
         self.delivery = Delivery(c.smtp, c.imap, Outbox(self.db), self.sender, self.mailbox, self._db, self._imap)
         if self.mailbox.connected:

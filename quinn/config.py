@@ -409,6 +409,27 @@ class ServiceConfig(Section):
     )
 
 
+class RetentionConfig(Section):
+    """How long Quinn keeps each kind of record, in days; 0 keeps it for good. The cleanup job enforces it."""
+
+    conversations_days: float = Field(
+        default=0, ge=0,
+        description="Stored mail text (both directions) and conversation reviews older than this are deleted, and "
+        "the rolling summaries of threads quiet for as long are blanked. What was learnt from them stays.",
+    )  # fmt: skip
+    outbox_days: float = Field(
+        default=30, ge=0,
+        description="The raw copy of a sent or drafted reply is blanked this long after it went out (it is kept "
+        "only to send exactly once); the row, with its template version, stays for the statistics.",
+    )  # fmt: skip
+    usage_days: float = Field(default=0, ge=0, description="Token usage rows older than this are deleted.")
+    archived_days: float = Field(
+        default=0, ge=0,
+        description="Archived and forgotten memories, and old versions of changed ones, are deleted for good "
+        "this long after they left use (with their history); current memories are never touched.",
+    )  # fmt: skip
+
+
 class Config(BaseModel):
     """The whole configuration file."""
 
@@ -423,6 +444,7 @@ class Config(BaseModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     domains: list[DomainConfig] = Field(default_factory=list, description="Subject areas, as [[domains]] tables.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)

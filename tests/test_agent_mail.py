@@ -7,7 +7,7 @@ import logging
 import re
 from datetime import timedelta
 
-from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain
+from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain, memory_id
 from tests.lab.llm_server import Error, Text, ToolCall, ToolCalls
 from tests.test_agent_scenarios import DAY0
 
@@ -27,16 +27,26 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     quinn = await make_quinn()
     brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
     await quinn.send(alice, "Hello", "I live in Lisbon and work as a nurse.", date=DAY0)
+    # The command is carried out before the reply, and the mail is still learnt from: the extraction sees the
+    # statement (not the command) and the memories it may contradict, and supersedes through the usual path.
+    brain.learn["I moved to Porto"] = lambda r: {
+        **NOTHING,
+        "contradicted": [
+            {"id": memory_id(r, "Alice lives in Lisbon."), "content": "Alice lives in Porto.", "type": "fact"}
+        ],
+    }
     await quinn.send(alice, "Move", "Please remember that I moved to Porto.", date=DAY0 + timedelta(days=1))
     replies = quinn.replies(alice, 2)
     assert re.search(r"- saved \[memory:\d+\]: Alice asked to remember: I moved to Porto", body(replies[1]))
-    assert current(quinn, alice) == ["Alice lives in Lisbon.", "Alice asked to remember: I moved to Porto"]
+    assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto", "Alice lives in Porto."]
+    lisbon = quinn.query("SELECT valid_to FROM memories WHERE content = 'Alice lives in Lisbon.'")
+    assert lisbon == [("2026-09-02T09:00:00+00:00",)]  # closed at the Date of the mail that said so, kept in history
 
     brain.reply = lambda r: Text("DIGEST:\n" + r.text) if "readable digest" in r.text else Text("ok")
     await quinn.send(alice, "Memory", "What do you know about me?", date=DAY0 + timedelta(days=2))
     digest = body(quinn.replies(alice, 3)[2])
     assert "DIGEST:" in digest  # the digest template went to the model...
-    assert 'Alice lives in Lisbon. (since 2026-09-01, from "Hello, 2026-09-01")' in digest  # ...with dates, sources
+    assert 'Alice lives in Porto. (since 2026-09-02, from "Move, 2026-09-02")' in digest  # ...with dates, sources
     assert "Facts:" in digest
 
     await quinn.send(alice, "Export", "Could you export my memory please?", date=DAY0 + timedelta(days=3))
@@ -58,17 +68,46 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     assert not list(again.iter_attachments()) and "I did nothing" in body(again)
     assert quinn.query("SELECT count(*) FROM confirmations WHERE token_hash LIKE ?", (f"%{code}%",)) == [(0,)]
 
-    await quinn.send(alice, "Old", "Please forget that I live in Lisbon.", date=DAY0 + timedelta(days=4))
+    await quinn.send(alice, "Old", "Please forget that I live in Porto.", date=DAY0 + timedelta(days=4))
     reply = body(quinn.replies(alice, 7)[6])
-    assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Lisbon\.", reply)
+    assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Porto\.", reply)
     assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto"]
     forgotten = quinn.query("SELECT change, reason FROM memory_versions WHERE user_id = ? AND change = 'forgotten'",
                             (alice,))  # fmt: skip
-    assert forgotten == [("forgotten", 'asked by email: "forget I live in Lisbon"')]
-    # Commands are not fed to extraction a second time.
+    assert forgotten == [("forgotten", 'asked by email: "forget I live in Porto"')]
+    # Commands are not fed to extraction a second time; what "remember" stated is.
     commands = ("remember that I moved", "What do you know", "export my memory", "forget that I live")
-    extraction = [r.text for r in brain.server.requests if EXTRACT_MARK in r.text]
+    extraction = [r.text.split("New email from", 1)[-1] for r in brain.server.requests if EXTRACT_MARK in r.text]
     assert not [t for t in extraction for c in commands if c in t]
+    assert [t for t in extraction if "I moved to Porto" in t]
+
+
+async def test_a_command_does_not_stop_learning_and_remember_goes_through_dedupe(
+    make_quinn, mail_lab, brain: Brain
+) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Acme"] = {**NOTHING, "new": [{"content": "Alice started a new job at Acme.", "type": "fact"}]}
+    await quinn.send(alice, "News", "Please forget that I like tea. Also, I started a new job at Acme last week.",
+                     date=DAY0)  # fmt: skip
+    assert current(quinn, alice) == ["Alice started a new job at Acme."]  # the rest of the mail was learnt from
+    asked = [r.text.split("New email from", 1)[-1] for r in brain.server.requests if EXTRACT_MARK in r.text]
+    assert len(asked) == 1 and "forget that I like tea" not in asked[0] and "new job at Acme" in asked[0]
+
+    # An explicit statement is deduplicated like an extracted one: the second "remember" is a new version of
+    # the first memory (its history kept), not a twin in every prompt.
+    for day in (1, 2):
+        await quinn.send(alice, f"Tea {day}", "Remember that I take my coffee black.", date=DAY0 + timedelta(days=day))
+    remembered = [c for c in current(quinn, alice) if "coffee" in c]
+    assert remembered == ["Alice asked to remember: I take my coffee black"]
+    versions = quinn.query("SELECT version, valid_to IS NULL FROM memories WHERE content LIKE '%coffee black%' "
+                           "ORDER BY id")  # fmt: skip
+    assert versions == [(1, 0), (2, 1)]
+    # A "delete everything" mail teaches nothing, whatever else it says.
+    await quinn.send(
+        alice, "Bye", "I moved to Oslo. Delete everything you know about me.", date=DAY0 + timedelta(days=3)
+    )
+    assert not [r for r in brain.server.requests if EXTRACT_MARK in r.text and "Oslo" in r.text]
 
 
 async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab, brain: Brain) -> None:
@@ -275,3 +314,85 @@ async def test_a_refused_smtp_login_holds_mail_until_the_operator_fixes_it(
             assert (replies_written("plan my week"), replies_written("the week after")) == (1, 1)
         finally:
             await quinn.close()
+
+
+async def test_quinn_classifies_what_is_private_and_a_cc_never_sees_it(make_quinn, mail_lab, brain: Brain) -> None:
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    quinn = await make_quinn()
+    brain.learn["jazz"] = {**NOTHING, "new": [
+        {"content": "Alice's new card is 4111 1111 1111 1111.", "type": "fact"},  # not marked by the model...
+        {"content": "Alice is being treated for a sleep problem.", "type": "fact", "private": True},  # ...this is
+        {"content": "Alice loves jazz.", "type": "preference"},
+    ]}  # fmt: skip
+    await quinn.send(alice, "News", "My new card is 4111 1111 1111 1111, I am being treated for a sleep problem, "
+                     "and I love jazz.", date=DAY0)  # fmt: skip
+    rows = quinn.query("SELECT content, metadata FROM memories WHERE user_id = ? ORDER BY id", (alice,))
+    private = {content: json.loads(metadata).get("private", False) for content, metadata in rows}
+    assert private == {"Alice's new card is 4111 1111 1111 1111.": True,  # by its shape (Luhn)
+                       "Alice is being treated for a sleep problem.": True,  # by the model
+                       "Alice loves jazz.": False}  # fmt: skip
+
+    await quinn.send(alice, "Alone", "Any jazz concerts for me this week? Also my card and my sleep problem.",
+                     date=DAY0 + timedelta(days=1))  # fmt: skip
+    alone = brain.prompt("Any jazz concerts")
+    assert "4111" in alone and "sleep problem." in alone and "Alice loves jazz." in alone
+    await quinn.send(alice, "Plans", "Bob and I want jazz tickets; my card and my sleep problem too.", cc=(bob,),
+                     date=DAY0 + timedelta(days=2))  # fmt: skip
+    shared = brain.prompt("Bob and I want jazz")
+    assert "Alice loves jazz." in shared
+    assert "4111" not in shared.split("New email from", 1)[0]  # the memory is withheld (the mail's own text aside)
+    assert "treated for a sleep problem" not in shared
+
+
+async def test_stop_remembering_me_keeps_answering_and_stores_nothing_new(make_quinn, mail_lab, brain: Brain) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
+    await quinn.send(alice, "Hi", "I live in Lisbon and work as a nurse.", date=DAY0)
+    brain.learn["Porto"] = {**NOTHING, "new": [{"content": "Alice moved to Porto.", "type": "fact"}]}
+    await quinn.send(alice, "Privacy", "Please stop remembering me. I moved to Porto, by the way.",
+                     date=DAY0 + timedelta(days=1))  # fmt: skip
+    first = body(quinn.replies(alice, 2)[1])
+    assert "you may remember me again" in first  # the reply says so
+    assert "Stopped remembering them, as asked" in brain.prompt("Please stop remembering me")
+
+    # Nothing new by any path: extraction, the model's tools, an explicit "remember".
+    script = iter([ToolCalls([ToolCall("save_memory", {"content": "Alice has a dog.", "type": "fact"})]),
+                   Text("Sure.")])  # fmt: skip
+    brain.reply = lambda request: next(script, Text("Sure."))
+    await quinn.send(alice, "Dog", "I got a dog called Rex. Remember that I like jazz.", date=DAY0 + timedelta(days=2))
+    reply = body(quinn.replies(alice, 3)[2])
+    assert "you may remember me again" in reply and "saved [memory" not in reply
+    assert current(quinn, alice) == ["Alice lives in Lisbon."]  # still used in prompts, never added to
+    assert "Alice lives in Lisbon." in brain.prompt("I got a dog called Rex")
+    refused = [r.text for r in brain.server.requests if "Refused: this person asked not to be remembered" in r.text]
+    assert refused, "the save_memory tool was not refused"
+    assert not [r for r in brain.server.requests if EXTRACT_MARK in r.text and ("Porto" in r.text or "Rex" in r.text)]
+    assert quinn.query("SELECT count(*) FROM memory_consent WHERE user_id = ?", (alice,)) == [(1,)]
+
+    # Taking it back: the same mail is learnt from again, and replies no longer carry the note.
+    brain.reply = lambda request: Text("Welcome back.")
+    brain.learn["Oslo"] = {**NOTHING, "new": [{"content": "Alice moved to Oslo.", "type": "fact"}]}
+    await quinn.send(alice, "Back", "You may remember me again. I moved to Oslo.", date=DAY0 + timedelta(days=3))
+    back = body(quinn.replies(alice, 4)[3])
+    assert "you may remember me again" not in back
+    assert current(quinn, alice) == ["Alice lives in Lisbon.", "Alice moved to Oslo."]
+
+
+async def test_use_is_what_reached_the_prompt(make_quinn, mail_lab, brain: Brain) -> None:
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    quinn = await make_quinn()
+    store = quinn.app.store
+    assert store is not None
+    profile = store.add(alice, "Alice prefers short answers.", scope="profile", type="preference")
+    shared = store.add(alice, "Alice's team tracks tickets in Jira.", scope="episodic")
+    secret = store.add(alice, "Alice's Jira password is hunter2.", scope="episodic")  # private by its shape
+    await quinn.send(alice, "Jira", "Bob and I need help with our Jira tickets.", cc=(bob,), date=DAY0)
+    prompt = brain.prompt("help with our Jira tickets")
+    assert f"[memory:{shared}]" in prompt and f"[memory:{profile}]" in prompt and "hunter2" not in prompt
+    store.flush_access()
+    counts = dict(quinn.query("SELECT id, access_count FROM memories WHERE user_id = ?", (alice,)))
+    # The withheld memory was a search hit, but it never reached the model: it was not used.
+    assert counts == {profile: 1, shared: 1, secret: 0}
+    sessions = quinn.query("SELECT DISTINCT memory_id FROM memory_retrievals ORDER BY memory_id")
+    assert sessions == [(profile,), (shared,)]

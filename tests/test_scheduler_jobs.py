@@ -427,10 +427,10 @@ async def test_reflection_promotes_episodes_updates_core_slowly_and_builds_the_g
     assert first.counts["details"] == {"holder": first.counts["details"]["holder"], "entities": 2, "relations": 1}
     assert bench.db.query("SELECT name, kind FROM entities WHERE user_id = ? ORDER BY name", (erin,)) == [
         ("Acme", "org"), ("Erin", "person")]  # fmt: skip
-    [(relation, memory_id, blob, model)] = bench.db.query(
-        "SELECT relation, memory_id, embedding, embedding_model FROM relationships WHERE user_id = ?", (erin,)
+    [(relation, memory_id, blob)] = bench.db.query(
+        "SELECT relation, memory_id, embedding FROM relationships WHERE user_id = ?", (erin,)
     )
-    assert (relation, memory_id) == ("works at", acme) and len(blob) == 384 * 4 and model.startswith("local/")
+    assert (relation, memory_id, blob) == ("works at", acme, None)  # roles link, not vectors (memory/graph.py)
     assert bench.db.query("SELECT * FROM relationships WHERE memory_id = ?", (foreign,)) == []  # not Erin's
     assert [m.id for m in linked_memories(bench.store, erin, "Did Acme send the contract?")] == [acme]
     assert linked_memories(bench.store, other, "Did Acme send the contract?") == []
@@ -492,3 +492,53 @@ async def test_one_group_the_model_cannot_merge_does_not_hold_up_the_others(benc
     assert "cannot merge tea" in outcome.counts["details"]["failed_items"][0]
     assert len(bench.store.get_all(hana)) == 6  # the tea group waits for the next run, untouched
     no_memory_both_current_and_merged(bench)
+
+
+async def test_retention_windows_delete_each_kind_and_never_a_current_memory(bench):
+    from quinn.agent.llm import Usage
+    from quinn.agent.usage import record_usage
+    from quinn.config import RetentionConfig
+    from quinn.scheduler.runner import JobRunner
+
+    user, now = "hana@example.test", bench.clock.now()
+    old = now - timedelta(days=100)
+    stale = write_thread(bench.db, user, QUINN, "Old", ["My locker is 12.", "Noted."], old, prefix="old")
+    fresh = write_thread(bench.db, user, QUINN, "New", ["My locker is 14 now.", "Noted."], now, prefix="new")
+    bench.db.execute("UPDATE sessions SET summary = 'Hana talked about lockers.' WHERE id = ?", (stale.session_id,))
+    for session, prefix in ((stale, "old"), (fresh, "new")):
+        Outbox(bench.db).put(f"<{prefix}-r@quinn>", f"<{prefix}-1@example.test>", user, session.session_id, [user],
+                             b"raw mail", template="reply", prompt_version="reply@abc")  # fmt: skip
+        Outbox(bench.db).mark(f"<{prefix}-r@quinn>", "sent")
+    bench.db.execute("UPDATE outbox SET sent_at = ? WHERE message_id = '<old-r@quinn>'", (iso(old),))
+    record_usage(bench.db, "reply", Usage("m", 10, 5, 1), user_id=user)
+    bench.db.execute("UPDATE llm_usage SET at = ?", (iso(old),))
+    record_usage(bench.db, "reply", Usage("m", 10, 5, 1), user_id=user)
+    kept_old = bench.store.add(user, "Hana's badge number is 8812.")  # current: never touched, however old
+    archived = bench.store.add(user, "Hana once mentioned a blue umbrella.")
+    bench.store.forget(archived, user_id=user, reason="test")
+    changed = bench.store.add(user, "Hana lives in Kyoto.")
+    current = bench.store.update(changed, "Hana lives in Osaka.", user_id=user)
+    bench.db.execute("UPDATE memories SET created_at = ?, updated_at = ?, valid_from = ?", (iso(old),) * 3)
+    bench.db.execute("UPDATE memories SET valid_to = ? WHERE valid_to IS NOT NULL", (iso(old),))
+
+    runner = JobRunner(bench.store, bench.llm, bench.prompts, bench.config.scheduler, clock=bench.clock,
+                       retention=RetentionConfig(conversations_days=30, outbox_days=30, usage_days=30,
+                                                 archived_days=30))  # fmt: skip
+    outcome = await runner.run_job("cleanup")
+    assert outcome.status == "ok"
+    assert outcome.counts["details"]["retention"] == {
+        "messages": 2, "conversation_summaries": 0, "session_summaries": 1, "outbox_raw": 1, "llm_usage": 1,
+        "memories": 2}  # fmt: skip
+    bodies = [r[0] for r in bench.db.query("SELECT body FROM messages WHERE user_id = ? ORDER BY id", (user,))]
+    assert bodies == ["My locker is 14 now.", "Noted."]
+    assert bench.db.query("SELECT message_id, length(raw) FROM outbox ORDER BY message_id") == [
+        ("<new-r@quinn>", 8), ("<old-r@quinn>", 0)]  # fmt: skip
+    assert bench.db.query_value("SELECT count(*) FROM llm_usage") == 1
+    left = {r[0] for r in bench.db.query("SELECT id FROM memories WHERE user_id = ?", (user,))}
+    assert left == {kept_old, current}  # the archived one and the old version are gone, with their history
+    assert bench.db.query_value("SELECT count(*) FROM memory_versions WHERE memory_id IN (?, ?)",
+                                (archived, changed)) == 0  # fmt: skip
+    assert archived not in [h.id for h in bench.store.search(user, "umbrella", k=5, touch=False)]
+    # Zero keeps everything: the default for all but the outbox.
+    assert RetentionConfig().model_dump() == {"conversations_days": 0, "outbox_days": 30, "usage_days": 0,
+                                              "archived_days": 0}  # fmt: skip

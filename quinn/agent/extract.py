@@ -45,6 +45,11 @@ class ExtractedMemory(BaseModel):
     confidence: Literal["high", "medium", "low"] = "medium"
     domain: str | None = None
     tags: list[str] = Field(default_factory=list)
+    private: bool = Field(
+        default=False,
+        description="true for health, money and account details, passwords or codes, identity numbers, religion, "
+        "politics, sex life, or anything shared in confidence: never shown when others are on the thread",
+    )
     valid_until: str | None = Field(
         default=None,
         description="For a time-bound fact ('this week', 'until Friday', 'during the conference'): the last day it "
@@ -114,9 +119,11 @@ async def extract_memories(
             "date": email.date.isoformat() if email.date else None,
         },
     }  # fmt: skip
-    created, updated = await run_db(_apply, store, user_id, extraction, email, source, rendered.version)
-    log.info("extraction for %s: %d new, %d updated (%s)", user_id, len(created), len(updated), rendered.version)
-    return ExtractionOutcome(created, updated, usage)
+    applied = await run_db(apply_extraction, store, user_id, extraction, source=source, valid_from=email.date,
+                           reason=f"by {email.message_id} ({rendered.version})", sent=email.date)  # fmt: skip
+    log.info("extraction for %s: %d new, %d updated (%s)", user_id, len(applied.created), len(applied.updated),
+             rendered.version)  # fmt: skip
+    return ExtractionOutcome(applied.created, applied.updated, usage)
 
 
 def expiry(memory: ExtractedMemory, sent: datetime | None) -> str | None:
@@ -157,42 +164,72 @@ def distinct(store: MemoryStore, memories: list[ExtractedMemory]) -> list[Extrac
     return [memories[i] for i in kept_at]
 
 
-def _apply(
-    store: MemoryStore, user_id: str, extraction: Extraction, email: InboundEmail, source: dict, version: str
-) -> tuple[list[int], list[int]]:
-    valid_from = email.date
+@dataclass(frozen=True)
+class Applied:
+    """What applying an extraction did: ids created and updated, and new memories skipped as already known."""
+
+    created: list[int]
+    updated: list[int]
+    skipped: int = 0
+
+
+def metadata_for(memory: ExtractedMemory, source: dict[str, Any]) -> dict[str, Any]:
+    """A memory's metadata: where it was learnt, how sure the model was, and private when the model said so (the
+    store adds ``private`` on its own for data of a sensitive shape, `quinn.memory.sensitive`)."""
+    return {**source, "confidence": memory.confidence, **({"private": True} if memory.private else {})}
+
+
+def apply_extraction(
+    store: MemoryStore, user_id: str, extraction: Extraction, *, source: dict[str, Any], valid_from: datetime | str,
+    reason: str, sent: datetime | None = None, restate: bool = True,
+) -> Applied:  # fmt: skip
+    """Store what an extraction found, whoever extracted it (the per-mail call, the session review).
+
+    Updates and contradictions write a new version valid from ``valid_from`` (the old one is closed then; a
+    contradiction notes what it contradicts). New memories are deduplicated within the batch (`distinct`) and
+    against the user's current memories (cosine >= ``DUPLICATE_SIMILARITY``): a near-duplicate is restated as a
+    new version when ``restate`` (the per-mail extraction saw the person's latest wording) or skipped (a review
+    of a whole conversation repeats what the per-mail extraction stored), and an explicit "remember" is never
+    rewritten. Goals reported done are closed. ``sent`` (the mail's Date) anchors ``valid_until``.
+    """
     created: list[int] = []
     updated: list[int] = []
+    skipped = 0
     changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
     for change, kind in changes:
-        metadata = {**source, "confidence": change.confidence}
+        metadata = metadata_for(change, source)
         if kind == "contradicted":
             metadata["contradicts"] = change.id  # the email wins: the old memory is closed at the email's Date
         try:
             updated.append(store.update(change.id, change.content, user_id=user_id, valid_from=valid_from,
                                         metadata=metadata, importance=change.importance,
-                                        reason=f"{kind} by {email.message_id} ({version})"))  # fmt: skip
+                                        reason=f"{kind} {reason}"))  # fmt: skip
         except StoreError as exc:  # the model named a memory that is not this user's current one
             log.info("extraction: cannot update memory %s: %s", change.id, exc)
+            skipped += 1
     fresh: list[NewMemory] = []
     for memory in distinct(store, extraction.new):
         similar = find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY)
-        if similar and not similar[0].memory.immutable:
-            if " ".join(similar[0].content.split()).lower() != " ".join(memory.content.split()).lower():
-                updated.append(store.update(similar[0].memory.id, memory.content, user_id=user_id,
-                                            valid_from=valid_from, metadata=source,
+        if similar:
+            known = similar[0].memory
+            explicit = known.metadata.get("via") == "remember"  # kept in the person's own words
+            reworded = " ".join(known.content.split()).lower() != " ".join(memory.content.split()).lower()
+            if restate and reworded and not explicit and not known.immutable:
+                updated.append(store.update(known.id, memory.content, user_id=user_id, valid_from=valid_from,
+                                            metadata=metadata_for(memory, source),
                                             reason="near-duplicate restated"))  # fmt: skip
+            else:
+                skipped += 1
             continue
         fresh.append(NewMemory(
             user_id=user_id, content=memory.content, scope=scope_for(memory.type, memory.domain), type=memory.type,
             domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
-            metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
-            expires_at=expiry(memory, email.date),
+            metadata=metadata_for(memory, source), valid_from=valid_from, expires_at=expiry(memory, sent),
         ))  # fmt: skip
     if fresh:
         created = store.add_many(fresh)
-    updated += close_completed(store, user_id, extraction.completed, valid_from, f"reported done in {email.message_id}")
-    return created, updated
+    updated += close_completed(store, user_id, extraction.completed, valid_from, f"reported done {reason}")
+    return Applied(created, updated, skipped)
 
 
 def close_completed(

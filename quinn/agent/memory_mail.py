@@ -16,14 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from quinn.agent.extract import DUPLICATE_SIMILARITY
 from quinn.agent.tools import MemoryChange
 from quinn.clock import iso, utcnow
 from quinn.memory.models import Memory
-from quinn.memory.search import content_words, hybrid_search
+from quinn.memory.search import content_words, find_similar, hybrid_search
 from quinn.memory.store import MemoryStore
 
-RequestKind = Literal["remember", "forget", "digest", "export", "purge"]
+RequestKind = Literal["remember", "forget", "digest", "export", "purge", "stop", "resume"]
 FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten
+REMEMBER_IMPORTANCE = 0.8  # an explicit "remember" outranks what the model judged worth keeping (0.5 by default)
 PURGE_CONFIRM_TEMPLATE = "purge_confirm"
 PURGE_DONE_TEMPLATE = "purge_done"
 EXPORT_CONFIRM_TEMPLATE = "export_confirm"
@@ -42,6 +44,14 @@ _PATTERNS: tuple[tuple[RequestKind, re.Pattern[str]], ...] = (
     ("purge", re.compile(
         r"\b(?:delete|erase|remove|forget|wipe)\s+(?:absolutely\s+)?(?:everything|all)\s+(?:that\s+)?"
         r"(?:you\s+(?:know|have|remember|store)(?:\s+about\s+me)?|about\s+me|of\s+my\s+data|my\s+(?:data|memor(?:y|ies)))",
+        re.IGNORECASE)),
+    ("resume", re.compile(
+        r"\b(?:you\s+(?:may|can)\s+(?:now\s+)?(?:start\s+)?remember(?:ing)?\s+me\s+again|"
+        r"(?:please\s+)?(?:start|resume)\s+remembering\s+(?:me|things\s+about\s+me)(?:\s+again)?)\b",
+        re.IGNORECASE)),
+    ("stop", re.compile(
+        r"\b(?:stop|quit)\s+remembering\s+(?:me|(?:things|anything)\s+about\s+me|what\s+i\s+(?:say|tell\s+you))"
+        r"|\b(?:do\s+not|don'?t)\s+(?:remember|store|keep)\s+anything\s+(?:(?:new\s+)?about\s+me|i\s+(?:say|write|tell\s+you))",
         re.IGNORECASE)),
     ("digest", re.compile(
         r"\bwhat\s+(?:do|did)\s+you\s+(?:know|remember|have\s+stored|store)\s+about\s+me\b", re.IGNORECASE)),
@@ -70,9 +80,24 @@ def parse_requests(text: str) -> list[MemoryRequest]:
                 continue  # "forget everything you know about me" is the purge, not a forget
             what = match.groupdict().get("what") or ""
             found.append(MemoryRequest(kind, " ".join(what.split()).strip(" ,;:")))
-            if kind in ("purge", "digest", "export"):
+            if kind in ("purge", "digest", "export", "resume", "stop"):
                 break
     return found
+
+
+def learnable_text(text: str) -> str:
+    """What extraction may learn from a mail that holds memory commands: the statement of a "remember …" stays
+    (it is about the person, and may update or contradict what is known), the other commands go (they are
+    requests, not facts). A mail asking for a purge teaches nothing: the empty string."""
+    requests = parse_requests(text)
+    if any(r.kind == "purge" for r in requests):
+        return ""
+    for kind, pattern in _PATTERNS:
+        if kind == "remember":
+            text = pattern.sub(lambda m: f" {m.group('what').strip()}", text)
+        elif kind in ("forget", "digest", "export", "stop", "resume"):
+            text = pattern.sub(" ", text)
+    return text.strip()
 
 
 def confirms(text: str) -> bool:
@@ -82,16 +107,29 @@ def confirms(text: str) -> bool:
 
 def remember(store: MemoryStore, user_id: str, name: str, what: str, source: dict[str, Any],
              valid_from: Any = None) -> MemoryChange:  # fmt: skip
-    """Save an explicit "remember …" as a profile fact (always in the prompt); idempotent per email."""
+    """Save an explicit "remember …" as a profile fact (always in the prompt); idempotent per email.
+
+    It goes through the dedupe extraction uses: a current memory that says the same (cosine >= the extraction's
+    ``DUPLICATE_SIMILARITY``) gets a new version in the person's words instead of a twin. What the statement
+    contradicts ("remember that I moved to Porto" against "lives in Lisbon") is the extraction's to judge: it
+    runs on the same mail after the reply (`learnable_text`) and supersedes through the same path.
+    """
     content = f"{name} asked to remember: {what}"
     message_id = (source.get("source") or {}).get("message_id")
     for memory in store.get_all(user_id, scope="profile", limit=500):
         same_mail = (memory.metadata.get("source") or {}).get("message_id") == message_id
         if same_mail and memory.content == content:  # a retry after a crash: already done
             return MemoryChange("saved", memory.id, content)
-    memory_id = store.add(user_id, content, scope="profile", type="fact", importance=0.8,
-                          metadata={**source, "via": "remember", "confidence": "high"},
-                          valid_from=valid_from)  # fmt: skip
+    metadata = {**source, "via": "remember", "confidence": "high"}
+    similar = [h for h in find_similar(store, user_id, content, DUPLICATE_SIMILARITY) if not h.memory.immutable]
+    if similar:
+        old = similar[0].memory
+        memory_id = store.update(old.id, content, user_id=user_id, valid_from=valid_from, metadata=metadata,
+                                 importance=max(old.importance, REMEMBER_IMPORTANCE),
+                                 reason=f"restated by an explicit remember in {message_id}")  # fmt: skip
+        return MemoryChange("saved", memory_id, content)
+    memory_id = store.add(user_id, content, scope="profile", type="fact", importance=REMEMBER_IMPORTANCE,
+                          metadata=metadata, valid_from=valid_from)  # fmt: skip
     return MemoryChange("saved", memory_id, content)
 
 

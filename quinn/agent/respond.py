@@ -8,7 +8,9 @@ from the mail (sensory gate, then the extraction call). Every memory change is r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, memory_mail
+from quinn.agent import confirm, consent, memory_mail
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -77,6 +79,13 @@ class _Work:
     actions: list[str] = field(default_factory=list)
     changes: list[MemoryChange] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
+    opted_out: bool = False  # the person asked not to be remembered (consent.py): read what is known, store nothing
+
+
+def shown_memory_ids(variables: dict[str, Any]) -> list[int]:
+    """The memories a rendered reply prompt shows (profile and retrieved block), by their ``[memory:ID]`` cites."""
+    text = f"{variables.get('profile') or ''}\n{variables.get('memories') or ''}"
+    return sorted({int(found) for found in re.findall(r"\[memory:(\d+)\]", text)})
 
 
 def source_of(email: InboundEmail) -> dict[str, Any]:
@@ -128,16 +137,23 @@ class Agent:
             if matches:
                 log.info("mail %s: domains %s", email.message_id, ", ".join(f"{m.name} ({m.reason})" for m in matches))
             # Twice k: memories of other domains are dropped after search, in context assembly.
-            hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=touch)
+            hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=False)
             hits = linked_hits(store, user, query, hits)  # memories tied to entities the mail names
-            if session_id is not None and touch:  # which session retrieved what: the decay job's spacing effect
-                record_retrievals(store.db, session_id, [h.id for h in hits], utcnow())
-        return ReplyInputs(
+        inputs = ReplyInputs(
             email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
             hits=hits, thread=list(thread), thread_summary=summary, token_budget=c.memory.token_budget,
             domains=domains, now=utcnow(), actions=list(actions), state=state,
         )  # fmt: skip
+        if use_memory and touch:
+            # Use is what reached the prompt: the profile shown and the hits that survived the domain, privacy
+            # and budget filters; not every search candidate. It strengthens memory (stability) and, per session,
+            # feeds the decay job's spacing effect.
+            shown = shown_memory_ids(reply_variables(inputs))
+            store.record_access(shown, utcnow())
+            if session_id is not None:
+                record_retrievals(store.db, session_id, shown, utcnow())
+        return inputs
 
     # -- 2 and 3. the answer ---------------------------------------------------------------------------
 
@@ -204,18 +220,33 @@ class Agent:
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
-            valid_from=email.date, changes=work.changes,
+            valid_from=email.date, changes=work.changes, read_only=work.opted_out,
         )  # fmt: skip
         return await self._model_reply(inputs, deps, work)
 
     def _carry_out(
         self, email: InboundEmail, user: str, requests: Sequence[memory_mail.MemoryRequest], private_ok: bool
     ) -> _Work:
-        """Remember, forget and export (DB thread); each change becomes an action line and a footer line."""
+        """Consent, remember and forget (DB thread); each change becomes an action line and a footer line."""
         work = _Work()
         name = (email.from_.name if email.from_ and email.from_.name else user).split()[0]
+        kinds = {r.kind for r in requests}
+        if "resume" in kinds:
+            back = consent.opt_in(self.store.db, user)
+            work.actions.append("Remembering them again, as asked: what they write from now on may be kept." if back
+                                else "They asked to be remembered again, but had never asked you to stop.")  # fmt: skip
+        elif "stop" in kinds:
+            consent.opt_out(self.store.db, user, utcnow(), email.message_id)
+            work.actions.append('Stopped remembering them, as asked: nothing new from their emails is stored until '
+                                'they write "you may remember me again"; what is already stored stays until they ask '
+                                "you to forget it or to delete everything.")  # fmt: skip
+        work.opted_out = consent.opted_out(self.store.db, user)
         for request in requests:
-            if request.kind == "remember":
+            if request.kind == "remember" and work.opted_out:
+                work.actions.append(f'Asked to remember "{request.argument}", but they asked you not to '
+                                    'remember them: nothing was saved (they can write "you may remember me '
+                                    'again").')  # fmt: skip
+            elif request.kind == "remember":
                 change = memory_mail.remember(self.store, user, name, request.argument, source_of(email), email.date)
                 work.changes.append(change)
                 work.actions.append(f"Saved, as asked: {change.content} [memory:{change.memory_id}]")
@@ -255,7 +286,7 @@ class Agent:
                 ctx = mirascope_llm.Context(deps=deps)
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
-        body = result.text + memory_mail.changes_footer(changes)
+        body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
         return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes)
 
     async def _digest(self, email: InboundEmail, user: str, private_ok: bool, work: _Work) -> Answer:
@@ -283,10 +314,21 @@ class Agent:
     # -- 4. learning -----------------------------------------------------------------------------------
 
     async def learn(self, user: str, email: InboundEmail) -> ExtractionOutcome | None:
-        """Extract memories from an answered mail of the authenticated user, unless the gate says it is trivial."""
-        if memory_mail.parse_requests(email.text):
-            log.info("mail %s: no extraction, the mail was a memory command", email.message_id)
+        """Extract memories from an answered mail of the authenticated user, unless the gate says it is trivial.
+
+        A mail with memory commands is learnt from too, without the commands (`memory_mail.learnable_text`): "forget
+        X, and by the way I started at Acme" still teaches the new job, and "remember that I moved to Porto" lets
+        the extraction supersede "lives in Lisbon". A purge request teaches nothing.
+        """
+        if await self._db(consent.opted_out, self.store.db, user):
+            log.info("mail %s: no extraction, %s asked not to be remembered", email.message_id, user)
             return None
+        text = memory_mail.learnable_text(email.text)
+        if text != email.text.strip():
+            if not text:
+                log.info("mail %s: no extraction, the mail was only memory commands", email.message_id)
+                return None
+            email = dataclasses.replace(email, text=text)
         decision = sensory_gate(email.text)
         log.info("mail %s: sensory gate: %s", email.message_id, decision)
         if not decision.passed:

@@ -28,6 +28,7 @@ R = TypeVar("R")
 MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedback", "personal"]
 PROFILE_TYPES = frozenset({"preference", "personal", "feedback"})
 SEARCH_LIMIT = 8
+READ_ONLY = "Refused: this person asked not to be remembered; nothing new about them is stored."
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class MemoryDeps:
     source: dict[str, Any] = field(default_factory=dict)
     valid_from: datetime | None = None
     changes: list[MemoryChange] = field(default_factory=list)
+    read_only: bool = False  # the person asked not to be remembered (agent/consent.py): nothing new is stored
 
     async def db(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` on the database thread."""
@@ -117,9 +119,13 @@ async def save_memory(
     domain: str | None = None,
     tags: list[str] | None = None,
     importance: float = 0.5,
+    private: bool = False,
 ) -> str:
-    """Remember something new about the person: one self-contained sentence in the third person."""
+    """Remember something new about the person: one self-contained sentence in the third person. ``private``:
+    health, money, codes, identity numbers or anything shared in confidence (never shown to others)."""
     deps = ctx.deps
+    if deps.read_only:
+        return READ_ONLY
     text = " ".join(content.split())
     if not text:
         return "Refused: content is empty; write the memory as one full sentence."
@@ -129,7 +135,7 @@ async def save_memory(
     item = NewMemory(
         user_id=deps.user_id, content=text, scope=scope_for(type, name), type=type, domain=name,
         tags=tuple(sorted({t.strip().lower() for t in tags or () if t.strip()})), importance=importance,
-        metadata={**deps.source, "via": "tool"}, valid_from=deps.valid_from,
+        metadata={**deps.source, "via": "tool", **({"private": True} if private else {})}, valid_from=deps.valid_from,
     )  # fmt: skip
     try:
         [memory_id] = await deps.db(deps.store.add_many, [item])
@@ -144,6 +150,8 @@ async def save_memory(
 async def update_memory(ctx: llm.Context[MemoryDeps], id: int, content: str) -> str:
     """Replace what a memory says (by its id) when the person corrects it or it changed; history is kept."""
     deps = ctx.deps
+    if deps.read_only:
+        return READ_ONLY
     text = " ".join(content.split())
     if not text:
         return "Refused: content is empty; write the corrected memory as one full sentence."

@@ -97,7 +97,7 @@ def run_job(args: argparse.Namespace, config: Config) -> int:
             embedder = embedder_for(config.embeddings)
         with _quiet("quinn.memory.store"):  # "no embedder" is expected for jobs that never touch vectors
             store = MemoryStore(db, embedder)
-        runner = JobRunner(store, llm, prompts, config.scheduler)
+        runner = JobRunner(store, llm, prompts, config.scheduler, retention=config.retention)
         outcome = asyncio.run(runner.run_job(spec.name, force=True))
     finally:
         db.close()

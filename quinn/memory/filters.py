@@ -108,3 +108,8 @@ def _moment(name: str, value: datetime | str) -> str:
         raise StoreError(f"filter {name} {value!r} is not a date", "use ISO 8601, e.g. 2026-07-01") from None
     assert moment is not None
     return moment
+
+
+#: Where a memory's age is counted from, everywhere (search's effective importance, decay, cleanup): its last use,
+#: or when Quinn learnt it. Not ``valid_from``: a fact from an old mail processed today is new to Quinn.
+AGE_ANCHOR = "coalesce(last_accessed_at, created_at)"

@@ -2,8 +2,13 @@
 
 Reflection fills it (``save_graph``); the reply path asks it for memories linked to entities named in an email
 (``linked_hits``), which plain similarity search can miss ("Bob" in a mail, "Alice's manager is Bob" in memory
-says nothing about the project Bob runs). Names and relation sentences are embedded like memories, with the
-model id beside the vector. Everything is per user: a lookup never crosses users.
+says nothing about the project Bob runs). An entity is named in a mail by its name, or by the role a relation
+gives it: "my sister" names Ana when the graph holds "Alice has sister Ana" (or "Ana sister of Alice").
+Everything is per user: a lookup never crosses users.
+
+Names and relations are not embedded: measured with the default model, a mail's sentence ("how is my sister
+doing?") scored 0.27 against "Alice has sister Ana" and 0.32 against "Alice works at Acme", so similarity could
+not tell the relation a mail means; the role words do, exactly. The ``embedding`` columns stay empty.
 """
 
 from __future__ import annotations
@@ -34,11 +39,6 @@ class Relation:
     target: str
     memory_id: int
 
-    @property
-    def sentence(self) -> str:
-        """The text that is embedded: "Alice works at Acme"."""
-        return f"{self.source} {self.relation.replace('_', ' ')} {self.target}"
-
 
 @dataclass(frozen=True)
 class GraphChange:
@@ -63,26 +63,18 @@ def save_graph(
     for r in relations:
         for name in (clean_name(r.source), clean_name(r.target)):
             kinds.setdefault(name.lower(), (name, ""))
-    names = [display for display, _kind in kinds.values()]
-    texts = names + [r.sentence for r in relations]
-    vectors = store.embedder.embed(texts) if (store.embedder is not None and texts) else None
-    model = store.embedder.model_id if store.embedder is not None else None
     added_entities = added_relations = 0
     with store.db.transaction() as tx:
         ids: dict[str, int] = {}
-        for index, (key, (display, kind)) in enumerate(kinds.items()):
+        for key, (display, kind) in kinds.items():
             found = tx.query("SELECT id FROM entities WHERE user_id = ? AND lower(name) = ?", (user_id, key))
             if found:
                 ids[key] = int(found[0][0])
                 continue
-            blob = vectors[index].tobytes() if vectors is not None else None
-            ids[key] = tx.execute(
-                "INSERT INTO entities (user_id, name, kind, embedding, embedding_model, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (user_id, display, kind, blob, model if blob else None, iso(now)),
-            )
+            ids[key] = tx.execute("INSERT INTO entities (user_id, name, kind, created_at) VALUES (?, ?, ?, ?)",
+                                  (user_id, display, kind, iso(now)))  # fmt: skip
             added_entities += 1
-        for index, r in enumerate(relations, start=len(names)):
+        for r in relations:
             source, target = ids[clean_name(r.source).lower()], ids[clean_name(r.target).lower()]
             relation = " ".join(r.relation.split()).lower()
             exists = tx.query(
@@ -92,11 +84,10 @@ def save_graph(
             )
             if exists:
                 continue
-            blob = vectors[index].tobytes() if vectors is not None else None
             tx.execute(
-                "INSERT INTO relationships (user_id, source_id, relation, target_id, memory_id, embedding,"
-                " embedding_model, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (user_id, source, relation, target, r.memory_id, blob, model if blob else None, iso(now)),
+                "INSERT INTO relationships (user_id, source_id, relation, target_id, memory_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (user_id, source, relation, target, r.memory_id, iso(now)),
             )
             added_relations += 1
     return GraphChange(added_entities, added_relations)
@@ -111,14 +102,28 @@ def _own_memory_ids(store: MemoryStore, user_id: str, ids: set[int]) -> set[int]
     return {int(r[0]) for r in rows}
 
 
+_MY = re.compile(r"\bmy\s+([a-z][a-z-]+)", re.IGNORECASE)
+
+
 def named_entities(store: MemoryStore, user_id: str, text: str) -> list[tuple[int, str]]:
-    """The user's entities whose name occurs in ``text`` as a whole word (case-blind): (id, name)."""
+    """The user's entities named in ``text``: by name as a whole word (case-blind), or by role ("my sister" is
+    the target of "… has sister …" and the source of "… sister of …"): (id, name)."""
     rows = store.db.query("SELECT id, name FROM entities WHERE user_id = ?", (user_id,))
-    found = []
-    for entity_id, name in rows:
-        if len(name) >= 2 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE):
-            found.append((int(entity_id), name))
-    return found
+    names = {int(entity_id): name for entity_id, name in rows}
+    found = {entity_id: name for entity_id, name in names.items()
+             if len(name) >= 2 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE)}  # fmt: skip
+    roles = {word.lower() for word in _MY.findall(text)}
+    if roles:
+        edges = store.db.query("SELECT source_id, relation, target_id FROM relationships WHERE user_id = ?",
+                               (user_id,))  # fmt: skip
+        for source_id, relation, target_id in edges:
+            words = relation.lower().replace("_", " ").split()
+            for at, word in enumerate(words):
+                if word in roles:  # "sister of" describes the source; "has sister", "sister" the target
+                    entity_id = int(source_id if words[at + 1 : at + 2] == ["of"] else target_id)
+                    if entity_id in names:
+                        found.setdefault(entity_id, names[entity_id])
+    return sorted(found.items())
 
 
 def linked_memories(store: MemoryStore, user_id: str, text: str, *, limit: int = 5) -> list[Memory]:

@@ -16,6 +16,7 @@ from quinn.errors import StoreError
 from quinn.memory.db import Transaction
 from quinn.memory.filters import normalise_user
 from quinn.memory.models import SCHEMA_VERSION, SCOPES, NewMemory, content_text, iso
+from quinn.memory.sensitive import detect
 
 INSERT_CHUNK = 200  # rows per multi-row INSERT: 28 parameters each stays far below SQLite's 32,766 limit
 _INSERT_COLUMNS = (
@@ -111,16 +112,29 @@ def row_for(item: NewMemory, index: int) -> dict[str, Any]:
         raise StoreError(f"{where}: global memories have no user", "pass user_id=None for scope global")
     if item.scope != "global" and not normalise_user(item.user_id):
         raise StoreError(f"{where}: scope {item.scope} needs a user", "pass the user's address as user_id")
+    metadata = classified(content, item.metadata)
     tags = item.tags if not isinstance(item.tags, str) else (item.tags,)
     if not all(isinstance(tag, str) and tag.strip() for tag in tags):
         raise StoreError(f"{where}: tags must be non-empty strings, got {list(tags)!r}")
     return {
         "user_id": normalise_user(item.user_id), "scope": item.scope, "domain": item.domain, "type": item.type,
         "content": content, "content_format": content_format,
-        "tags": json.dumps(sorted(set(tags)), ensure_ascii=False), "metadata": metadata_text(item.metadata, where),
+        "tags": json.dumps(sorted(set(tags)), ensure_ascii=False), "metadata": metadata_text(metadata, where),
         "importance": float(item.importance), "valid_from": moment(f"{where}: valid_from", item.valid_from),
         "expires_at": moment(f"{where}: expires_at", item.expires_at), "immutable": int(bool(item.immutable)),
     }  # fmt: skip
+
+
+def classified(content: str, metadata: Any) -> Any:
+    """``metadata`` with ``private`` set and the kinds listed under ``sensitive`` when ``content`` holds data that
+    must never reach a shared thread (`quinn.memory.sensitive`). Never clears a flag: an update of a private
+    memory stays private even when its new wording shows no such shape."""
+    kinds = detect(content)
+    if not kinds or not isinstance(metadata, dict):
+        return metadata  # nothing found, or metadata that metadata_text refuses with its own message
+    known = metadata.get("sensitive")
+    merged = set(kinds) | (set(known) if isinstance(known, list) else set())
+    return {**metadata, "private": True, "sensitive": sorted(merged)}
 
 
 def metadata_text(metadata: Any, where: str) -> str:

@@ -1,4 +1,5 @@
-"""Job 5, cleanup: archive (never delete) memories by the seed rules.
+"""Job 5, cleanup: archive (never delete) memories by the seed rules; then the retention windows
+(``scheduler/retention.py``, ``[retention]``), which do delete, each kind after the time the operator chose.
 
 - importance below ``cleanup_min_importance`` and not retrieved for ``cleanup_unused_days``;
 - type ``context`` older than ``cleanup_context_days``;
@@ -17,8 +18,10 @@ from datetime import datetime, timedelta
 from quinn.clock import iso
 from quinn.config import SchedulerConfig
 from quinn.errors import StoreError
+from quinn.memory.filters import AGE_ANCHOR
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
+from quinn.scheduler.retention import expire
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ def archive_candidates(store: MemoryStore, settings: SchedulerConfig, now: datet
         f" FROM memories WHERE {_CURRENT} AND ("
         "  (expires_at IS NOT NULL AND expires_at <= ?)"
         "  OR (type = 'context' AND valid_from < ?)"
-        "  OR (importance < ? AND coalesce(last_accessed_at, valid_from) < ?)"
+        f"  OR (importance < ? AND {AGE_ANCHOR} < ?)"
         ") ORDER BY id",
         (iso(now), context_before, _num(settings.cleanup_context_days), _num(settings.cleanup_min_importance),
          _num(settings.cleanup_unused_days), iso(now), context_before, settings.cleanup_min_importance,
@@ -57,7 +60,7 @@ def archive(store: MemoryStore, memory_id: int, user_id: str, rule: str) -> bool
 
 
 async def cleanup_job(ctx: JobContext) -> None:
-    """Archive every memory the rules name."""
+    """Archive every memory the rules name, then apply the retention windows (``[retention]``)."""
     candidates = await ctx.db(archive_candidates, ctx.store, ctx.settings, ctx.now())
     for memory_id, user_id, rule in candidates:
         ctx.counts.processed += 1
@@ -68,6 +71,9 @@ async def cleanup_job(ctx: JobContext) -> None:
             rules[key] = rules.get(key, 0) + 1
         else:
             ctx.counts.skipped += 1
+    expired = await ctx.db(expire, ctx.store.db, ctx.retention, ctx.now())
+    if any(expired.values()):
+        ctx.counts.details["retention"] = expired
 
 
 def _num(value: float) -> str:

@@ -11,7 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.clock import Clock, iso
-from quinn.config import SchedulerConfig
+from quinn.config import RetentionConfig, SchedulerConfig
 from quinn.errors import ConfigError, RetryLater
 from quinn.memory.store import MemoryStore
 
@@ -56,6 +56,7 @@ class JobContext:
     counts: JobCounts = field(default_factory=JobCounts)
     cursor: int = 0  # the cursor the previous successful run left (0: start from the beginning)
     consecutive_failures: int = 0
+    retention: RetentionConfig = field(default_factory=RetentionConfig)  # the cleanup job's windows
 
     def now(self) -> datetime:
         """The job's notion of now (a ``ManualClock`` in tests)."""

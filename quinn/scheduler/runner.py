@@ -32,7 +32,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from quinn.agent.llm import LLM
 from quinn.agent.prompts import PromptStore
 from quinn.clock import Clock
-from quinn.config import SchedulerConfig
+from quinn.config import RetentionConfig, SchedulerConfig
 from quinn.errors import QuinnError
 from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
@@ -121,6 +121,7 @@ class JobRunner:
         clock: Clock | None = None,
         holder: str | None = None,
         jobs: Sequence[JobSpec] = JOBS,
+        retention: RetentionConfig | None = None,
     ) -> None:
         self.store = store
         self.llm = llm
@@ -129,6 +130,7 @@ class JobRunner:
         self.clock = clock or Clock()
         self.holder = holder or default_holder()
         self.jobs = tuple(jobs)
+        self.retention = retention or RetentionConfig()
         self.leases = Leases(store.db, self.holder)
         self.runs = RunLog(store.db)
         self._scheduler: AsyncIOScheduler | None = None
@@ -243,7 +245,8 @@ class JobRunner:
         previous_ok = await self._db(self.runs.last_ok, name)
         cursor = int((previous_ok.counts.get("cursor") if previous_ok else 0) or 0)
         counts = JobCounts(cursor=None, details={"holder": self.holder})
-        ctx = JobContext(name, self.store, self.llm, self.prompts, self.settings, self.clock, counts, cursor)
+        ctx = JobContext(name, self.store, self.llm, self.prompts, self.settings, self.clock, counts, cursor,
+                         retention=self.retention)  # fmt: skip
         run_id = await self._db(self.runs.start, name, now, self.holder)
         log.info("job %s started (run %d)", name, run_id)
         started = time.monotonic()

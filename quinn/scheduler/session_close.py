@@ -18,14 +18,12 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from quinn.agent.extract import DUPLICATE_SIMILARITY, Extraction, close_completed, distinct, expiry, scope_for
+from quinn.agent.consent import opted_out
+from quinn.agent.extract import Extraction, apply_extraction
 from quinn.agent.state import ALL_STATE_FIELDS, STATE_FIELDS, user_state
 from quinn.clock import iso
-from quinn.errors import RetryLater, StoreError
+from quinn.errors import RetryLater
 from quinn.memory.db import Database
-from quinn.memory.models import NewMemory
-from quinn.memory.search import find_similar
-from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.summarize import Message, session_text
 
@@ -93,36 +91,6 @@ def newest_within(messages: list[Message], max_tokens: int) -> list[Message]:
     return kept
 
 
-def apply_memories(
-    store: MemoryStore, user_id: str, extraction: Extraction, source: dict, valid_from: str, reason: str
-) -> tuple[int, int, int]:
-    """Store the review's memories: (created, updated, skipped as already known)."""
-    updated = skipped = 0
-    for change in [*extraction.updated, *extraction.contradicted]:
-        try:
-            store.update(change.id, change.content, user_id=user_id, valid_from=valid_from,
-                         metadata={**source, "confidence": change.confidence}, importance=change.importance,
-                         reason=reason)  # fmt: skip
-            updated += 1
-        except StoreError as exc:  # not this user's current memory (or changed since): nothing to do
-            log.info("session close: cannot update memory %s: %s", change.id, exc)
-            skipped += 1
-    fresh: list[NewMemory] = []
-    for memory in distinct(store, extraction.new):
-        if find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY):
-            skipped += 1  # the per-mail extraction (or an earlier, interrupted close) has it already
-            continue
-        fresh.append(NewMemory(
-            user_id=user_id, content=memory.content, scope=scope_for(memory.type, memory.domain), type=memory.type,
-            domain=memory.domain, tags=tuple(memory.tags), importance=memory.importance,
-            metadata={**source, "confidence": memory.confidence}, valid_from=valid_from,
-            expires_at=expiry(memory, None),
-        ))  # fmt: skip
-    created = len(store.add_many(fresh)) if fresh else 0
-    updated += len(close_completed(store, user_id, extraction.completed, valid_from, reason))
-    return created, updated, skipped
-
-
 def close_session(
     db: Database, session_id: str, user_id: str, picked_at: str, review: SessionReview | None, prompt_version: str,
     now: datetime,
@@ -169,7 +137,9 @@ async def session_close_job(ctx: JobContext) -> None:
         text = await ctx.db(session_text, ctx.store.db, quiet.id)
         if text is None:
             continue
-        if not text.messages and not text.summary:
+        # Nothing to review, or a user who asked not to be remembered: closed without a review (no memories, no
+        # short-term state, no model call).
+        if (not text.messages and not text.summary) or await ctx.db(opted_out, ctx.store.db, text.user_id):
             await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, None, "",
                          ctx.now())  # fmt: skip
             continue
@@ -195,8 +165,10 @@ async def session_close_job(ctx: JobContext) -> None:
         await ctx.record_usage(usage, text.user_id)
         last_date = messages[-1].date if messages else quiet.last_message_at
         source = {"source": {"session_id": quiet.id, "subject": text.subject, "date": last_date}}
-        created, updated, skipped = await ctx.db(apply_memories, ctx.store, text.user_id, review.memories, source,
-                                                 last_date, f"session close {rendered.version}")  # fmt: skip
+        applied = await ctx.db(apply_extraction, ctx.store, text.user_id, review.memories, source=source,
+                               valid_from=last_date, reason=f"by session close {rendered.version}",
+                               restate=False)  # fmt: skip
+        created, updated, skipped = len(applied.created), len(applied.updated), applied.skipped
         version = await ctx.db(reply_prompt_version, ctx.store.db, quiet.id)
         closed = await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, review,
                               version, ctx.now())  # fmt: skip

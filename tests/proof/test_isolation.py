@@ -91,10 +91,12 @@ def seed_people(store: MemoryStore, rng: random.Random, count: int) -> list[Pers
         person.private |= {personal, pii}
         person.public.add(pref)
         mine = [
-            NewMemory(person.address, f"{person.name} privately told me the family code word {personal}.",
-                      type="personal", scope="profile"),
+            # Neither is flagged by hand: the store classifies them (a code, an identity number), as it does
+            # for whatever extraction, the tools or a "remember" write (quinn/memory/sensitive.py).
+            NewMemory(person.address, f"{person.name}'s family code word is {personal}.", type="fact",
+                      scope="profile"),
             NewMemory(person.address, f"{person.name}'s passport number for the {rng.choice(TOPICS)} trip is {pii}.",
-                      type="fact", scope="episodic", metadata={"pii": True}),
+                      type="fact", scope="episodic"),
             NewMemory(person.address, f"{person.name} likes replies signed off with {pref}.", type="preference",
                       scope="profile"),
         ]  # fmt: skip
@@ -109,6 +111,8 @@ def seed_people(store: MemoryStore, rng: random.Random, count: int) -> list[Pers
     ids = iter(store.add_many(items))
     for person in people:
         person.memory_ids = [next(ids) for _ in range(3 + len(person.topics))]
+        classified = [store.get(mid) for mid in person.memory_ids[:2]]
+        assert all(m is not None and m.private for m in classified), "the store did not classify a private memory"
     return people
 
 
