@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import memory_search, pipeline, retrieval_quality
+from bench import chats, memory_search, pipeline, retrieval_quality
 from bench.conversations import generate
 from bench.pipeline_report import STAGES
 from quinn.memory.embed import LocalEmbedder
@@ -44,19 +44,34 @@ def test_memory_search_runs_and_its_sql_scan_is_exact(tmp_path: Path, model: Loc
     assert "| a 400/10 users |" in (tmp_path / "memory_search.md").read_text()
 
 
-def test_retrieval_quality_runs_on_one_user(tmp_path: Path, model: LocalEmbedder) -> None:
+def test_retrieval_quality_runs_every_set_and_method_on_one_user(tmp_path: Path, model: LocalEmbedder) -> None:
     retrieval_quality.main(["--quick", "--out", str(tmp_path)], embedder=model)
     report = json.loads((tmp_path / "retrieval_quality.json").read_text())
-    assert report["dataset"]["users"] == 1
-    assert report["dataset"]["questions"] == len(report["questions"]) > 0
-    for method in retrieval_quality.METHODS:
-        overall = report["summary"][method]["overall"]
-        assert overall["questions"] == report["dataset"]["questions"]
-        for k in retrieval_quality.KS:
-            assert 0.0 <= overall[f"recall@{k}"] <= overall[f"hit@{k}"] <= 1.0
-    # Something is found: a broken store or search would score zero everywhere.
-    assert report["summary"]["hybrid"]["overall"]["hit@10"] > 0.3
+    assert set(report["sets"]) == set(retrieval_quality.DATASETS)
+    for name, result in report["sets"].items():
+        assert result["dataset"]["users"] == 1, name
+        assert result["dataset"]["questions"] == len(result["questions"]) > 0, name
+        for method in retrieval_quality.METHODS:
+            overall = result["summary"][method]["overall"]
+            assert overall["questions"] == result["dataset"]["questions"], (name, method)
+            for k in retrieval_quality.KS:
+                assert 0.0 <= overall[f"recall@{k}"] <= overall[f"hit@{k}"] <= 1.0, (name, method)
+        # Something is found: a broken store or search would score zero everywhere.
+        assert result["summary"][retrieval_quality.HYBRID]["overall"]["hit@10"] > 0.3, name
     assert (tmp_path / "retrieval_quality.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| method |" in (tmp_path / "retrieval_quality.md").read_text()
+
+
+def test_chats_data_set_has_every_kind_and_answers_in_other_sessions() -> None:
+    data = chats.generate(conversations=2)
+    by_id = data.by_id()
+    assert Counter(q.kind for q in data.questions).keys() == {"single", "temporal", "multi_hop", "open"}
+    assert 600 < len(data.messages) < 800 and len({m.user for m in data.messages}) == 2
+    for q in data.questions:
+        assert all(by_id[a].user == q.user for a in q.answers)
+        if q.kind == "multi_hop":  # two turns of the asker's friend-chat, from different sessions
+            assert len({by_id[a].session for a in q.answers}) == 2
+    assert chats.generate(conversations=2) == data  # fixed seed: the same set every run
 
 
 def test_pipeline_runs_through_the_lab_and_answers_every_mail(tmp_path: Path, model: LocalEmbedder) -> None:

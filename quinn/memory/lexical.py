@@ -104,6 +104,42 @@ def within_budget(terms: Sequence[str], frequencies: Sequence[int], budget: int 
     return kept
 
 
+def owned_frequencies(db: Database, owners: Sequence[str | None], terms: Sequence[str]) -> tuple[int, list[int]]:
+    """(rows of the owners in the index, rows of theirs matching each term), in one statement."""
+    anyone = "(" + " OR ".join(f"owner_key : {_quoted(owner_token(o))}" for o in owners) + ")"
+    counts = "".join(", (SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?)" for _ in terms)
+    row = db.query_one(
+        f"SELECT (SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?){counts}",
+        [anyone, *(owned(match_expression([t]) or "", owners) for t in terms)],
+    )
+    if not row:
+        return 0, [0] * len(terms)
+    return int(row[0]), [int(n) for n in row[1:]]
+
+
+def common_to_owners(
+    db: Database, owners: Sequence[str | None], terms: Sequence[str], frequencies: Sequence[int],
+    owned_rows: int | None = None,
+) -> set[str]:  # fmt: skip
+    """The terms found in more than half of the owners' memories, once they hold ``CANDIDATES`` or more.
+
+    The search returns the owners' memories only, so their own statistics are the ones that say what a word is
+    worth, and over them BM25's IDF, log((N - n + 0.5) / (n + 0.5)), is zero or below for such a term. FTS5
+    scores with the whole index's statistics instead, where a speaker's name that opens half of a user's chat
+    turns is rare (other users never write it): it then ranks "Arturo: Mood" first for every question about
+    Arturo (issue 14, bench/README.md). Below ``CANDIDATES`` memories every match is a candidate anyway. Only
+    terms found that often in the whole index are counted, so most queries read nothing more.
+    """
+    floor = max(CANDIDATES, owned_rows or 0)
+    suspects = [t for t, n in zip(terms, frequencies, strict=True) if 2 * n > floor]
+    if not suspects:
+        return set()
+    rows, counts = owned_frequencies(db, owners, suspects)
+    if rows < CANDIDATES:
+        return set()
+    return {t for t, n in zip(suspects, counts, strict=True) if 2 * n > rows}
+
+
 def lexical_scores(
     db: Database, where: str, params: Sequence[Any], text: str, columns: str | None = None, *,
     owners: Sequence[str | None] | None = None, owned_rows: int | None = None, budget: int = POSTINGS_BUDGET,
@@ -114,11 +150,20 @@ def lexical_scores(
 
     ``owners``: the users (None: global) that ``where`` keeps; the MATCH then reads only their postings, unless
     they hold half the index or more (``owned_rows``, when known), where the extra AND costs more than it saves.
+    Terms common to the owners' memories (``common_to_owners``) are left out of the MATCH and of the IDF mass,
+    unless every term found is: then the rarest stays.
     """
     terms = query_terms(text)
     if not terms:
         return {}, {}
     total, frequencies = document_frequencies(db, terms)
+    if owners:
+        common = common_to_owners(db, owners, terms, frequencies, owned_rows)
+        present = [(n, t) for t, n in zip(terms, frequencies, strict=True) if n > 0]
+        if common and all(t in common for _n, t in present):
+            common.discard(min(present)[1])  # all common: the rarest still matches, as in ``within_budget``
+        kept = [(t, n) for t, n in zip(terms, frequencies, strict=True) if t not in common]
+        terms, frequencies = [t for t, _n in kept], [n for _t, n in kept]
     match = match_expression(within_budget(terms, frequencies, budget))
     if match is None:  # no term occurs anywhere
         return {}, {}

@@ -4,7 +4,9 @@ Per-user vector search is exact: numpy over the user's cached vectors (``vectors
 a SQL scan (``ORDER BY vector_distance_cos``, served by the user index). Measured, an ANN index loses most recall
 under a user filter (docs/architecture.md). The two legs are fused by a convex combination of their scores,
 ``VECTOR_WEIGHT × cosine + (1 - VECTOR_WEIGHT) × lexical coverage``, then weighted, gently, by decay-aware
-importance and recency.
+importance and recency. The cosine that ranks and fuses is measured from the mean of the user's vectors
+(``Centre``), and the lexical leg leaves out words common to the user's memories (``lexical.common_to_owners``):
+both legs then weigh what is particular to a memory, not what all of a user's memories share (issue 14).
 
 Why not reciprocal rank fusion: RRF (k=60) throws the scores away, so a memory that both legs rank
 mediocrely (BM25 matched one filler word) beats one the vector leg ranks second. On the retrieval benchmark
@@ -46,6 +48,7 @@ IMPORTANCE_WEIGHT = 0.03
 RECENCY_WEIGHT = 0.01
 MAX_QUERY_CHUNKS = 6
 CHUNK_WEIGHT_DECAY = 0.95
+CENTRE_SAMPLE = 4096  # rows that estimate the mean of a user's vectors (Centre)
 MAX_FILTERED_CANDIDATES = 4000  # beyond this, a narrow filter is cheaper as a SQL scan than as IN lists
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
@@ -160,12 +163,14 @@ def hybrid_search(
     else:
         lexical = run_now(lexical_leg, *arguments)
     vector_ranks: dict[int, tuple[int, float]] = {}
+    closeness: dict[int, float] = {}  # what the fusion weighs of the vector leg: centred cosine, or raw
+    centre: Centre | None = None
     found: dict[int, Row] = {}  # the candidates' RANK_COLUMNS, from either leg
     try:
         if embedder is not None:
             _say_stale_vectors_once(store)
             vectors = embedder.embed(chunks)
-            vector_ranks = _vector_ranks(store, where, params, vectors, found, owners, cached)
+            vector_ranks, centre = _vector_leg(store, where, params, vectors, found, cached, closeness)
         elif store.first_time("fts-only"):
             log.warning("memory search runs on full-text only: no embedder is configured")
     finally:
@@ -176,11 +181,11 @@ def hybrid_search(
         # A lexical match outside the vector leg's top keeps its true cosine: counted as 0, a convex combination
         # would bury every memory that only one leg ranked high (the "missing score" problem of score fusion).
         outside = [mid for mid in fts_scores if mid not in vector_ranks]
-        for mid, sim in _similarities(store, vectors, outside, cached).items():
+        for mid, sim in _similarities(store, vectors, outside, cached, centre, closeness).items():
             vector_ranks[mid] = (0, sim)
     # Without an embedder the lexical leg is all there is.
     alpha = VECTOR_WEIGHT if embedder is not None else 0.0
-    fused: dict[int, float] = {mid: alpha * max(sim, 0.0) for mid, (_rank, sim) in vector_ranks.items()}
+    fused: dict[int, float] = {mid: alpha * max(closeness.get(mid, 0.0), 0.0) for mid in vector_ranks}
     for mid, (_rank, coverage) in fts_scores.items():
         fused[mid] = fused.get(mid, 0.0) + (1.0 - alpha) * coverage
     if not fused:
@@ -263,25 +268,78 @@ def _vector_ranks(
     return _sql_vector_ranks(store, where, params, vectors, found)
 
 
+class Centre:
+    """Cosine measured from the mean of the user's vectors instead of from the origin (issue 14).
+
+    Every memory of a user shares a large common direction (the same speakers, the date format, the language:
+    the mean of a user's unit vectors has a norm near 0.8), so a short memory that is mostly that direction
+    ("Arturo: No way, seriously?") lies close to every question about Arturo. Removing the mean, as in
+    Mu & Viswanath, "All-but-the-Top" (2018), leaves what is particular to each memory; it has no parameter.
+    With ``m`` unit rows and ``μ`` the mean, cos(m - μ, q - μ) = (m·q - m·μ - μ·q + |μ|²) / (|m - μ| |q - μ|),
+    and |m - μ|² = 1 - 2 m·μ + |μ|²: one product of the matrix with [queries, μ] serves both.
+    """
+
+    def __init__(self, matrix: np.ndarray) -> None:
+        # A sample of at most CENTRE_SAMPLE rows estimates the mean as well as all of them, at a fraction of a pass.
+        step = max(1, len(matrix) // CENTRE_SAMPLE)
+        self.mean = matrix[::step].mean(axis=0).astype(np.float32) if len(matrix) else np.zeros(0, np.float32)
+        self.mean_sq = float(self.mean @ self.mean) if len(matrix) else 0.0
+
+    def similarities(self, rows: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(raw cosines, centred cosines) of unit ``rows`` against unit ``queries``, each (rows, queries)."""
+        products = rows @ np.column_stack([queries.T, self.mean])
+        raw, row_mean = products[:, :-1], products[:, -1:]
+        query_mean = queries @ self.mean
+        row_norms = np.sqrt(np.maximum(1.0 - 2.0 * row_mean + self.mean_sq, 1e-12))
+        query_norms = np.sqrt(np.maximum(1.0 - 2.0 * query_mean + self.mean_sq, 1e-12))
+        return raw, (raw - row_mean - query_mean + self.mean_sq) / (row_norms * query_norms)
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    queries = np.asarray(vectors, dtype=np.float32)
+    return queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+
+
+def _vector_leg(
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
+    cached: Matrix | None, closeness: dict[int, float],
+) -> tuple[dict[int, tuple[int, float]], Centre | None]:  # fmt: skip
+    """The vector leg of a hybrid search and the centre it was measured from: centred cosine over the cached
+    matrices, or, when they are not cached (too many vectors) or the filters keep too few of them, raw cosine
+    from the SQL scan (which knows no mean). ``closeness`` receives what the fusion weighs, per memory."""
+    if cached is not None and len(cached[0]):
+        centre = Centre(cached[1])
+        try:
+            return _cached_vector_ranks(store, where, params, vectors, found, cached, centre, closeness), centre
+        except LookupError:  # a filter too narrow for the cached candidates
+            closeness.clear()
+    ranks = _sql_vector_ranks(store, where, params, vectors, found)
+    closeness.update({mid: sim for mid, (_rank, sim) in ranks.items()})
+    return ranks, None
+
+
 def _cached_vector_ranks(
     store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
-    cached: Matrix,
+    cached: Matrix, centre: Centre | None = None, closeness: dict[int, float] | None = None,
 ) -> dict[int, tuple[int, float]]:  # fmt: skip
     """The same ranking from numpy over the cached matrices; the filters are applied in SQL to the best
     candidates (twice as many as needed, then ×4 more each round) until ``CANDIDATES`` pass. Raises
-    ``LookupError`` when that needs more than ``MAX_FILTERED_CANDIDATES``."""
+    ``LookupError`` when that needs more than ``MAX_FILTERED_CANDIDATES``.
+
+    With ``centre`` the ranking is by centred cosine, which ``closeness`` receives per memory kept; the
+    similarity returned stays the raw cosine."""
     ids, matrix = cached
     if not len(ids):
         return {}
-    queries = np.asarray(vectors, dtype=np.float32)
-    queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
-    if len(queries) == 1:  # one chunk (most queries): one matrix-vector product, nothing to weigh
-        best = matrix @ queries[0]
-        weighted = best
+    queries = _unit(vectors)
+    if centre is not None:
+        similarity, ranking = centre.similarities(matrix, queries)
     else:
-        similarity = matrix @ queries.T  # (rows, chunks)
-        weighted = (similarity * CHUNK_WEIGHT_DECAY ** np.arange(len(queries), dtype=np.float32)).max(axis=1)
-        best = similarity.max(axis=1)
+        similarity = ranking = matrix @ queries.T  # (rows, chunks)
+    best = similarity.max(axis=1)
+    closest = ranking.max(axis=1)
+    # Chunks come most informative first: a later chunk's match counts slightly less.
+    weighted = (ranking * CHUNK_WEIGHT_DECAY ** np.arange(len(queries), dtype=np.float32)).max(axis=1)
     passing: list[tuple[int, float]] = []
     start, size = 0, CANDIDATES * 2  # most rows pass the default filter (current memories): a little extra will do
     while len(passing) < CANDIDATES and start < len(ids):
@@ -302,26 +360,39 @@ def _cached_vector_ranks(
         kept = {int(row[0]) for row in rows}
         for row in rows:
             found.setdefault(int(row[0]), row)
-        passing += [(mid, float(best[i])) for mid, i in zip(batch, top, strict=True) if mid in kept]
+        for mid, i in zip(batch, top, strict=True):
+            if mid in kept:
+                passing.append((mid, float(best[i])))
+                if closeness is not None:
+                    closeness[mid] = float(closest[i])
         start, size = end, size * 4
     return {mid: (rank, sim) for rank, (mid, sim) in enumerate(passing[:CANDIDATES], start=1)}
 
 
 def _similarities(
-    store: MemoryStore, vectors: np.ndarray, memory_ids: Sequence[int], cached: Matrix | None
-) -> dict[int, float]:
-    """The best cosine over the query chunks of each given memory that has a vector of the store's model."""
+    store: MemoryStore, vectors: np.ndarray, memory_ids: Sequence[int], cached: Matrix | None,
+    centre: Centre | None = None, closeness: dict[int, float] | None = None,
+) -> dict[int, float]:  # fmt: skip
+    """The best cosine over the query chunks of each given memory that has a vector of the store's model (and,
+    with ``centre``, its best centred cosine in ``closeness``; ``centre`` needs ``cached``)."""
     if not memory_ids or store.embedder is None:
         return {}
-    queries = np.asarray(vectors, dtype=np.float32)
-    queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    queries = _unit(vectors)
     wanted = np.asarray(memory_ids, dtype=np.int64)
     if cached is not None:
         ids, matrix = cached
         at = np.minimum(np.searchsorted(ids, wanted), max(len(ids) - 1, 0))
         present = (ids[at] == wanted) if len(ids) else np.zeros(len(wanted), dtype=bool)
-        best = (matrix[at[present]] @ queries.T).max(axis=1) if present.any() else np.zeros(0)
-        return {int(mid): float(sim) for mid, sim in zip(wanted[present], best, strict=True)}
+        if not present.any():
+            return {}
+        rows = matrix[at[present]]
+        if centre is not None:
+            raw, ranking = centre.similarities(rows, queries)
+        else:
+            raw = ranking = rows @ queries.T
+        if closeness is not None:
+            closeness.update(zip(wanted[present].tolist(), ranking.max(axis=1).tolist(), strict=True))
+        return {int(mid): float(sim) for mid, sim in zip(wanted[present], raw.max(axis=1), strict=True)}
     model_id, dim = store.embedder.model_id, store.embedder.dim
     marks = ",".join("?" * len(memory_ids))
     found: dict[int, float] = {}
@@ -334,6 +405,8 @@ def _similarities(
         for mid, distance in rows:
             if distance is not None:
                 found[int(mid)] = max(found.get(int(mid), -1.0), 1.0 - float(distance))
+    if closeness is not None:
+        closeness.update(found)
     return found
 
 

@@ -6,7 +6,14 @@ import threading
 
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.filters import memory_filter
-from quinn.memory.lexical import document_frequencies, lexical_scores, match_expression, query_terms, within_budget
+from quinn.memory.lexical import (
+    common_to_owners,
+    document_frequencies,
+    lexical_scores,
+    match_expression,
+    query_terms,
+    within_budget,
+)
 from quinn.memory.lexical import owned as owned_match
 
 ALICE = "alice@example.test"
@@ -81,3 +88,24 @@ def test_the_owner_filter_reads_only_the_users_postings_and_changes_no_score(sto
     # A user who holds half the index or more is matched without the owner term: the AND would cost more.
     most, _ = lexical_scores(store.db, where, params, text, owners=[ALICE], owned_rows=10**6)
     assert most == everyone
+
+
+def test_a_word_in_most_of_a_users_memories_is_left_out_of_the_match(store: MemoryStore):
+    chat = [f"Arturo: ha, classic number {i}" for i in range(40)] + [f"Dmitri: fine, thanks {i}" for i in range(19)]
+    rows = [NewMemory(user_id=ALICE, content=text, scope="episodic") for text in chat]
+    rows += [NewMemory(user_id=ALICE, content="Arturo: we adopted a corgi called Juniper", scope="episodic")]
+    rows += [NewMemory(user_id=BOB, content=f"Arturo: hello {i}", scope="episodic") for i in range(10)]
+    ids = store.add_many(rows)
+    corgi = ids[59]
+    text = "What did Arturo adopt?"
+    terms = query_terms(text)
+    frequencies = document_frequencies(store.db, terms)[1]
+    assert common_to_owners(store.db, [ALICE], terms, frequencies) == {"arturo"}  # in 41 of Alice's 60
+    assert common_to_owners(store.db, [BOB], terms, frequencies) == set()  # 10 memories: too few to tell
+    where, params = memory_filter(ALICE)
+    narrowed, _ = lexical_scores(store.db, where, params, text, owners=[ALICE])
+    assert list(narrowed) == [corgi]  # only the memory that matches the rest of the question
+    everything, _ = lexical_scores(store.db, where, params, text)  # no owners: global statistics only
+    assert corgi in everything and len(everything) == 41
+    # When every word of the question is common, the rarest one still matches.
+    assert len(lexical_scores(store.db, where, params, "Arturo?", owners=[ALICE])[0]) == 41

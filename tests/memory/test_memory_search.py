@@ -11,7 +11,7 @@ import pytest
 from quinn.errors import StoreError
 from quinn.memory import MemoryStore, NewMemory, SearchHit, context_block
 from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder
-from quinn.memory.search import estimate_tokens, query_chunks
+from quinn.memory.search import Centre, estimate_tokens, query_chunks
 from tests.lab.llm_server import ScriptedLLM
 
 ALICE = "alice@example.test"
@@ -41,6 +41,23 @@ def test_query_chunks_keeps_the_informative_sentences_of_a_long_email():
     assert not any("regards" in chunk.lower() for chunk in chunks)
     assert query_chunks("Short question about my dentist?") == ["Short question about my dentist?"]
     assert query_chunks("   ") == []
+
+
+def test_centred_cosine_is_the_cosine_of_the_vectors_less_their_mean():
+    rng = np.random.default_rng(14)
+    common = rng.normal(size=16)  # a shared direction, as every memory of one user has
+    matrix = common + 0.5 * rng.normal(size=(200, 16))
+    matrix = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+    queries = matrix[:3] + 0.1 * rng.normal(size=(3, 16))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+    raw, centred = Centre(matrix).similarities(matrix, queries)
+    mean = matrix.mean(axis=0)
+    rows, asked = matrix - mean, queries - mean
+    expected = (rows @ asked.T) / np.outer(np.linalg.norm(rows, axis=1), np.linalg.norm(asked, axis=1))
+    assert raw == pytest.approx(matrix @ queries.T, abs=1e-5)
+    assert centred == pytest.approx(expected, abs=1e-4)
+    # The shared direction no longer counts: raw cosines crowd near the top, centred ones spread out.
+    assert float(raw.mean()) > 0.5 > abs(float(centred.mean()))
 
 
 def test_a_long_email_finds_the_memory_its_one_question_is_about(store: MemoryStore):
