@@ -194,6 +194,7 @@ PURGED_AS = {
     "memory_versions": ("earlier version of a memory", "earlier versions of memories"),
     "sessions": ("conversation", "conversations"),
     "messages": ("message of our conversations", "messages of our conversations"),
+    "passages": ("searchable passage of them", "searchable passages of them"),
     "conversation_summaries": ("conversation summary", "conversation summaries"),
     "user_state": ("setting", "settings"),
     "entities": ("person, place or thing I knew of", "people, places and things I knew of"),
