@@ -20,7 +20,7 @@ from quinn.agent.context import ThreadMessage, others_on_thread
 from quinn.agent.llm import LLM
 from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_DONE_TEMPLATE
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
-from quinn.agent.respond import Agent
+from quinn.agent.respond import Agent, recallable
 from quinn.agent.samples import sample_variables
 from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
@@ -40,6 +40,7 @@ from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_mes
 from quinn.mailbox.threads import Sessions, thread_key
 from quinn.memory.db import Database
 from quinn.memory.embed import embedder_for
+from quinn.memory.passages import index_message
 from quinn.memory.store import MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan, plan_reload
@@ -424,6 +425,8 @@ class Quinn:
                 # Joining a thread by its subject alone needs our server's word that the sender is the user.
                 session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
                 await self._db(sessions.store_inbound, session_id, user, email)
+                if recallable(email):  # conversation recall: the mail is searchable from now on
+                    await self._db(index_message, self.store, user, email.message_id, "in")
             if item is None:
                 thread, summary = await self._db(self._thread, email, user, session_id)
         if item is None:
@@ -455,6 +458,8 @@ class Quinn:
                 await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
                                reply.subject, own, reply.recipients, reply.body)  # fmt: skip
                 await self._db(sessions.link, session_id, reply.message_id)
+                if answer.template == "reply" and recallable(email):  # the model's answer, not a command's
+                    await self._db(index_message, self.store, user, reply.message_id, "out")
         with self.metrics.stage("send"):
             state = await self.delivery.deliver(item)
         if receipt:
@@ -497,7 +502,7 @@ class Quinn:
         sessions = Sessions(self.store.db)
         others = set(others_on_thread(email, user, self.config.smtp.from_address))
         thread = [  # after a milestone summary: only the messages it does not cover
-            ThreadMessage(m.from_addr, m.sent_at, m.body)
+            ThreadMessage(m.from_addr, m.sent_at, m.body, m.message_id)
             for m in sessions.recent(session_id, limit=12)
             if m.message_id != email.message_id and others <= m.participants
         ]

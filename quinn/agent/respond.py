@@ -31,6 +31,7 @@ from quinn.config import Config
 from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.graph import linked_hits
+from quinn.memory.passages import search_passages, user_passages
 from quinn.memory.retrievals import record_retrievals
 from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
@@ -85,6 +86,12 @@ def source_of(email: InboundEmail) -> dict[str, Any]:
                        "date": email.date.isoformat() if email.date else None}}  # fmt: skip
 
 
+def recallable(email: InboundEmail) -> bool:
+    """Whether the mail (and the model's reply to it) joins conversation recall: not a memory command or a
+    confirmation, whose text names what is to be forgotten, exported or purged (the memories hold the result)."""
+    return not memory_mail.parse_requests(email.text) and not confirm.codes_in(f"{email.subject}\n{email.full_text}")
+
+
 class Agent:
     """Reply and learn for one mailbox; built once the store is open."""
 
@@ -115,7 +122,7 @@ class Agent:
         """
         store = self.store
         c = self.config
-        persona, profile, hits, domains = [], [], [], []
+        persona, profile, hits, domains, passages = [], [], [], [], []
         state: dict[str, str] = {}
         if use_memory:
             state = user_state(store.db, user)  # what the last conversation left open: "recent context"
@@ -130,13 +137,19 @@ class Agent:
             # Twice k: memories of other domains are dropped after search, in context assembly.
             hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=touch)
             hits = linked_hits(store, user, query, hits)  # memories tied to entities the mail names
+            # Past conversation (issue 14): not this mail, not what the thread buffer shows verbatim, and with
+            # others on the mail only what each of them saw.
+            buffered = [email.message_id, *(m.message_id for m in thread if m.message_id)]
+            others = others_on_thread(email, user, c.smtp.from_address)
+            passages = search_passages(store, user, query, k=c.memory.search_k, exclude_message_ids=buffered,
+                                       others=others, domains=domains)  # fmt: skip
             if session_id is not None and touch:  # which session retrieved what: the decay job's spacing effect
                 record_retrievals(store.db, session_id, [h.id for h in hits], utcnow())
         return ReplyInputs(
             email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
-            hits=hits, thread=list(thread), thread_summary=summary, token_budget=c.memory.token_budget,
-            domains=domains, now=utcnow(), actions=list(actions), state=state,
+            hits=hits, passages=passages, thread=list(thread), thread_summary=summary,
+            token_budget=c.memory.token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
         )  # fmt: skip
 
     # -- 2 and 3. the answer ---------------------------------------------------------------------------
@@ -203,6 +216,7 @@ class Agent:
                                     session_id=session_id)  # fmt: skip
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
+            others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
             valid_from=email.date, changes=work.changes,
         )  # fmt: skip
@@ -236,8 +250,11 @@ class Agent:
             return await self._purge(email, user)
         if action == "export":
             every = await self._db(self.store.get_all, user)
-            memories = visible(every, not others_on_thread(email, user, self.config.smtp.from_address))
-            data = memory_mail.export_json(user, memories, len(every) - len(memories))
+            others = others_on_thread(email, user, self.config.smtp.from_address)
+            memories = visible(every, not others)
+            held = await self._db(user_passages, self.store.db, user)
+            seen = [p for p in held if p.seen_by(others)]  # as in prompts: only what those on the mail saw
+            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen))
             files = (Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json", "application/json", data),)
             log.info("mail %s: export confirmed: %d memories", email.message_id, len(memories))
             return Answer(memory_mail.export_sent(len(memories)), memory_mail.EXPORT_DONE_TEMPLATE, "",

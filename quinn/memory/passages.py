@@ -11,6 +11,11 @@ combination (``search.VECTOR_WEIGHT``, the lexical helpers of ``lexical.py``), n
 ``owner_key`` token. Two rules decide what a search may see: the messages already in the thread buffer are left
 out (they are in the prompt verbatim), and with other people on the mail only passages of messages every one of
 them saw are eligible: a passage from a one-to-one thread never reaches a prompt with anyone else on it.
+
+Recall does not undo what memory retracted: a mail whose memory was superseded, forgotten, archived, completed or
+has expired (``retracted_messages``: the memory's ``source.message_id``) is not recalled, nor the reply to it.
+Otherwise "I build with Python on Linux" would come back after "we moved to Node on Docker" replaced it, and a
+forgotten detail would return word for word.
 """
 
 from __future__ import annotations
@@ -61,6 +66,11 @@ class Passage:
     def citation(self) -> str:
         """``[mail:2026-03-14]``: where Quinn knows it from, the date of the mail."""
         return f"[mail:{self.sent_at[:10]}]"
+
+    def line(self) -> str:
+        """How the model sees it: ``[mail:2026-03-14] (they wrote, "Subject") text`` (or "you replied")."""
+        who = "they wrote" if self.direction == "in" else "you replied"
+        return f'{self.citation} ({who}, "{self.subject}") {self.content}'
 
     def seen_by(self, others: Iterable[str]) -> bool:
         """Whether every one of ``others`` saw this message (nobody: always)."""
@@ -121,13 +131,13 @@ def index_message(store: MemoryStore, user_id: str, message_id: str, direction: 
     db = store.db
     user = normalise_user(user_id)
     row = db.query_one(
-        "SELECT id, user_id, subject, from_addr, to_addrs, sent_at, body FROM messages"
+        "SELECT id, user_id, subject, from_addr, to_addrs, sent_at, body, in_reply_to FROM messages"
         " WHERE message_id = ? AND direction = ?",
         (message_id, direction),
     )
     if row is None or row[1] != user:
         return 0
-    message_row, _owner, subject, sender, recipients, sent_at, body = row
+    message_row, _owner, subject, sender, recipients, sent_at, body, in_reply_to = row
     if db.query_value("SELECT 1 FROM passages WHERE message_row = ? LIMIT 1", (message_row,)):
         return 0
     pieces = split_passages(body or "")
@@ -138,31 +148,61 @@ def index_message(store: MemoryStore, user_id: str, message_id: str, direction: 
     except ValueError:
         audience = [sender]
     embedder = store.embedder
-    vectors = embedder.embed(pieces) if embedder is not None else None
+    # Embedded with the subject, which often names the topic; a short mail's text is then exactly its search
+    # query (search.query_chunks of subject and text), so the embedder's cache serves both with one model call.
+    texts = [" ".join(f"{subject or ''}\n{piece}".split()) for piece in pieces]
+    vectors = embedder.embed(texts) if embedder is not None else None
     now = iso(utcnow())
     with db.transaction() as tx:
         for position, content in enumerate(pieces):
             blob = np.asarray(vectors[position], dtype=np.float32).tobytes() if vectors is not None else None
             tx.execute(
-                "INSERT OR IGNORE INTO passages (user_id, message_row, message_id, direction, sent_at, subject,"
-                " position, content, audience, embedding, embedding_model, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (user, message_row, message_id, direction, sent_at, subject or "", position, content,
+                "INSERT OR IGNORE INTO passages (user_id, message_row, message_id, in_reply_to, direction, sent_at,"
+                " subject, position, content, audience, embedding, embedding_model, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (user, message_row, message_id, in_reply_to, direction, sent_at, subject or "", position, content,
                  json.dumps(audience), blob, embedder.model_id if embedder is not None else None, now),
             )  # fmt: skip
     return len(pieces)
 
 
+def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) -> list[str]:
+    """Message-IDs of the user's mail that memory has since retracted: the sources of memories no longer current
+    (superseded, forgotten or archived, closed, expired). Their passages, and those of our replies to them, are
+    not recalled. With ``domains`` detected for the mail, also the mail whose memories all belong to other
+    domains: the rule that keeps another domain's memories out of the prompt (a mail with no memory, or none
+    with a domain, stays eligible, as memories without a domain do)."""
+    user = normalise_user(user_id)
+    rows = db.query(
+        "SELECT DISTINCT json_extract(metadata, '$.source.message_id') FROM memories WHERE user_id = ?"
+        " AND (active = 0 OR superseded_by IS NOT NULL OR valid_to IS NOT NULL OR expires_at <= ?)",
+        (user, iso(utcnow())),
+    )
+    if domains:
+        marks = ",".join("?" * len(domains))
+        rows += db.query(
+            "SELECT json_extract(metadata, '$.source.message_id') AS source FROM memories WHERE user_id = ?"
+            f" AND domain IS NOT NULL GROUP BY source HAVING sum(domain IN ({marks})) = 0",
+            (user, *domains),
+        )
+    return sorted({r[0] for r in rows if r[0]})
+
+
 def passage_filter(
-    user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = ()
+    user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = ()
 ) -> tuple[str, list[Any]]:
     """The WHERE clause (alias ``p``) of the passages a search may see: the user's, not of the excluded messages
-    (the thread buffer), and with ``others`` on the mail only those of messages each of them saw."""
+    (the thread buffer), not of a ``retracted`` mail or a reply to one, and with ``others`` on the mail only those
+    of messages each of them saw."""
     clauses = ["p.user_id = ?"]
     params: list[Any] = [normalise_user(user_id)]
     if exclude_message_ids:
         clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
         params += list(exclude_message_ids)
+    if retracted:
+        marks = ",".join("?" * len(retracted))
+        clauses.append(f"p.message_id NOT IN ({marks}) AND coalesce(p.in_reply_to, '') NOT IN ({marks})")
+        params += [*retracted, *retracted]
     if others:
         clauses.append(
             "NOT EXISTS (SELECT 1 FROM json_each(?) o WHERE o.value NOT IN (SELECT value FROM json_each(p.audience)))"
@@ -173,22 +213,29 @@ def passage_filter(
 
 def search_passages(
     store: MemoryStore, user_id: str, query: str, *, k: int = 10, exclude_message_ids: Sequence[str] = (),
-    others: Sequence[str] = (),
+    others: Sequence[str] = (), domains: Sequence[str] = (),
 ) -> list[PassageHit]:  # fmt: skip
     """The user's ``k`` best conversation passages for ``query``, best first (``passage_filter`` says which are
-    eligible). Vector and lexical legs as in ``search.hybrid_search``; passages carry no importance to weigh."""
+    eligible, given what memory retracted and the mail's ``domains``: ``retracted_messages``). Vector and lexical
+    legs as in ``search.hybrid_search``; passages carry no importance to weigh."""
     user = normalise_user(user_id)
     chunks = query_chunks(query)
     if not chunks or not user:
         return []
-    where, params = passage_filter(user, exclude_message_ids, others)
+    retracted = retracted_messages(store.db, user, domains)
+    where, params = passage_filter(user, exclude_message_ids, others, retracted)
     lexical = _lexical_scores(store.db, where, params, " ".join(chunks), user)
     similarities: dict[int, float] = {}
     embedder = store.embedder
     if embedder is not None:
         vectors = np.asarray(embedder.embed(chunks), dtype=np.float32)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        similarities = _vector_scores(store, user, where, params, vectors, exclude_message_ids, others, lexical)
+        if others:  # narrow: the passages that pass, read whole (a few thousand ids at most)
+            passing = store.db.query(f"SELECT p.id FROM passages p WHERE {where}", params)
+            eligible: Eligible = (True, np.asarray([r[0] for r in passing], dtype=np.int64))
+        else:  # the thread buffer and retracted mail: a few messages' passages, found by their indexes
+            eligible = (False, _left_out(store.db, user, exclude_message_ids, retracted))
+        similarities = _vector_scores(store, user, where, params, vectors, lexical, eligible)
     alpha = VECTOR_WEIGHT if embedder is not None else 0.0
     fused = {pid: alpha * max(sim, 0.0) for pid, sim in similarities.items()}
     for pid, coverage in lexical.items():
@@ -231,12 +278,29 @@ def _match(terms: Sequence[str]) -> str:
     return "content : (" + " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) + ")"
 
 
+Eligible = tuple[bool, np.ndarray]  # (True: only these ids, False: all but these ids)
+
+
+def _left_out(db: Database, user: str, exclude_message_ids: Sequence[str], retracted: Sequence[str]) -> np.ndarray:
+    """Ids of the user's passages of the excluded or retracted mail, and of our replies to retracted mail."""
+    messages = [*exclude_message_ids, *retracted]
+    if not messages:
+        return np.zeros(0, dtype=np.int64)
+    rows = db.query(
+        f"SELECT id FROM passages WHERE user_id = ? AND (message_id IN ({','.join('?' * len(messages))})"
+        f" OR in_reply_to IN ({','.join('?' * len(retracted)) or 'NULL'}))",
+        [user, *messages, *retracted],
+    )
+    return np.asarray([r[0] for r in rows], dtype=np.int64)
+
+
 def _vector_scores(
     store: MemoryStore, user: str, where: str, params: Sequence[Any], vectors: np.ndarray,
-    exclude_message_ids: Sequence[str], others: Sequence[str], lexical: dict[int, float],
+    lexical: dict[int, float], eligible: Eligible,
 ) -> dict[int, float]:  # fmt: skip
     """Best cosine over the query chunks of the ``CANDIDATES`` nearest eligible passages, and of every lexical
-    match (a lexical match keeps its true cosine, as in the memories' fusion)."""
+    match (a lexical match keeps its true cosine, as in the memories' fusion). ``eligible`` says which of the
+    cached rows pass the filter, so the scan needs no SQL per candidate."""
     assert store.embedder is not None
     model_id, dim = store.embedder.model_id, store.embedder.dim
     cache = store.passage_cache
@@ -251,21 +315,13 @@ def _vector_scores(
     similarity = matrix @ vectors.T  # (passages, chunks)
     weighted = (similarity * CHUNK_WEIGHT_DECAY ** np.arange(len(vectors), dtype=np.float32)).max(axis=1)
     best = similarity.max(axis=1)
-    eligible = np.ones(len(ids), dtype=bool)
-    if others:  # narrow: read which passages pass (a few thousand ids at most)
-        passing = [r[0] for r in store.db.query(f"SELECT p.id FROM passages p WHERE {where}", params)]
-        eligible = np.isin(ids, np.asarray(passing, dtype=np.int64))
-    elif exclude_message_ids:  # the thread buffer: a few messages' passages
-        marks = ",".join("?" * len(exclude_message_ids))
-        left_out = store.db.query(
-            f"SELECT id FROM passages WHERE user_id = ? AND message_id IN ({marks})", [user, *exclude_message_ids]
-        )
-        eligible = ~np.isin(ids, np.asarray([r[0] for r in left_out], dtype=np.int64))
-    weighted = np.where(eligible, weighted, -np.inf)
-    count = min(CANDIDATES, int(eligible.sum()))
+    only, listed = eligible
+    mask = np.isin(ids, listed) if only else ~np.isin(ids, listed) if len(listed) else np.ones(len(ids), dtype=bool)
+    weighted = np.where(mask, weighted, -np.inf)
+    count = min(CANDIDATES, int(mask.sum()))
     scores: dict[int, float] = {}
     if count:
-        top = np.argpartition(-weighted, count - 1)[:count] if count < len(ids) else np.flatnonzero(eligible)
+        top = np.argpartition(-weighted, count - 1)[:count] if count < len(ids) else np.flatnonzero(mask)
         scores = {int(ids[i]): float(best[i]) for i in top}
     wanted = np.asarray([pid for pid in lexical if pid not in scores], dtype=np.int64)
     if len(wanted):

@@ -3,12 +3,15 @@ of memories (isolation, the thread buffer, other people on the thread, purge), o
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 
+from quinn.memory.models import NewMemory
 from quinn.memory.passages import (
     index_message,
     passage_filter,
+    retracted_messages,
     search_passages,
     split_passages,
     user_passages,
@@ -42,13 +45,13 @@ def test_split_passages_overlaps_on_sentence_boundaries_and_keeps_every_word():
     assert all(len(p) <= 300 for p in passages)
     for sentence in sentences:  # nothing is lost
         assert any(sentence in p for p in passages), sentence
-    for before, after in zip(passages, passages[1:], strict=False):  # each starts with the end of the one before
+    for before, after in itertools.pairwise(passages):  # each starts with the end of the one before
         assert after.split(". ")[0] in before
     assert split_passages("Short note.") == ["Short note."]
     assert split_passages("  \n\n ") == []
     long_word = "x" * 1000  # one "sentence" longer than a passage is cut into overlapping windows
     cut = split_passages(long_word, size=300, overlap=50)
-    assert "".join(c[: 250] for c in cut[:-1]) + cut[-1] == long_word
+    assert "".join(c[:250] for c in cut[:-1]) + cut[-1] == long_word
 
 
 def test_a_statement_is_found_by_meaning_and_by_words_and_only_for_its_user(store: MemoryStore):
@@ -117,3 +120,40 @@ def test_the_cached_matrix_follows_new_passages(store: MemoryStore):
     assert len(search_passages(store, ALICE, "boat")) == 1
     store_message(store, ALICE, "<a2@x>", "The boat needs new sails before June.")
     assert {h.passage.message_id for h in search_passages(store, ALICE, "boat sails")} == {"<a1@x>", "<a2@x>"}
+
+
+def test_what_memory_retracted_is_not_recalled_from_the_mail_or_the_reply(store: MemoryStore):
+    store_message(store, ALICE, "<old@x>", "I build everything with Python on Linux.")
+    store.db.execute(
+        "INSERT INTO messages (session_id, user_id, direction, message_id, in_reply_to, subject, from_addr, to_addrs,"
+        " sent_at, body, full_text, created_at) VALUES ('s1', ?, 'out', '<reply@x>', '<old@x>', 'Re: Hello', ?,"
+        " '[]', '2026-03-14T09:01:00+00:00', 'Noted: Python on Linux.', '', '2026-03-14T09:01:00+00:00')",
+        (ALICE, QUINN),
+    )
+    index_message(store, ALICE, "<reply@x>", "out")
+    store_message(store, ALICE, "<new@x>", "We moved to Node on Docker last week.", sent_at="2026-04-01T09:00:00+00:00")
+    [old] = store.add_many([NewMemory(ALICE, "Alice builds with Python on Linux.", type="fact",
+                                      metadata={"source": {"message_id": "<old@x>"}})])  # fmt: skip
+    query = "Python Linux Node Docker build"
+    assert {h.passage.message_id for h in search_passages(store, ALICE, query)} == {"<old@x>", "<reply@x>", "<new@x>"}
+    store.update(
+        old, "Alice builds with Node on Docker.", user_id=ALICE, metadata={"source": {"message_id": "<new@x>"}}
+    )
+    assert [h.passage.message_id for h in search_passages(store, ALICE, query)] == ["<new@x>"]
+    assert retracted_messages(store.db, ALICE) == ["<old@x>"]
+    [current] = [m.id for m in store.get_all(ALICE)]
+    store.forget(current, user_id=ALICE)  # forgotten: the newer mail goes quiet too
+    assert search_passages(store, ALICE, query) == []
+    assert len(user_passages(store.db, ALICE)) == 3  # still held (and exported, and purged), only not recalled
+
+
+def test_mail_whose_memories_are_all_of_another_domain_stays_out_of_that_domains_mail(store: MemoryStore):
+    store_message(store, ALICE, "<knee@x>", "I see a physio every Tuesday for my knee.")
+    store_message(store, ALICE, "<plain@x>", "The physio said the knee is better; no memory came of this mail.")
+    store.add_many([NewMemory(ALICE, "Alice sees a physio every Tuesday.", type="fact", scope="domain",
+                              domain="health", metadata={"source": {"message_id": "<knee@x>"}})])  # fmt: skip
+    every = {"<knee@x>", "<plain@x>"}
+    assert {h.passage.message_id for h in search_passages(store, ALICE, "physio knee")} == every
+    assert {h.passage.message_id for h in search_passages(store, ALICE, "physio knee", domains=["health"])} == every
+    work = search_passages(store, ALICE, "physio knee", domains=["work"])
+    assert [h.passage.message_id for h in work] == ["<plain@x>"]  # no domain known for it: eligible, as memories

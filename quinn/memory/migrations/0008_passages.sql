@@ -5,12 +5,15 @@
 -- memories (memory/passages.py). A passage belongs to its message: deleting the message deletes its passages
 -- (trigger below), so no retention rule, purge or merge can leave a passage behind its message.
 -- `audience` is everyone who saw the message (its sender and recipients): a passage reaches a prompt with other
--- people on the thread only when every one of them saw it, the rule the thread buffer follows.
+-- people on the thread only when every one of them saw it, the rule the thread buffer follows. `in_reply_to`
+-- ties a reply to the mail it answers: what memory retracted from a mail (a superseded, forgotten or expired
+-- memory learnt from it) is not recalled from that mail or from the reply to it either.
 CREATE TABLE IF NOT EXISTS passages (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
     user_id         TEXT NOT NULL,
     message_row     INTEGER NOT NULL,           -- messages.id
     message_id      TEXT NOT NULL,              -- the message's Message-ID (the thread buffer is known by these)
+    in_reply_to     TEXT,                       -- for our reply: the mail it answers
     direction       TEXT NOT NULL CHECK (direction IN ('in', 'out')),
     sent_at         TEXT NOT NULL,
     subject         TEXT NOT NULL DEFAULT '',
@@ -25,6 +28,7 @@ CREATE TABLE IF NOT EXISTS passages (
 );
 CREATE INDEX IF NOT EXISTS passages_user ON passages (user_id, embedding_model);
 CREATE INDEX IF NOT EXISTS passages_message ON passages (message_id);
+CREATE INDEX IF NOT EXISTS passages_reply ON passages (in_reply_to);
 
 -- The owner token as in memories_fts (migration 0006): a MATCH reads one user's postings only.
 CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5 (
