@@ -30,6 +30,11 @@ CREATE INDEX IF NOT EXISTS passages_user ON passages (user_id, embedding_model);
 CREATE INDEX IF NOT EXISTS passages_message ON passages (message_id);
 CREATE INDEX IF NOT EXISTS passages_reply ON passages (in_reply_to);
 
+-- What memory retracted (passages.retracted_messages) is read on every reply: the user's memories that are no
+-- longer current, or may expire, found without reading every row of the user (each row holds its vector).
+CREATE INDEX IF NOT EXISTS memories_retracted ON memories (user_id)
+    WHERE active = 0 OR superseded_by IS NOT NULL OR valid_to IS NOT NULL OR expires_at IS NOT NULL;
+
 -- The owner token as in memories_fts (migration 0006): a MATCH reads one user's postings only.
 CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5 (
     content, owner_key, content = 'passages', content_rowid = 'id', tokenize = 'porter unicode61'
