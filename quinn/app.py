@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from quinn.agent.consent import opted_out
 from quinn.agent.context import ThreadMessage, others_on_thread
 from quinn.agent.llm import LLM
 from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_DONE_TEMPLATE
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
-from quinn.agent.respond import Agent
+from quinn.agent.respond import Agent, recallable
 from quinn.agent.samples import sample_variables
 from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
@@ -40,6 +41,7 @@ from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_mes
 from quinn.mailbox.threads import Sessions, thread_key
 from quinn.memory.db import Database
 from quinn.memory.embed import embedder_for
+from quinn.memory.passages import index_message
 from quinn.memory.store import MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan, plan_reload
@@ -425,6 +427,8 @@ class Quinn:
                 # Joining a thread by its subject alone needs our server's word that the sender is the user.
                 session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
                 await self._db(sessions.store_inbound, session_id, user, email)
+                if await self._recallable(email, user):  # conversation recall: searchable from now on
+                    await self._db(index_message, self.store, user, email.message_id, "in")
             if item is None:
                 thread, summary = await self._db(self._thread, email, user, session_id)
         if item is None:
@@ -456,6 +460,8 @@ class Quinn:
                 await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
                                reply.subject, own, reply.recipients, reply.body)  # fmt: skip
                 await self._db(sessions.link, session_id, reply.message_id)
+                if answer.template == "reply" and await self._recallable(email, user):  # the model's answer
+                    await self._db(index_message, self.store, user, reply.message_id, "out")
         with self.metrics.stage("send"):
             state = await self.delivery.deliver(item)
         if receipt:
@@ -498,11 +504,17 @@ class Quinn:
         sessions = Sessions(self.store.db)
         others = set(others_on_thread(email, user, self.config.smtp.from_address))
         thread = [  # after a milestone summary: only the messages it does not cover
-            ThreadMessage(m.from_addr, m.sent_at, m.body)
+            ThreadMessage(m.from_addr, m.sent_at, m.body, m.message_id)
             for m in sessions.recent(session_id, limit=12)
             if m.message_id != email.message_id and others <= m.participants
         ]
         return thread, None if others else sessions.summary(session_id)
+
+    async def _recallable(self, email: InboundEmail, user: str) -> bool:
+        """Whether the mail joins conversation recall: not a memory command or confirmation (`recallable`), and
+        not from someone who asked not to be remembered (their mail is kept for threading, never indexed)."""
+        assert self.store is not None
+        return recallable(email) and not await self._db(opted_out, self.store.db, user)
 
     async def _learn(self, user: str, email: InboundEmail) -> None:
         """Extract memories from the mail; a failure here never affects the reply already sent."""

@@ -21,6 +21,8 @@ from quinn.agent.samples import SAMPLE_USER, sample_email, sample_memory, sample
 from quinn.agent.tools import MemoryChange
 from quinn.mailbox.message import Address
 from quinn.memory.models import SearchHit
+from quinn.memory.passages import Passage, PassageHit
+from quinn.memory.search import estimate_tokens
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -170,3 +172,41 @@ def test_export_footer_and_purge_report() -> None:
     report = purge_report({"memories": 3, "messages": 0, "sessions": 1, "session_ids": 4, "mail_state": 2})
     assert "(3 memories, 1 conversation, 2 records of emails you sent (unlinked from you))." in report
     assert "session" not in report and "_" not in report  # no table names reach the user
+
+
+def passage_hit(pid: int, text: str, audience: tuple[str, ...] = (SAMPLE_USER,), day: str = "2026-03-14") -> PassageHit:
+    passage = Passage(pid, SAMPLE_USER, f"<m{pid}@x>", "in", f"{day}T09:00:00+00:00", "Work", 0, text,
+                      frozenset(audience))  # fmt: skip
+    return PassageHit(passage, 1.0)
+
+
+def cost(block: str) -> int:
+    """Tokens of a block as the budget counts them: per line."""
+    return sum(estimate_tokens(line) for line in block.splitlines())
+
+
+def test_passages_are_cited_by_date_and_share_the_memory_budget() -> None:
+    memories = [SearchHit(sample_memory(i, f"Alice's fact number {i} is a long sentence of words." * 3), 1.0)
+                for i in range(1, 30)]  # fmt: skip
+    passages = [passage_hit(i, f"I told you passage {i}: " + "details " * 40) for i in range(1, 30)]
+    both = reply_variables(inputs(hits=memories, passages=passages, token_budget=1000))
+    assert '[mail:2026-03-14] (they wrote, "Work") I told you passage 1:' in both["conversations"]
+    used = cost(both["memories"]) + cost(both["conversations"])
+    assert 800 < used <= 1000  # one budget for both, nearly filled
+    assert cost(both["conversations"]) >= 350 and cost(both["memories"]) >= 350
+    alone = reply_variables(inputs(passages=passages, token_budget=1000))  # no memories: passages take it all
+    assert alone["memories"] == "" and cost(alone["conversations"]) > 800
+    off = reply_variables(inputs(passages=passages, memory_enabled=False))
+    assert off["conversations"] == ""
+
+
+def test_passages_others_did_not_see_never_reach_a_prompt_with_them_on_it() -> None:
+    one_to_one = passage_hit(1, "My salary is 84,000.")
+    with_bob = passage_hit(2, "Team note: the review is in May.", (SAMPLE_USER, "bob@example.org"))
+    alone = reply_variables(inputs(passages=[one_to_one, with_bob]))
+    assert "84,000" in alone["conversations"] and "review is in May" in alone["conversations"]
+    cc = replace(sample_email(), cc=(Address("Bob", "bob@example.org"),))
+    shared = reply_variables(inputs(email=cc, passages=[one_to_one, with_bob]))
+    assert "84,000" not in str(shared) and "review is in May" in shared["conversations"]
+    carol = replace(sample_email(), cc=(Address("Carol", "carol@example.org"),))
+    assert reply_variables(inputs(email=carol, passages=[one_to_one, with_bob]))["conversations"] == ""

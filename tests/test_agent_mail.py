@@ -62,6 +62,9 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     document = json.loads(attachment.get_content())
     assert document["user"] == alice and document["count"] == 2
     assert {m["content"] for m in document["memories"]} == set(current(quinn, alice))
+    conversation = [c["text"] for c in document["conversation"]]  # what conversation recall holds goes too
+    assert "I live in Lisbon and work as a nurse." in conversation and document["withheld_conversation"] == 0
+    assert not [t for t in conversation if "remember that I moved" in t or "export my memory" in t]  # commands
     # The code works once: the same confirmation again sends nothing more.
     await quinn.send(alice, "Re: Export", f"yes\n\n> Confirmation code: {code}", date=DAY0 + timedelta(days=3))
     again = quinn.replies(alice, 6)[5]
@@ -182,7 +185,13 @@ async def test_memory_tools_save_update_forget_and_refuse(make_quinn, mail_lab, 
     assert "Alice works from home on Fridays." not in current(quinn, alice)
     # The user is never a tool argument: no tool offered to the model takes one.
     request = next(r for r in outputs if r.tool_names)
-    assert set(request.tool_names) == {"search_memory", "save_memory", "update_memory", "forget_memory"}
+    assert set(request.tool_names) == {
+        "search_memory",
+        "save_memory",
+        "update_memory",
+        "forget_memory",
+        "search_conversations",
+    }
     assert "user" not in json.dumps([t for t in request.body_json.get("tools", [])]).lower().replace("user_", "")
 
 
@@ -281,7 +290,7 @@ async def test_a_refused_smtp_login_holds_mail_until_the_operator_fixes_it(
     alice = mail_lab.new_user("alice")
 
     def replies_written(text: str) -> int:
-        return sum(text in r.text and EXTRACT_MARK not in r.text for r in brain.server.requests)
+        return len(brain.prompts(text))  # the new email's text: an earlier mail may be recalled in a later prompt
 
     with SmtpLab(mail_lab.dovecot, auth=("quinn-smtp", "new-password")) as relay:
         config = lab_config(smtp=relay, smtp_extra='username = "quinn-smtp"\npassword_env = "QUINN_TEST_SMTP_PW"')

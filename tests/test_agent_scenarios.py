@@ -391,4 +391,7 @@ async def test_time_bound_facts_expire_and_finished_goals_close(make_quinn, mail
     quinn.replies(alice, 3)
     prompt = brain.prompt("Where am I this week")
     assert "conference until Friday" not in prompt  # expired: no longer current
-    assert "thesis draft" not in prompt.split("New email from", 1)[0]  # the closed goal is not presented
+    system = prompt.split("New email from", 1)[0]
+    assert "Alice wants to finish her thesis draft" not in system  # the closed goal is not presented...
+    assert "still working on my thesis" not in system  # ...nor recalled from its mail (issue 14)
+    assert "I submitted the thesis draft" in system  # the mail that closed it is what recall brings

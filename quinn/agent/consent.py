@@ -5,7 +5,7 @@ delete everything), but nothing new is stored: no extraction, no memory saved or
 by "remember …", no review of their conversations by the session-close job. Each reply says so. The wish is kept
 through a purge (the row is a preference, not memory).
 
-This module owns the ``memory_consent`` table (migration 0008). Its functions run on the DB thread.
+This module owns the ``memory_consent`` table (migration 0010). Its functions run on the DB thread.
 """
 
 from __future__ import annotations

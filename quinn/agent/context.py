@@ -1,9 +1,11 @@
 """Context assembly: what the model sees for one email. Pure: data in, template variables out.
 
 One token budget covers the whole memory block: the always-present profile takes at most ``PROFILE_SHARE`` of
-it, retrieved memories the rest. Memories that are superseded, forgotten or expired never appear; neither do
-private ones (personal details, PII) when anyone but the user is on From/To/Cc. When domains were detected for
-the email, retrieved memories are kept to those domains, to memories without a domain, and to global ones.
+it, retrieved memories and passages of past conversations (issue 14) the rest, each at least half of it when
+both have enough to fill it, and either all of it when the other leaves it unused. Memories that are superseded,
+forgotten or expired never appear; neither do private ones (personal details, PII) when anyone but the user is
+on From/To/Cc, nor passages of mail those others did not see. When domains were detected for the email,
+retrieved memories are kept to those domains, to memories without a domain, and to global ones.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from quinn.clock import iso
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.models import Memory, SearchHit
+from quinn.memory.passages import PassageHit
 from quinn.memory.search import context_block, estimate_tokens
 
 PROFILE_SHARE = 0.4  # at most this share of the memory budget goes to the always-present profile
@@ -28,6 +31,7 @@ class ThreadMessage:
     sender: str
     date: str
     body: str
+    message_id: str = ""  # its passages are not repeated from conversation recall
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class ReplyInputs:
     persona: Sequence[Memory] = ()
     profile: Sequence[Memory] = ()
     hits: Sequence[SearchHit] = ()
+    passages: Sequence[PassageHit] = ()  # past conversation, found for this email (memory/passages.py)
     state: dict[str, str] = field(default_factory=dict)
     thread: Sequence[ThreadMessage] = ()
     thread_summary: str | None = None
@@ -93,9 +98,9 @@ def profile_order(memories: Sequence[Memory]) -> list[Memory]:
 def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
     """The variables of the reply template (documented in prompts/README.md)."""
     email = inputs.email
-    private_ok = not others_on_thread(email, inputs.user_id, inputs.assistant_address)
-    profile_text = ""
-    memories_text = ""
+    others = others_on_thread(email, inputs.user_id, inputs.assistant_address)
+    private_ok = not others
+    profile_text = memories_text = conversations_text = ""
     if inputs.memory_enabled:
         profile = profile_order(visible(inputs.profile, private_ok, inputs.now))
         profile_budget = int(inputs.token_budget * PROFILE_SHARE)
@@ -110,7 +115,9 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
             and visible([h.memory], private_ok, inputs.now)
         ]
         remaining = inputs.token_budget - (estimate_tokens(profile_text) if profile_text else 0)
-        memories_text = context_block(hits, remaining)
+        # Checked again here (the search already applies it): a passage others did not see never reaches them.
+        passages = [h for h in inputs.passages if h.passage.seen_by(others)]
+        memories_text, conversations_text = share_budget(hits, passages, remaining)
     persona = "\n".join(m.content for m in inputs.persona if m.current)
     state = "\n".join(f"{key.replace('_', ' ')}: {value}" for key, value in inputs.state.items() if value)
     return {
@@ -121,6 +128,7 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
         "persona": persona,
         "profile": profile_text,
         "memories": memories_text,
+        "conversations": conversations_text,
         "state": state if inputs.memory_enabled and private_ok else "",
         "thread": [{"sender": m.sender, "date": m.date, "body": m.body} for m in inputs.thread],
         "thread_summary": inputs.thread_summary or "",
@@ -129,6 +137,41 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
         "domains": list(inputs.domains),
         "actions": list(inputs.actions),
     }
+
+
+def share_budget(hits: Sequence[SearchHit], passages: Sequence[PassageHit], budget: int) -> tuple[str, str]:
+    """(memories, conversations) blocks within ``budget`` tokens together: each side first gets half, then what
+    the other side left unused, so neither starves the other and no share is wasted."""
+    half = budget // 2
+    memories = context_block(hits, half)
+    conversations = passage_block(passages, budget - _tokens(memories))
+    memories = context_block(hits, budget - _tokens(conversations))
+    return memories, conversations
+
+
+def _tokens(text: str) -> int:
+    return estimate_tokens(text) if text else 0
+
+
+def passage_block(hits: Sequence[PassageHit], token_budget: int) -> str:
+    """Passages of past mail as lines citing their date (``[mail:2026-03-14]``), best first, deduplicated,
+    cut at ``token_budget``; who wrote each (the user, or Quinn's reply) and its subject are said."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    used = 0
+    for hit in hits:
+        passage = hit.passage
+        key = " ".join(passage.content.lower().split())
+        if key in seen:
+            continue
+        line = f"- {passage.line()}"
+        cost = estimate_tokens(line)
+        if used + cost > token_budget:
+            continue
+        seen.add(key)
+        lines.append(line)
+        used += cost
+    return "\n".join(lines)
 
 
 def email_variables(email: InboundEmail) -> dict[str, Any]:

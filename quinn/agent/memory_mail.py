@@ -20,6 +20,7 @@ from quinn.agent.extract import DUPLICATE_SIMILARITY
 from quinn.agent.tools import MemoryChange
 from quinn.clock import iso, utcnow
 from quinn.memory.models import Memory
+from quinn.memory.passages import Passage
 from quinn.memory.search import content_words, find_similar, hybrid_search
 from quinn.memory.store import MemoryStore
 
@@ -172,11 +173,18 @@ def _title(type_: str, domain: str | None) -> str:
     return f"{title} ({domain})" if domain else title
 
 
-def export_json(user_id: str, memories: Sequence[Memory], withheld: int = 0) -> bytes:
-    """The user's memories as a JSON document (the export form of ``Memory.to_record``)."""
+def export_json(
+    user_id: str, memories: Sequence[Memory], withheld: int = 0, passages: Sequence[Passage] = (),
+    withheld_passages: int = 0,
+) -> bytes:  # fmt: skip
+    """The user's memories as a JSON document (the export form of ``Memory.to_record``), and the passages of
+    past mail that conversation recall holds (issue 14), oldest first."""
     document = {
         "user": user_id, "exported_at": iso(utcnow()), "count": len(memories),
         "withheld_private": withheld, "memories": [m.to_record() for m in memories],
+        "conversation": [{"date": p.sent_at, "direction": p.direction, "subject": p.subject, "text": p.content}
+                         for p in passages],
+        "withheld_conversation": withheld_passages,
     }  # fmt: skip
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
 
@@ -232,6 +240,7 @@ PURGED_AS = {
     "memory_versions": ("earlier version of a memory", "earlier versions of memories"),
     "sessions": ("conversation", "conversations"),
     "messages": ("message of our conversations", "messages of our conversations"),
+    "passages": ("searchable passage of them", "searchable passages of them"),
     "conversation_summaries": ("conversation summary", "conversation summaries"),
     "user_state": ("setting", "settings"),
     "entities": ("person, place or thing I knew of", "people, places and things I knew of"),

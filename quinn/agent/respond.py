@@ -33,6 +33,7 @@ from quinn.config import Config
 from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.graph import linked_hits
+from quinn.memory.passages import search_passages, user_passages
 from quinn.memory.retrievals import record_retrievals
 from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
@@ -94,6 +95,12 @@ def source_of(email: InboundEmail) -> dict[str, Any]:
                        "date": email.date.isoformat() if email.date else None}}  # fmt: skip
 
 
+def recallable(email: InboundEmail) -> bool:
+    """Whether the mail (and the model's reply to it) joins conversation recall: not a memory command or a
+    confirmation, whose text names what is to be forgotten, exported or purged (the memories hold the result)."""
+    return not memory_mail.parse_requests(email.text) and not confirm.codes_in(f"{email.subject}\n{email.full_text}")
+
+
 class Agent:
     """Reply and learn for one mailbox; built once the store is open."""
 
@@ -124,7 +131,7 @@ class Agent:
         """
         store = self.store
         c = self.config
-        persona, profile, hits, domains = [], [], [], []
+        persona, profile, hits, domains, passages = [], [], [], [], []
         state: dict[str, str] = {}
         if use_memory:
             state = user_state(store.db, user)  # what the last conversation left open: "recent context"
@@ -139,11 +146,17 @@ class Agent:
             # Twice k: memories of other domains are dropped after search, in context assembly.
             hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=False)
             hits = linked_hits(store, user, query, hits)  # memories tied to entities the mail names
+            # Past conversation (issue 14): not this mail, not what the thread buffer shows verbatim, and with
+            # others on the mail only what each of them saw.
+            buffered = [email.message_id, *(m.message_id for m in thread if m.message_id)]
+            others = others_on_thread(email, user, c.smtp.from_address)
+            passages = search_passages(store, user, query, k=c.memory.search_k, exclude_message_ids=buffered,
+                                       others=others, domains=domains)  # fmt: skip
         inputs = ReplyInputs(
             email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
-            hits=hits, thread=list(thread), thread_summary=summary, token_budget=c.memory.token_budget,
-            domains=domains, now=utcnow(), actions=list(actions), state=state,
+            hits=hits, passages=passages, thread=list(thread), thread_summary=summary,
+            token_budget=c.memory.token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
         )  # fmt: skip
         if use_memory and touch:
             # Use is what reached the prompt: the profile shown and the hits that survived the domain, privacy
@@ -219,6 +232,7 @@ class Agent:
                                     session_id=session_id)  # fmt: skip
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
+            others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
         )  # fmt: skip
@@ -267,8 +281,11 @@ class Agent:
             return await self._purge(email, user)
         if action == "export":
             every = await self._db(self.store.get_all, user)
-            memories = visible(every, not others_on_thread(email, user, self.config.smtp.from_address))
-            data = memory_mail.export_json(user, memories, len(every) - len(memories))
+            others = others_on_thread(email, user, self.config.smtp.from_address)
+            memories = visible(every, not others)
+            held = await self._db(user_passages, self.store.db, user)
+            seen = [p for p in held if p.seen_by(others)]  # as in prompts: only what those on the mail saw
+            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen))
             files = (Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json", "application/json", data),)
             log.info("mail %s: export confirmed: %d memories", email.message_id, len(memories))
             return Answer(memory_mail.export_sent(len(memories)), memory_mail.EXPORT_DONE_TEMPLATE, "",

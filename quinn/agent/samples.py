@@ -14,6 +14,7 @@ from quinn.agent.extract import extract_variables
 from quinn.agent.memory_mail import digest_groups
 from quinn.mailbox.message import Address, InboundEmail
 from quinn.memory.models import Memory, SearchHit
+from quinn.memory.passages import Passage, PassageHit
 
 SAMPLE_USER = "alice@example.org"
 _WHEN = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
@@ -50,6 +51,8 @@ def sample_variables() -> dict[str, dict[str, Any]]:
     reply = reply_variables(ReplyInputs(
         email=email, user_id=SAMPLE_USER, assistant_name="Quinn", assistant_address="quinn@example.org",
         today=_WHEN.date().isoformat(), persona=(), profile=memories[:1], hits=[SearchHit(memories[1], 1.0)],
+        passages=[PassageHit(Passage(1, SAMPLE_USER, "<m1@example.org>", "in", _WHEN.isoformat(), "Alpha", 0,
+                                     "The kickoff of Project Alpha is in Lisbon.", frozenset({SAMPLE_USER})), 1.0)],
         state={"recent_goal_and_status": "ship Project Alpha"},
         thread=[ThreadMessage(SAMPLE_USER, _WHEN.isoformat(), "Earlier message.")], thread_summary="Summary.",
         domains=["work"], actions=["Saved, as asked: Alice asked to remember: the deadline [memory:3]"],

@@ -1,4 +1,4 @@
-"""Memory tools for the reply model: search, save, update and forget, as Mirascope context tools.
+"""Memory tools for the reply model: search, save, update, forget, and search past mail, as Mirascope context tools.
 
 The user is bound in the typed deps (``MemoryDeps``), never a tool argument, so the model cannot reach anyone
 else's memory. A refusal (another user's memory, an immutable one, a private one while others are on the
@@ -18,6 +18,7 @@ from mirascope import llm
 
 from quinn.errors import StoreError
 from quinn.memory.models import Memory, NewMemory
+from quinn.memory.passages import search_passages
 from quinn.memory.search import hybrid_search
 from quinn.memory.store import MemoryStore
 
@@ -52,6 +53,7 @@ class MemoryDeps:
     user_id: str
     run_db: Callable[..., Awaitable[Any]]
     private_ok: bool = True
+    others: tuple[str, ...] = ()  # everyone but the user and Quinn on the mail: they see only what they saw
     domains: tuple[str, ...] = ()
     known_domains: tuple[str, ...] = ()
     source: dict[str, Any] = field(default_factory=dict)
@@ -184,4 +186,14 @@ async def forget_memory(ctx: llm.Context[MemoryDeps], id: int) -> str:
     return f"Forgotten: memory {found.id}."
 
 
-MEMORY_TOOLS = (search_memory, save_memory, update_memory, forget_memory)
+@llm.tool
+async def search_conversations(ctx: llm.Context[MemoryDeps], query: str) -> str:
+    """Search your earlier emails with this person (what they wrote and what you replied), e.g. "what did they
+    tell me about the landlord?". Returns passages with the date of their email."""
+    deps = ctx.deps
+    hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others)
+    lines = [h.passage.line() for h in hits]
+    return "\n".join(lines) if lines else "No earlier emails match."
+
+
+MEMORY_TOOLS = (search_memory, save_memory, update_memory, forget_memory, search_conversations)

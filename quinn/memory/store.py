@@ -46,7 +46,7 @@ from quinn.memory.rows import (
     row_for,
     update_rows,
 )
-from quinn.memory.vectors import VECTOR_CACHE_MB, VectorCache
+from quinn.memory.vectors import VECTOR_CACHE_MB, PassageVectors, VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class MemoryStore:
         self.db = db
         self.embedder = embedder
         self.vector_cache = VectorCache(vector_cache_mb) if vector_cache_mb > 0 else None
+        self.passage_cache = PassageVectors(vector_cache_mb) if vector_cache_mb > 0 else None
         self._done_once: set[str] = set()
         self._access_writer: Future[int] | None = None  # the batch of retrieval counts being written, if any
         self._access_lock = threading.Lock()
@@ -492,9 +493,9 @@ class MemoryStore:
     # -- purge -----------------------------------------------------------------------------------------
 
     def purge(self, user_id: str) -> dict[str, int]:
-        """Delete every trace of a user: memories, history, retrievals, messages, sessions, state, summaries,
-        outbox, graph, token usage, confirmation codes; the ledger rows of their mail (and of unverified mail
-        from their address) lose their user and Message-IDs.
+        """Delete every trace of a user: memories, history, retrievals, messages and their passages, sessions,
+        state, summaries, outbox, graph, token usage, confirmation codes; the ledger rows of their mail (and of
+        unverified mail from their address) lose their user and Message-IDs.
 
         Full-text indexes are merged and a local file is vacuumed, so the user's text leaves the file's bytes.
         Returns the number of rows removed per table.
@@ -515,6 +516,7 @@ class MemoryStore:
                 ),
                 ("memories", "user_id = ?", (user,)),
                 ("memory_versions", "user_id = ?", (user,)),
+                ("passages", "user_id = ?", (user,)),  # conversation recall (passages.py), before their messages
                 ("messages", "user_id = ?", (user,)),
                 ("session_ids", in_sessions, tuple(sessions)),
                 ("sessions", "user_id = ?", (user,)),
@@ -538,9 +540,11 @@ class MemoryStore:
         self.db.executescript(
             "INSERT INTO memories_fts (memories_fts) VALUES ('optimize');"
             "INSERT INTO messages_fts (messages_fts) VALUES ('optimize');"
+            "INSERT INTO passages_fts (passages_fts) VALUES ('optimize');"
         )
         self.db.vacuum()
-        if self.vector_cache is not None:
-            self.vector_cache.forget(user)
+        for cache in (self.vector_cache, self.passage_cache):
+            if cache is not None:
+                cache.forget(user)
         log.info("purged user %s: %s", user, counts)
         return counts

@@ -35,6 +35,9 @@ class _Entry:
 class VectorCache:
     """Per (user, model) matrices, least recently used dropped first once ``max_mb`` is exceeded."""
 
+    TABLE = "memories"  # the rows whose vectors are cached, with user_id, embedding and embedding_model
+    STAMP = "memory_vector_stamp"  # the change stamp its triggers bump
+
     def __init__(self, max_mb: float = VECTOR_CACHE_MB) -> None:
         self.max_bytes = int(max_mb * 1024 * 1024)
         self._entries: OrderedDict[tuple[str | None, str], _Entry] = OrderedDict()
@@ -45,7 +48,7 @@ class VectorCache:
         ``model_id``, current with the database. Raises ``LookupError`` when they do not fit in the cache."""
         key = (user_id, model_id)
         # The stamp is read before the rows: a write in between makes the next call refresh, never miss it.
-        stamp = db.query_one("SELECT inserts, changes FROM memory_vector_stamp WHERE id = 1") or (0, 0)
+        stamp = db.query_one(f"SELECT inserts, changes FROM {self.STAMP} WHERE id = 1") or (0, 0)
         inserts, changes = int(stamp[0]), int(stamp[1])
         with self._lock:
             entry = self._entries.get(key)
@@ -73,13 +76,12 @@ class VectorCache:
             for key in [k for k in self._entries if k[0] == user_id]:
                 del self._entries[key]
 
-    @staticmethod
     def _load(
-        db: Database, user_id: str | None, model_id: str, dim: int, after: int | None
+        self, db: Database, user_id: str | None, model_id: str, dim: int, after: int | None
     ) -> tuple[np.ndarray, np.ndarray]:
         rows = db.query(
-            "SELECT id, embedding FROM memories WHERE user_id IS ? AND embedding_model = ? AND length(embedding) = ?"
-            " AND id > ? ORDER BY id",
+            f"SELECT id, embedding FROM {self.TABLE} WHERE user_id IS ? AND embedding_model = ?"
+            " AND length(embedding) = ? AND id > ? ORDER BY id",
             (user_id, model_id, dim * 4, after or 0),
         )
         if not rows:
@@ -89,3 +91,10 @@ class VectorCache:
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         norms[norms == 0] = 1.0  # vector_distance_cos is a cosine: compare directions, whatever the length
         return ids, matrix / norms
+
+
+class PassageVectors(VectorCache):
+    """The same cache for conversation passages (migration 0008), which are only ever inserted or deleted."""
+
+    TABLE = "passages"
+    STAMP = "passage_vector_stamp"

@@ -1,4 +1,4 @@
--- Quinn schema, version 8: "stop remembering me" (issue 15).
+-- Quinn schema, version 10: "stop remembering me" (issue 15).
 
 -- memory_consent: users who asked Quinn to stop remembering them. Quinn keeps answering them and stores nothing
 -- new until they write "you may remember me again" (the row goes). A purge keeps the row: the wish outlives the

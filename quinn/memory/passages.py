@@ -1,0 +1,376 @@
+"""Conversation recall: every stored message of a user, cut into passages, searched like memories (issue 14).
+
+Quinn remembered only what a model chose to extract; with a model that extracts little, everything was lost.
+So each message kept in the conversation store (``messages``: the clean text, quoted history and signature
+already stripped) is also cut into overlapping passages, embedded in one batch per mail and indexed in FTS5
+(migration 0008), and a reply's retrieval searches them beside the memories.
+
+The search is the memories' hybrid search on another table: an exact cosine scan over the user's cached vectors
+(``vectors.PassageVectors``, an SQL scan when they do not fit) fused with FTS5 BM25 coverage by the same convex
+combination (``search.VECTOR_WEIGHT``, the lexical helpers of ``lexical.py``), narrowed to the user's
+``owner_key`` token. Two rules decide what a search may see: the messages already in the thread buffer are left
+out (they are in the prompt verbatim), and with other people on the mail only passages of messages every one of
+them saw are eligible: a passage from a one-to-one thread never reaches a prompt with anyone else on it.
+
+Recall does not undo what memory retracted: a mail whose memory was superseded, forgotten, archived, completed or
+has expired (``retracted_messages``: the memory's ``source.message_id``) is not recalled, nor the reply to it.
+Otherwise "I build with Python on Linux" would come back after "we moved to Node on Docker" replaced it, and a
+forgotten detail would return word for word.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from quinn.memory.db import Database
+from quinn.memory.filters import normalise_user
+from quinn.memory.lexical import CANDIDATES, idf, owner_token, query_terms, within_budget
+from quinn.memory.models import iso, utcnow
+from quinn.memory.search import CHUNK_WEIGHT_DECAY, VECTOR_WEIGHT, query_chunks
+
+if TYPE_CHECKING:
+    from quinn.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+PASSAGE_CHARS = 600  # about 150 tokens: a paragraph, small enough to cite, big enough to carry its context
+OVERLAP_CHARS = 120  # the last sentence or so of a passage starts the next one: a fact cut in two is found whole
+PASSAGE_COLUMNS = "p.id, p.user_id, p.message_id, p.direction, p.sent_at, p.subject, p.position, p.content, p.audience"
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_PARAGRAPH = re.compile(r"\n\s*\n")
+BM25 = "bm25(passages_fts, 1.0, 0.0)"  # content; the owner column weighs nothing
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A piece of one stored message."""
+
+    id: int
+    user_id: str
+    message_id: str
+    direction: str  # "in": the user wrote it; "out": Quinn's reply
+    sent_at: str
+    subject: str
+    position: int
+    content: str
+    audience: frozenset[str]  # everyone who saw the message
+
+    @property
+    def citation(self) -> str:
+        """``[mail:2026-03-14]``: where Quinn knows it from, the date of the mail."""
+        return f"[mail:{self.sent_at[:10]}]"
+
+    def line(self) -> str:
+        """How the model sees it: ``[mail:2026-03-14] (they wrote, "Subject") text`` (or "you replied")."""
+        who = "they wrote" if self.direction == "in" else "you replied"
+        return f'{self.citation} ({who}, "{self.subject}") {self.content}'
+
+    def seen_by(self, others: Iterable[str]) -> bool:
+        """Whether every one of ``others`` saw this message (nobody: always)."""
+        return set(others) <= self.audience
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Passage:
+        """From a row of ``PASSAGE_COLUMNS``."""
+        pid, user, message_id, direction, sent_at, subject, position, content, audience = row
+        try:
+            seen = frozenset(str(a) for a in json.loads(audience or "[]"))
+        except ValueError:
+            seen = frozenset()
+        return cls(int(pid), user, message_id, direction, sent_at, subject or "", int(position), content, seen)
+
+
+@dataclass(frozen=True)
+class PassageHit:
+    """A passage found by a search, with its fused score and cosine similarity (None: matched by words only)."""
+
+    passage: Passage
+    score: float
+    similarity: float | None = None
+
+
+def split_passages(text: str, size: int = PASSAGE_CHARS, overlap: int = OVERLAP_CHARS) -> list[str]:
+    """``text`` as passages of about ``size`` characters on sentence boundaries, each starting with the last
+    ``overlap`` characters' worth of whole sentences of the one before. A sentence longer than ``size`` is cut
+    into windows that overlap by ``overlap`` characters. Pure."""
+    sentences: list[str] = []
+    for paragraph in _PARAGRAPH.split(text):
+        for sentence in _SENTENCE.split(" ".join(paragraph.split())):
+            starts = [0]
+            while starts[-1] + size < len(sentence):
+                starts.append(starts[-1] + max(size - overlap, 1))
+            sentences += [sentence[i : i + size] for i in starts]
+    sentences = [s for s in sentences if s.strip()]
+    passages: list[str] = []
+    current: list[str] = []
+    for sentence in sentences:
+        if current and len(" ".join([*current, sentence])) > size:
+            passages.append(" ".join(current))
+            carried: list[str] = []
+            for previous in reversed(current):
+                if len(" ".join([previous, *carried])) > overlap:
+                    break
+                carried.insert(0, previous)
+            current = carried
+        current.append(sentence)
+    if current:
+        passages.append(" ".join(current))
+    return passages
+
+
+def index_message(store: MemoryStore, user_id: str, message_id: str, direction: str) -> int:
+    """Cut the stored message (``messages``) into passages, embed them in one batch and store them; returns how
+    many were written. Idempotent: a message already indexed is left alone (a retried mail costs nothing)."""
+    db = store.db
+    user = normalise_user(user_id)
+    row = db.query_one(
+        "SELECT id, user_id, subject, from_addr, to_addrs, sent_at, body, in_reply_to FROM messages"
+        " WHERE message_id = ? AND direction = ?",
+        (message_id, direction),
+    )
+    if row is None or row[1] != user:
+        return 0
+    message_row, _owner, subject, sender, recipients, sent_at, body, in_reply_to = row
+    if db.query_value("SELECT 1 FROM passages WHERE message_row = ? LIMIT 1", (message_row,)):
+        return 0
+    pieces = split_passages(body or "")
+    if not pieces:
+        return 0
+    try:
+        audience = sorted({sender, *json.loads(recipients or "[]")} - {""})
+    except ValueError:
+        audience = [sender]
+    embedder = store.embedder
+    # Embedded with the subject, which often names the topic; a short mail's text is then exactly its search
+    # query (search.query_chunks of subject and text), so the embedder's cache serves both with one model call.
+    texts = [" ".join(f"{subject or ''}\n{piece}".split()) for piece in pieces]
+    vectors = embedder.embed(texts) if embedder is not None else None
+    now = iso(utcnow())
+    with db.transaction() as tx:
+        for position, content in enumerate(pieces):
+            blob = np.asarray(vectors[position], dtype=np.float32).tobytes() if vectors is not None else None
+            tx.execute(
+                "INSERT OR IGNORE INTO passages (user_id, message_row, message_id, in_reply_to, direction, sent_at,"
+                " subject, position, content, audience, embedding, embedding_model, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (user, message_row, message_id, in_reply_to, direction, sent_at, subject or "", position, content,
+                 json.dumps(audience), blob, embedder.model_id if embedder is not None else None, now),
+            )  # fmt: skip
+    return len(pieces)
+
+
+def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) -> list[str]:
+    """Message-IDs of the user's mail that memory has since retracted: the sources of memories no longer current
+    (superseded, forgotten or archived, closed, expired). Their passages, and those of our replies to them, are
+    not recalled. With ``domains`` detected for the mail, also the mail whose memories all belong to other
+    domains: the rule that keeps another domain's memories out of the prompt (a mail with no memory, or none
+    with a domain, stays eligible, as memories without a domain do)."""
+    user = normalise_user(user_id)
+    # The first condition is the partial index's (migration 0008), so only such rows are read.
+    rows = db.query(
+        "SELECT DISTINCT json_extract(metadata, '$.source.message_id') FROM memories WHERE user_id = ?"
+        " AND (active = 0 OR superseded_by IS NOT NULL OR valid_to IS NOT NULL OR expires_at IS NOT NULL)"
+        " AND (active = 0 OR superseded_by IS NOT NULL OR valid_to IS NOT NULL OR expires_at <= ?)",
+        (user, iso(utcnow())),
+    )
+    if domains:
+        marks = ",".join("?" * len(domains))
+        rows += db.query(
+            "SELECT json_extract(metadata, '$.source.message_id') AS source FROM memories WHERE user_id = ?"
+            f" AND domain IS NOT NULL GROUP BY source HAVING sum(domain IN ({marks})) = 0",
+            (user, *domains),
+        )
+    return sorted({r[0] for r in rows if r[0]})
+
+
+def passage_filter(
+    user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = ()
+) -> tuple[str, list[Any]]:
+    """The WHERE clause (alias ``p``) of the passages a search may see: the user's, not of the excluded messages
+    (the thread buffer), not of a ``retracted`` mail or a reply to one, and with ``others`` on the mail only those
+    of messages each of them saw."""
+    clauses = ["p.user_id = ?"]
+    params: list[Any] = [normalise_user(user_id)]
+    if exclude_message_ids:
+        clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
+        params += list(exclude_message_ids)
+    if retracted:
+        marks = ",".join("?" * len(retracted))
+        clauses.append(f"p.message_id NOT IN ({marks}) AND coalesce(p.in_reply_to, '') NOT IN ({marks})")
+        params += [*retracted, *retracted]
+    if others:
+        clauses.append(
+            "NOT EXISTS (SELECT 1 FROM json_each(?) o WHERE o.value NOT IN (SELECT value FROM json_each(p.audience)))"
+        )
+        params.append(json.dumps(sorted(set(others))))
+    return " AND ".join(clauses), params
+
+
+def search_passages(
+    store: MemoryStore, user_id: str, query: str, *, k: int = 10, exclude_message_ids: Sequence[str] = (),
+    others: Sequence[str] = (), domains: Sequence[str] = (),
+) -> list[PassageHit]:  # fmt: skip
+    """The user's ``k`` best conversation passages for ``query``, best first (``passage_filter`` says which are
+    eligible, given what memory retracted and the mail's ``domains``: ``retracted_messages``). Vector and lexical
+    legs as in ``search.hybrid_search``; passages carry no importance to weigh."""
+    user = normalise_user(user_id)
+    chunks = query_chunks(query)
+    if not chunks or not user:
+        return []
+    retracted = retracted_messages(store.db, user, domains)
+    where, params = passage_filter(user, exclude_message_ids, others, retracted)
+    lexical = _lexical_scores(store.db, where, params, " ".join(chunks), user)
+    similarities: dict[int, float] = {}
+    embedder = store.embedder
+    if embedder is not None:
+        vectors = np.asarray(embedder.embed(chunks), dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        if others:  # narrow: the passages that pass, read whole (a few thousand ids at most)
+            passing = store.db.query(f"SELECT p.id FROM passages p WHERE {where}", params)
+            eligible: Eligible = (True, np.asarray([r[0] for r in passing], dtype=np.int64))
+        else:  # the thread buffer and retracted mail: a few messages' passages, found by their indexes
+            eligible = (False, _left_out(store.db, user, exclude_message_ids, retracted))
+        similarities = _vector_scores(store, user, where, params, vectors, lexical, eligible)
+    alpha = VECTOR_WEIGHT if embedder is not None else 0.0
+    fused = {pid: alpha * max(sim, 0.0) for pid, sim in similarities.items()}
+    for pid, coverage in lexical.items():
+        fused[pid] = fused.get(pid, 0.0) + (1.0 - alpha) * coverage
+    best = sorted(fused, key=lambda pid: (-fused[pid], -pid))[:k]
+    if not best:
+        return []
+    rows = store.db.query(
+        f"SELECT {PASSAGE_COLUMNS} FROM passages p WHERE p.id IN ({','.join('?' * len(best))}) AND {where}",
+        [*best, *params],
+    )
+    found = {int(row[0]): Passage.from_row(row) for row in rows}
+    return [PassageHit(found[pid], fused[pid], similarities.get(pid)) for pid in best if pid in found]
+
+
+def _lexical_scores(db: Database, where: str, params: Sequence[Any], text: str, user: str) -> dict[int, float]:
+    """FTS5 BM25 coverage (BM25 / the query's total IDF, capped at 1) of the user's best-matching passages, the
+    measure ``lexical.lexical_scores`` gives memories, with its budget for common terms."""
+    terms = query_terms(text)
+    if not terms:
+        return {}
+    counts = ", ".join("(SELECT count(*) FROM passages_fts WHERE passages_fts MATCH ?)" for _ in terms)
+    row = db.query_one(f"SELECT (SELECT count(*) FROM passages), {counts}", [_match([t]) for t in terms])
+    total, frequencies = (int(row[0]), [int(n) for n in row[1:]]) if row else (0, [0] * len(terms))
+    kept = within_budget(terms, frequencies)
+    if not kept:
+        return {}
+    match = f'owner_key : "{owner_token(user)}" AND {_match(kept)}'
+    rows = db.query(
+        f"SELECT {BM25}, p.id FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid"
+        f" WHERE passages_fts MATCH ? AND {where} ORDER BY {BM25} LIMIT ?",
+        [match, *params, CANDIDATES],
+    )
+    mass = max(sum(idf(total, n) for n in frequencies), 1e-6)
+    return {int(pid): min(1.0, -float(bm25) / mass) for bm25, pid in rows}
+
+
+def _match(terms: Sequence[str]) -> str:
+    """The terms OR-ed in the content column, each quoted: no user text becomes FTS syntax."""
+    return "content : (" + " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) + ")"
+
+
+Eligible = tuple[bool, np.ndarray]  # (True: only these ids, False: all but these ids)
+
+
+def _left_out(db: Database, user: str, exclude_message_ids: Sequence[str], retracted: Sequence[str]) -> np.ndarray:
+    """Ids of the user's passages of the excluded or retracted mail, and of our replies to retracted mail."""
+    messages = [*exclude_message_ids, *retracted]
+    if not messages:
+        return np.zeros(0, dtype=np.int64)
+    # Two lookups by index (an OR of the two columns scanned every row of the user, vectors included: 26 ms).
+    # "+user_id": not by the user's index, which the planner would otherwise prefer (and read every row of).
+    sql = f"SELECT id FROM passages WHERE message_id IN ({','.join('?' * len(messages))}) AND +user_id = ?"
+    params: list[Any] = [*messages, user]
+    if retracted:
+        sql += (
+            f" UNION SELECT id FROM passages WHERE in_reply_to IN ({','.join('?' * len(retracted))}) AND +user_id = ?"
+        )
+        params += [*retracted, user]
+    rows = db.query(sql, params)
+    return np.asarray([r[0] for r in rows], dtype=np.int64)
+
+
+def _vector_scores(
+    store: MemoryStore, user: str, where: str, params: Sequence[Any], vectors: np.ndarray,
+    lexical: dict[int, float], eligible: Eligible,
+) -> dict[int, float]:  # fmt: skip
+    """Best cosine over the query chunks of the ``CANDIDATES`` nearest eligible passages, and of every lexical
+    match (a lexical match keeps its true cosine, as in the memories' fusion). ``eligible`` says which of the
+    cached rows pass the filter, so the scan needs no SQL per candidate."""
+    assert store.embedder is not None
+    model_id, dim = store.embedder.model_id, store.embedder.dim
+    cache = store.passage_cache
+    try:
+        if cache is None:
+            raise LookupError("no cache")
+        ids, matrix = cache.vectors(store.db, user, model_id, dim)
+    except LookupError:
+        return _sql_vector_scores(store, where, params, vectors, lexical)
+    if not len(ids):
+        return {}
+    if len(vectors) == 1:  # one chunk (most queries): a matrix-vector product (a product with a 1-column
+        best = weighted = matrix @ vectors[0]  # matrix went to multithreaded BLAS: 20 ms on a busy box)
+    else:
+        similarity = matrix @ vectors.T  # (passages, chunks)
+        weighted = (similarity * CHUNK_WEIGHT_DECAY ** np.arange(len(vectors), dtype=np.float32)).max(axis=1)
+        best = similarity.max(axis=1)
+    only, listed = eligible
+    mask = np.isin(ids, listed) if only else ~np.isin(ids, listed) if len(listed) else np.ones(len(ids), dtype=bool)
+    weighted = np.where(mask, weighted, -np.inf)
+    count = min(CANDIDATES, int(mask.sum()))
+    scores: dict[int, float] = {}
+    if count:
+        top = np.argpartition(-weighted, count - 1)[:count] if count < len(ids) else np.flatnonzero(mask)
+        scores = {int(ids[i]): float(best[i]) for i in top}
+    wanted = np.asarray([pid for pid in lexical if pid not in scores], dtype=np.int64)
+    if len(wanted):
+        at = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        for pid, i in zip(wanted, at, strict=True):
+            if ids[i] == pid:
+                scores[int(pid)] = float(best[i])
+    return scores
+
+
+def _sql_vector_scores(
+    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, lexical: dict[int, float]
+) -> dict[int, float]:
+    """The same scores as an exact SQL scan (a user whose passages do not fit in the cache)."""
+    assert store.embedder is not None
+    model_id, dim = store.embedder.model_id, store.embedder.dim
+    scores: dict[int, float] = {}
+    wanted = list(lexical)
+    for vector in vectors:
+        blob = vector.tobytes()
+        rows = store.db.query(
+            f"SELECT p.id, vector_distance_cos(p.embedding, ?) AS d FROM passages p WHERE {where}"
+            " AND p.embedding_model = ? AND length(p.embedding) = ? ORDER BY d LIMIT ?",
+            [blob, *params, model_id, dim * 4, CANDIDATES],
+        )
+        if wanted:
+            rows += store.db.query(
+                f"SELECT p.id, vector_distance_cos(p.embedding, ?) FROM passages p WHERE p.id IN"
+                f" ({','.join('?' * len(wanted))}) AND p.embedding_model = ? AND length(p.embedding) = ?",
+                [blob, *wanted, model_id, dim * 4],
+            )
+        for pid, distance in rows:
+            if distance is not None:
+                scores[int(pid)] = max(scores.get(int(pid), -1.0), 1.0 - float(distance))
+    return scores
+
+
+def user_passages(db: Database, user_id: str, others: Sequence[str] = ()) -> list[Passage]:
+    """Every passage of the user, oldest first (for an export); with ``others``, only those each of them saw."""
+    where, params = passage_filter(user_id, (), others)
+    rows = db.query(f"SELECT {PASSAGE_COLUMNS} FROM passages p WHERE {where} ORDER BY p.sent_at, p.id", params)
+    return [Passage.from_row(row) for row in rows]
