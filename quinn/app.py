@@ -28,6 +28,7 @@ from quinn.errors import ConfigError, ConnectError, MailParseError, QuinnError, 
 from quinn.faults import fault_point
 from quinn.hardening import fit_torch_to_sandbox
 from quinn.hold import HELD_PREFIX, SetupHold
+from quinn.mailbox.backlog import ANSWER_HINT, Watches, WatchMark
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.delivery import Delivery
 from quinn.mailbox.imap import IMAP_FAILURES, HostUnknown, ImapLoginRejected, ImapMailbox
@@ -86,6 +87,8 @@ class Quinn:
         self.metrics = Metrics()
         self.hold = SetupHold()
         self._release_held = True  # at start and after a reload: the operator may have fixed the setup
+        self._mark: WatchMark | None = None  # from which UID on the watched folder is answered (the backlog rule)
+        self._backlog_said: int | None = None  # the backlog size last logged
         # Purged users whose mail leaves the mailbox: until when (monotonic), and when the purge was confirmed.
         self._mailbox_purges: dict[str, tuple[float, datetime]] = {}
 
@@ -205,6 +208,35 @@ class Quinn:
         if stale:
             log.warning("UIDVALIDITY of %s is now %d: %d unfinished mails will be taken up again by Message-ID",
                         self.config.imap.folder, self.mailbox.uidvalidity, stale)  # fmt: skip
+        await self._watch()
+
+    async def _watch(self) -> None:
+        """Record when Quinn first watched the folder (under this UIDVALIDITY): mail from before is the backlog."""
+        assert self.store is not None
+        c = self.config.imap
+        uidnext = await self._imap(self.mailbox.uidnext)
+        mark, why = await self._db(Watches(self.store.db).watch, c.folder, self.mailbox.uidvalidity, uidnext,
+                                   c.backlog == "answer")  # fmt: skip
+        if why is not None:
+            log.info("watching %s from uid %d (uidvalidity %d): %s", c.folder, mark.first_uid, mark.uidvalidity, why)
+        self._mark = mark
+
+    async def _skip_backlog(self, uids: list[int]) -> list[int]:
+        """The UIDs to handle: the backlog (mail from before the first watch) stays in the folder, untouched."""
+        assert self.store is not None
+        if self._mark is None or self._mark.uidvalidity != self.mailbox.uidvalidity:
+            await self._watch()
+        assert self._mark is not None
+        waiting = self._mark.waiting(uids)
+        if len(waiting) != self._mark.skipped:
+            await self._db(Watches(self.store.db).count_skipped, self._mark.folder, len(waiting))
+            self._mark = await self._db(Watches(self.store.db).get, self._mark.folder)
+        if waiting and len(waiting) != self._backlog_said:
+            assert self._mark is not None
+            log.info("%d mails in %s arrived before Quinn first watched it (%s) and are left alone; %s",
+                     len(waiting), self._mark.folder, self._mark.watched_at, ANSWER_HINT)  # fmt: skip
+        self._backlog_said = len(waiting)
+        return [uid for uid in uids if uid >= self._mark.first_uid]
 
     async def _imap(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
@@ -226,7 +258,7 @@ class Quinn:
             released = await self._db(MailLedger(self.store.db).release, HELD_PREFIX)
             if released:
                 log.info("%d mails held for a setup error are tried again now", released)
-        uids = await self._imap(self.mailbox.uids)
+        uids = await self._skip_backlog(await self._imap(self.mailbox.uids))
         sizes = await self._imap(self.mailbox.sizes, uids)
         for uid in uids:
             if self._stop.is_set():

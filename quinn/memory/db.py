@@ -46,8 +46,10 @@ def migrations() -> list[tuple[int, str]]:
         if match:
             found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
     found.sort()
-    if [v for v, _ in found] != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"migrations are not numbered 1..n: {[v for v, _ in found]}")
+    versions = [v for v, _ in found]
+    # Gaps are allowed (branches number their migrations apart), a number used twice is not.
+    if len(set(versions)) != len(versions) or (versions and versions[0] < 1):
+        raise RuntimeError(f"migrations are not numbered uniquely from 1: {versions}")
     return found
 
 
