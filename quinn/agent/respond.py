@@ -9,6 +9,7 @@ from the mail (sensory gate, then the extraction call). Every memory change is r
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from quinn.memory.store import MemoryStore
 log = logging.getLogger(__name__)
 
 RunDb = Callable[..., Awaitable[Any]]
+MEMORY_CITATION = re.compile(r"\[memory:(\d+)\]")  # how context_block cites a memory in the prompt
 PROFILE_ROWS = 1000  # profile memories read per reply; far more than any token budget shows
 #: Times a named stage (``Metrics.stage``); the default times nothing.
 StageTimer = Callable[[str], AbstractContextManager[Any]]
@@ -68,6 +70,7 @@ class Answer:
     changes: tuple[MemoryChange, ...] = ()
     purged: bool = False  # the user's memory is gone: store nothing more about them
     private: bool = False  # carries the user's memory wholesale (export, digest, questions): to From only, no Cc
+    shown: tuple[int, ...] = ()  # the memories the reply prompt showed the model, by id (`quinn ask` lists them)
 
 
 @dataclass
@@ -256,7 +259,8 @@ class Agent:
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = result.text + memory_mail.changes_footer(changes)
-        return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes)
+        shown = tuple(int(i) for i in MEMORY_CITATION.findall(f"{rendered.system}\n{rendered.user}"))
+        return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes, shown=shown)
 
     async def _digest(self, email: InboundEmail, user: str, private_ok: bool, work: _Work) -> Answer:
         """What Quinn knows about the user, to the user's own address only; private memories stay out when others
