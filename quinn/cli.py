@@ -17,6 +17,7 @@ from quinn.commands import ask, configuration, database, evaluate, init, jobs, m
 from quinn.config import Config, load_config
 from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
+from quinn.sdks import skip_unused
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
@@ -45,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, lean_imports: bool = False) -> int:
+    """Run one command; returns the exit code. ``lean_imports`` (the ``quinn`` command itself): import only the
+    model SDKs the config names (quinn.sdks), for a faster start."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -57,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args, None))
         # A command that only reads the database sets ``secrets_of=("database",)`` and needs no IMAP password.
         config = load_config(Path(args.config), secrets_of=getattr(args, "secrets_of", None))
+        if lean_imports:
+            skip_unused(config.llm)
         redactor = setup_logging(config.log_level, config.log_format, secret_values(config))
         if args.command == "run":
             if args.backlog:
@@ -214,5 +218,10 @@ async def check(config: Config) -> int:
     return 0 if all(ok for _n, ok, _d in results) else 1
 
 
+def console() -> int:
+    """The ``quinn`` console script."""
+    return main(lean_imports=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())
