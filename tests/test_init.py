@@ -10,6 +10,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.lab.daemon import init_flags
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import ScriptedLLM
 from tests.lab.smtp import LAB_AUTHSERV, SmtpLab
@@ -21,23 +22,12 @@ def quinn(*args: str, env: dict[str, str] | None = None, stdin: str | None = Non
                           env=full_env, input=stdin)  # fmt: skip
 
 
-def lab_flags(address: str, dovecot: Dovecot, smtp_lab: SmtpLab, llm_server: ScriptedLLM, state: Path) -> list[str]:
-    return [
-        "--non-interactive", "--address", address,
-        "--imap-host", "127.0.0.1", "--imap-port", str(dovecot.port), "--imap-tls", "none",
-        "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp_lab.port), "--smtp-tls", "none", "--smtp-user", "",
-        "--password-env", "LAB_MAIL_PASSWORD", "--provider", "openai-compatible", "--model", "gpt-test",
-        "--base-url", llm_server.openai_base_url, "--api-key-env", "LAB_LLM_KEY",
-        "--state-dir", str(state), "--authserv-id", LAB_AUTHSERV,
-    ]  # fmt: skip
-
-
 def test_init_writes_a_config_that_quinn_check_passes(
     tmp_path: Path, dovecot: Dovecot, smtp_lab: SmtpLab, llm_server: ScriptedLLM, users: Callable[[str], str]
 ) -> None:
     address = users("quinn")
     path = tmp_path / "etc" / "quinn.toml"
-    flags = lab_flags(address, dovecot, smtp_lab, llm_server, tmp_path)
+    flags = init_flags(address, dovecot, smtp_lab, llm_server, tmp_path)
     made = quinn("init", "-c", str(path), *flags)
     assert made.returncode == 0, made.stderr
     assert f"next: LAB_LLM_KEY=... LAB_MAIL_PASSWORD=... quinn check -c {path}" in made.stdout

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.lab.process import kill_group, track, untrack
 
@@ -83,3 +84,18 @@ class QuinnProcess:
     def stop(self) -> None:
         """Safety net for the lab: kill whatever is left."""
         self.kill()
+
+
+def init_flags(address: str, dovecot: Any, smtp: Any, llm: Any, state: Path) -> list[str]:
+    """``quinn init --non-interactive`` flags for the lab: Dovecot, the SMTP lab (no login), the scripted model
+    as an OpenAI-compatible server; the mail password in LAB_MAIL_PASSWORD, the model key in LAB_LLM_KEY."""
+    from tests.lab.smtp import LAB_AUTHSERV
+
+    return [
+        "--non-interactive", "--address", address,
+        "--imap-host", "127.0.0.1", "--imap-port", str(dovecot.port), "--imap-tls", "none",
+        "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp.port), "--smtp-tls", "none", "--smtp-user", "",
+        "--password-env", "LAB_MAIL_PASSWORD", "--provider", "openai-compatible", "--model", "gpt-test",
+        "--base-url", llm.openai_base_url, "--api-key-env", "LAB_LLM_KEY",
+        "--state-dir", str(state), "--authserv-id", LAB_AUTHSERV,
+    ]  # fmt: skip
