@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from quinn.cli import main
 from quinn.config import load_config
 from quinn.errors import ConfigError
 from tests.lab.brain import NOTHING, Brain
-from tests.lab.daemon import init_flags
+from tests.lab.daemon import init_flags, seconds_to_ready
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import ScriptedLLM
 from tests.lab.smtp import SmtpLab
@@ -162,22 +161,6 @@ def test_the_installed_quinn_inits_checks_asks_and_starts(
                                           "Where should I go for dinner tonight?", env=env)  # fmt: skip
     assert [m["content"] for m in json.loads(asked.stdout)["memories_used"]] == ["Alice lives in Lisbon."]
     for start in ("first start", "second start"):
-        times[f"run to ready, {start}"] = ready_s(quinn, config, env, tmp_path / f"{start}.log")
+        times[f"run to ready, {start}"] = seconds_to_ready([str(quinn), "run", "-c", str(config)], env,
+                                                           tmp_path / f"{start}.log")  # fmt: skip
     print("start-up, installed venv: " + ", ".join(f"{name} {s:.2f} s" for name, s in times.items()))
-
-
-def ready_s(quinn: Path, config: Path, env: dict[str, str], log: Path) -> float:
-    """Seconds from `quinn run` to its "quinn started" line; the daemon is stopped with SIGTERM after."""
-    started = time.perf_counter()
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(quinn), "run", "-c", str(config)], stdout=out, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)  # fmt: skip
-    try:
-        while "quinn started" not in log.read_text():
-            assert proc.poll() is None, log.read_text()
-            assert time.perf_counter() - started < 120, log.read_text()
-            time.sleep(0.02)
-        return time.perf_counter() - started
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, log.read_text()

@@ -99,3 +99,19 @@ def init_flags(address: str, dovecot: Any, smtp: Any, llm: Any, state: Path) -> 
         "--base-url", llm.openai_base_url, "--api-key-env", "LAB_LLM_KEY",
         "--state-dir", str(state), "--authserv-id", LAB_AUTHSERV,
     ]  # fmt: skip
+
+
+def seconds_to_ready(command: list[str], env: dict[str, str], log: Path, timeout_s: float = 120) -> float:
+    """Seconds from spawning ``quinn run`` (``command``) to its "quinn started" line; then SIGTERM, exit 0."""
+    started = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        while "quinn started" not in log.read_text():
+            assert proc.poll() is None, f"quinn exited with {proc.returncode}:\n{log.read_text()[-2000:]}"
+            assert time.monotonic() - started < timeout_s, log.read_text()[-2000:]
+            time.sleep(0.01)
+        return time.monotonic() - started
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]

@@ -20,7 +20,7 @@ LATEST = VERSIONS[-1]
 
 def test_migrations_are_numbered_from_one():
     # Gaps are allowed (branches number their migrations apart); each number once, in order, from 1.
-    assert VERSIONS[0] == 1 and VERSIONS == sorted(set(VERSIONS))
+    assert VERSIONS[0] == 1 and sorted(set(VERSIONS)) == VERSIONS
     assert LATEST >= 2
 
 
