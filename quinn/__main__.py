@@ -2,6 +2,6 @@
 
 import sys
 
-from quinn.cli import main
+from quinn.cli import console
 
-sys.exit(main())
+sys.exit(console())

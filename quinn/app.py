@@ -11,17 +11,19 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from quinn.agent.consent import opted_out
 from quinn.agent.context import ThreadMessage, others_on_thread
+from quinn.agent.extract import ExtractionOutcome
 from quinn.agent.llm import LLM
 from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_DONE_TEMPLATE
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
-from quinn.agent.respond import Agent, recallable
+from quinn.agent.respond import Agent, Answer, recallable
 from quinn.agent.samples import sample_variables
 from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
@@ -29,18 +31,21 @@ from quinn.errors import ConfigError, ConnectError, MailParseError, QuinnError, 
 from quinn.faults import fault_point
 from quinn.hardening import fit_torch_to_sandbox
 from quinn.hold import HELD_PREFIX, SetupHold
+from quinn.mailbox.backlog import ANSWER_HINT, Watches, WatchMark
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.delivery import Delivery
+from quinn.mailbox.identity import canonical_address, user_for
 from quinn.mailbox.imap import IMAP_FAILURES, HostUnknown, ImapLoginRejected, ImapMailbox
 from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.policy import UNVERIFIED_PREFIX, Decision, Rules, decide, trust_warnings
-from quinn.mailbox.smtp import LOOP_HEADER, SmtpSender, compose_reply, reply_message_id
+from quinn.mailbox.smtp import LOOP_HEADER, Reply, SmtpSender, compose_reply, reply_message_id
 from quinn.mailbox.threads import Sessions, thread_key
 from quinn.memory.db import Database
 from quinn.memory.embed import embedder_for
+from quinn.memory.models import Memory
 from quinn.memory.passages import index_message
 from quinn.memory.store import MemoryStore
 from quinn.metrics import Metrics
@@ -60,6 +65,16 @@ LOGIN_RETRY_MAX_S = 3600.0
 LLM_RETRY_BASE = timedelta(minutes=1)
 LLM_RETRY_MAX = timedelta(hours=1)
 MAX_ATTEMPTS = 12
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What ``Quinn.ask`` did: the answer, the memories its prompt showed the model, and what was learnt."""
+
+    user: str
+    answer: Answer
+    used: list[Memory]
+    learnt: list[Memory]
 
 
 class Quinn:
@@ -88,6 +103,8 @@ class Quinn:
         self.metrics = Metrics()
         self.hold = SetupHold()
         self._release_held = True  # at start and after a reload: the operator may have fixed the setup
+        self._mark: WatchMark | None = None  # from which UID on the watched folder is answered (the backlog rule)
+        self._backlog_said: int | None = None  # the backlog size last logged
         # Purged users whose mail leaves the mailbox: until when (monotonic), and when the purge was confirmed.
         self._mailbox_purges: dict[str, tuple[float, datetime]] = {}
 
@@ -106,12 +123,8 @@ class Quinn:
             raise  # a typo in the config, not an outage: quinn run exits with it (systemd retries later)
         except ConnectError as exc:
             log.error("%s; will keep trying", exc)
-        self.db = Database.open(c.database.url, c.database.secret("auth_token"))
-        if c.embeddings.backend == "sentence-transformers":
-            fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
-        embedder = await asyncio.to_thread(embedder_for, c.embeddings)
-        self.store = MemoryStore(self.db, embedder)
-        self.agent = Agent(c, self.llm, self.prompts, self.store, self.metrics.stage)
+        await self.open_memory()
+        assert self.store is not None
         if c.scheduler.enabled:
             self.scheduler = JobRunner(self.store, self.llm, self.prompts, c.scheduler, clock=self.clock,
                                        retention=c.retention)  # fmt: skip
@@ -122,6 +135,17 @@ class Quinn:
         mode = ("IDLE" if self.mailbox.can_idle else "polling") if self.mailbox.connected else "not connected yet"
         log.info("quinn started: %s, folder %s, uidvalidity %s, %s", self.mailbox.where, c.imap.folder,
                  self.mailbox.uidvalidity, mode)  # fmt: skip
+
+    async def open_memory(self) -> None:
+        """Open the database and load the embedder, and build the agent on them (``start``, and ``quinn ask``,
+        which needs no mailbox)."""
+        c = self.config
+        self.db = Database.open(c.database.url, c.database.secret("auth_token"))
+        if c.embeddings.backend == "sentence-transformers":
+            fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
+        embedder = await asyncio.to_thread(embedder_for, c.embeddings)
+        self.store = MemoryStore(self.db, embedder)
+        self.agent = Agent(c, self.llm, self.prompts, self.store, self.metrics.stage)
 
     def stop(self) -> None:
         """Ask the loop to stop taking new mail; the mail in flight is finished (SIGTERM)."""
@@ -208,6 +232,35 @@ class Quinn:
         if stale:
             log.warning("UIDVALIDITY of %s is now %d: %d unfinished mails will be taken up again by Message-ID",
                         self.config.imap.folder, self.mailbox.uidvalidity, stale)  # fmt: skip
+        await self._watch()
+
+    async def _watch(self) -> None:
+        """Record when Quinn first watched the folder (under this UIDVALIDITY): mail from before is the backlog."""
+        assert self.store is not None
+        c = self.config.imap
+        uidnext = await self._imap(self.mailbox.uidnext)
+        mark, why = await self._db(Watches(self.store.db).watch, c.folder, self.mailbox.uidvalidity, uidnext,
+                                   c.backlog == "answer")  # fmt: skip
+        if why is not None:
+            log.info("watching %s from uid %d (uidvalidity %d): %s", c.folder, mark.first_uid, mark.uidvalidity, why)
+        self._mark = mark
+
+    async def _skip_backlog(self, uids: list[int]) -> list[int]:
+        """The UIDs to handle: the backlog (mail from before the first watch) stays in the folder, untouched."""
+        assert self.store is not None
+        if self._mark is None or self._mark.uidvalidity != self.mailbox.uidvalidity:
+            await self._watch()
+        assert self._mark is not None
+        waiting = self._mark.waiting(uids)
+        if len(waiting) != self._mark.skipped:
+            await self._db(Watches(self.store.db).count_skipped, self._mark.folder, len(waiting))
+            self._mark = await self._db(Watches(self.store.db).get, self._mark.folder)
+        if waiting and len(waiting) != self._backlog_said:
+            assert self._mark is not None
+            log.info("%d mails in %s arrived before Quinn first watched it (%s) and are left alone; %s",
+                     len(waiting), self._mark.folder, self._mark.watched_at, ANSWER_HINT)  # fmt: skip
+        self._backlog_said = len(waiting)
+        return [uid for uid in uids if uid >= self._mark.first_uid]
 
     async def _imap(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
@@ -229,7 +282,7 @@ class Quinn:
             released = await self._db(MailLedger(self.store.db).release, HELD_PREFIX)
             if released:
                 log.info("%d mails held for a setup error are tried again now", released)
-        uids = await self._imap(self.mailbox.uids)
+        uids = await self._skip_backlog(await self._imap(self.mailbox.uids))
         sizes = await self._imap(self.mailbox.sizes, uids)
         for uid in uids:
             if self._stop.is_set():
@@ -414,7 +467,6 @@ class Quinn:
         assert self.store is not None and decision.sender is not None
         db = self.store.db
         outbox = Outbox(db)
-        sessions = Sessions(db, self.config.policy.subject_window_days)
         user = decision.user_id or decision.sender  # a stranger's address only names the reply's recipient
         own = self.config.smtp.from_address
         message_id = reply_message_id(email.message_id, own)
@@ -424,44 +476,20 @@ class Quinn:
         session_id = None
         with self.metrics.stage("thread"):  # the session, the stored message and the thread buffer
             if decision.use_memory and not receipt:
-                # Joining a thread by its subject alone needs our server's word that the sender is the user.
-                session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
-                await self._db(sessions.store_inbound, session_id, user, email)
-                if await self._recallable(email, user):  # conversation recall: searchable from now on
-                    await self._db(index_message, self.store, user, email.message_id, "in")
+                session_id = await self._join_session(email, decision, user)
             if item is None:
                 thread, summary = await self._db(self._thread, email, user, session_id)
         if item is None:
-            assert self.agent is not None
-            answer = None
-            if session_id is not None and wants_summary(email.text):  # "summarize this and remember it"
-                context = JobContext("summarize", self.store, self.llm, self.prompts, self.config.scheduler, self.clock)
-                answer = await reply_with_summary(context, session_id)
-            if answer is None:
-                with self.metrics.llm_call(self.llm.model_id, "reply"):
-                    answer = await self.agent.answer(email, user, decision.use_memory, thread=thread,
-                                                     summary=summary, session_id=session_id,
-                                                     withheld=decision.withheld)  # fmt: skip
+            answer = await self._answer(email, decision, user, session_id, thread, summary)
             fault_point("after_llm")
             receipt = answer.purged
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
-            # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
-            counted = decision.user_id if decision.trusted and not answer.purged else None
-            await self.agent.record(answer.template, answer.usage, counted, email.message_id)
-            files = [(a.filename, a.content_type, a.data) for a in answer.attachments]
-            # What carries memory wholesale, and anything for a stranger, goes to the From address alone.
-            reply = compose_reply(email, answer.body, own_address=own, own_name=self.config.smtp.from_name,
-                                  reply_all=self.config.smtp.reply_all, attachments=files,
-                                  sender_only=answer.private or not decision.trusted)  # fmt: skip
+            reply = self._compose(email, decision, answer)
             item = await self._db(outbox.put, reply.message_id, email.message_id, user if keep else None,
                                   session_id if keep else None, reply.recipients, reply.raw,
                                   template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
             if session_id is not None and keep:
-                await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
-                               reply.subject, own, reply.recipients, reply.body)  # fmt: skip
-                await self._db(sessions.link, session_id, reply.message_id)
-                if answer.template == "reply" and await self._recallable(email, user):  # the model's answer
-                    await self._db(index_message, self.store, user, reply.message_id, "out")
+                await self._keep_reply(session_id, user, email, reply, answer.template)
         with self.metrics.stage("send"):
             state = await self.delivery.deliver(item)
         if receipt:
@@ -471,6 +499,83 @@ class Quinn:
             # To the microsecond: INTERNALDATE has whole seconds, and the confirming mail came in this very second.
             self._mailbox_purges[user] = (time.monotonic() + MAILBOX_PURGE_WINDOW_S, datetime.now(UTC))
         return state
+
+    async def _join_session(self, email: InboundEmail, decision: Decision, user: str) -> str:
+        """Join the mail to its session and store it there (memory mail only); returns the session id."""
+        assert self.store is not None
+        sessions = Sessions(self.store.db, self.config.policy.subject_window_days)
+        # Joining a thread by its subject alone needs our server's word that the sender is the user.
+        session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
+        await self._db(sessions.store_inbound, session_id, user, email)
+        if await self._recallable(email, user):  # conversation recall: the mail is searchable from now on
+            await self._db(index_message, self.store, user, email.message_id, "in")
+        return session_id
+
+    async def _answer(
+        self, email: InboundEmail, decision: Decision, user: str, session_id: str | None,
+        thread: list[ThreadMessage], summary: str | None,
+    ) -> Answer:  # fmt: skip
+        """The answer to one mail (a summary asked for, or the agent's reply), its token cost recorded."""
+        assert self.agent is not None and self.store is not None
+        answer = None
+        if session_id is not None and wants_summary(email.text):  # "summarize this and remember it"
+            context = JobContext("summarize", self.store, self.llm, self.prompts, self.config.scheduler, self.clock)
+            answer = await reply_with_summary(context, session_id)
+        if answer is None:
+            with self.metrics.llm_call(self.llm.model_id, "reply"):
+                answer = await self.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
+                                                 session_id=session_id, withheld=decision.withheld)  # fmt: skip
+        # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
+        counted = decision.user_id if decision.trusted and not answer.purged else None
+        await self.agent.record(answer.template, answer.usage, counted, email.message_id)
+        return answer
+
+    def _compose(self, email: InboundEmail, decision: Decision, answer: Answer) -> Reply:
+        """The reply as a mail. What carries memory wholesale, and anything for a stranger, goes to From alone."""
+        files = [(a.filename, a.content_type, a.data) for a in answer.attachments]
+        c = self.config.smtp
+        return compose_reply(email, answer.body, own_address=c.from_address, own_name=c.from_name,
+                             reply_all=c.reply_all, attachments=files,
+                             sender_only=answer.private or not decision.trusted)  # fmt: skip
+
+    async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, template: str) -> None:
+        """Store Quinn's reply in the conversation, so the thread's next mail sees it; the model's answer (not a
+        command's) joins conversation recall."""
+        assert self.store is not None
+        sessions = Sessions(self.store.db)
+        own = self.config.smtp.from_address
+        await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
+                       reply.subject, own, reply.recipients, reply.body)  # fmt: skip
+        await self._db(sessions.link, session_id, reply.message_id)
+        if template == "reply" and await self._recallable(email, user):
+            await self._db(index_message, self.store, user, reply.message_id, "out")
+
+    async def ask(self, email: InboundEmail) -> Asked:
+        """``quinn ask``: one message from the operator's terminal, answered on the daemon's path for a trusted
+        user (session, memory, the reply template and tools, extraction), without IMAP or SMTP: nothing is sent.
+
+        The From address is the user: the terminal is the operator's, so it is trusted by construction.
+        """
+        assert self.agent is not None and self.store is not None and email.from_ is not None
+        r = self.rules
+        user = user_for(canonical_address(email.from_.address), r.aliases, r.plus_addressing)  # as decide() does
+        decision = Decision("handle", "asked from the terminal", user_id=user, authenticated=True, use_memory=True,
+                            sender=user, rate_key=user)  # fmt: skip
+        session_id = await self._join_session(email, decision, user)
+        thread, summary = await self._db(self._thread, email, user, session_id)
+        answer = await self._answer(email, decision, user, session_id, thread, summary)
+        if not answer.purged:
+            await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
+        outcome = None if answer.purged else await self._learn(user, email, template=answer.template)
+        learnt = [*outcome.created, *outcome.updated] if outcome is not None else []
+        return Asked(user, answer, await self._db(self._memories, user, answer.shown),
+                     await self._db(self._memories, user, learnt))  # fmt: skip
+
+    def _memories(self, user: str, ids: Sequence[int]) -> list[Memory]:
+        """The user's memories of ``ids``, in that order (runs on the DB thread)."""
+        assert self.store is not None
+        found = (self.store.get(i, user_id=user) for i in dict.fromkeys(ids))
+        return [m for m in found if m is not None]
 
     async def _purge_mailboxes(self) -> None:
         """Delete the mail of users purged in the last ``MAILBOX_PURGE_WINDOW_S`` from Quinn's folders: what they
@@ -516,23 +621,26 @@ class Quinn:
         assert self.store is not None
         return recallable(email) and not await self._db(opted_out, self.store.db, user)
 
-    async def _learn(self, user: str, email: InboundEmail) -> None:
-        """Extract memories from the mail; a failure here never affects the reply already sent."""
+    async def _learn(self, user: str, email: InboundEmail, *, template: str | None = None) -> ExtractionOutcome | None:
+        """Extract memories from the mail; a failure here never affects the reply already sent. ``template``: the
+        reply's, when known (else read from the outbox)."""
         assert self.agent is not None and self.store is not None
-        reply_id = reply_message_id(email.message_id, self.config.smtp.from_address)
-        template = await self._db(Outbox(self.store.db).template_of, reply_id)
+        if template is None:
+            reply_id = reply_message_id(email.message_id, self.config.smtp.from_address)
+            template = await self._db(Outbox(self.store.db).template_of, reply_id)
         if template in NO_LEARNING_TEMPLATES:  # a purge question or its answer: nothing may be learnt from it
             log.info("mail %s: no extraction after %s", email.message_id, template)
-            return
+            return None
         try:
             with self.metrics.llm_call(self.llm.background_model_id, "extract"):
-                await self.agent.learn(user, email)
+                return await self.agent.learn(user, email)
         except QuinnError as exc:
             log.warning("memory extraction for %s failed: %s", email.message_id, exc)
         except IMAP_FAILURES:
             raise
         except Exception:  # a bug: the reply is out and the mail filed; the daemon goes on
             log.exception("memory extraction for %s failed", email.message_id)
+        return None
 
     def reload(self, new: Config | None = None) -> ReloadPlan:
         """SIGHUP: apply the reloadable part of ``new`` (default: the current config) and re-read the templates.

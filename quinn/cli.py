@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from quinn import __version__
-from quinn.commands import configuration, database, evaluate, jobs, mail, memory, prompts, sessions, users
+from quinn.commands import ask, configuration, database, evaluate, init, jobs, mail, memory, prompts, sessions, users
 from quinn.config import Config, load_config
 from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
+from quinn.sdks import skip_unused
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
+GROUPS: list[Any] = [init, ask, mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -35,15 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="path of quinn.toml (default: $QUINN_CONFIG or ./quinn.toml)")  # fmt: skip
         return p
 
-    with_config(sub.add_parser("run", help="run the daemon in the foreground (logs to stderr)"))
+    run_parser = with_config(sub.add_parser("run", help="run the daemon in the foreground (logs to stderr)"))
+    run_parser.add_argument("--backlog", action="store_true",
+                            help="also answer the mail that was in the folder before Quinn first watched it "
+                            '(as imap.backlog = "answer"; once answered, it stays answered)')  # fmt: skip
     with_config(sub.add_parser("check", help="check IMAP, SMTP, the LLM and the database; exit 1 on failure"))
     for group in GROUPS:
         group.register(sub, with_config)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+def main(argv: Sequence[str] | None = None, *, lean_imports: bool = False) -> int:
+    """Run one command; returns the exit code. ``lean_imports`` (the ``quinn`` command itself): import only the
+    model SDKs the config names (quinn.sdks), for a faster start."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -54,8 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args, None))
         # A command that only reads the database sets ``secrets_of=("database",)`` and needs no IMAP password.
         config = load_config(Path(args.config), secrets_of=getattr(args, "secrets_of", None))
+        if lean_imports:
+            skip_unused(config.llm)
         redactor = setup_logging(config.log_level, config.log_format, secret_values(config))
         if args.command == "run":
+            if args.backlog:
+                config = config.model_copy(update={"imap": config.imap.model_copy(update={"backlog": "answer"})})
             return run(config, Path(args.config), redactor)
         if args.command == "check":
             return asyncio.run(check(config))
@@ -98,6 +107,7 @@ async def check(config: Config) -> int:
             results.append((name, False, f"{exc.__class__.__name__}: {exc}"))
 
     headers: list[bytes] = []
+    folder: dict[str, Any] = {}  # what the backlog check needs: uidvalidity, uidnext, uids
 
     async def imap() -> str:
         mailbox = ImapMailbox(config.imap)
@@ -105,6 +115,10 @@ async def check(config: Config) -> int:
         detail = f"{mailbox.where}, folder {config.imap.folder}, {'IDLE' if mailbox.can_idle else 'polling'}"
         if mailbox.missing_folders:
             detail += f"; the first start creates {', '.join(mailbox.missing_folders)}"
+        folder.update(uidvalidity=0, uidnext=1, uids=[])  # a folder that does not exist yet holds no backlog
+        if config.imap.folder not in mailbox.missing_folders:
+            folder.update(uidvalidity=mailbox.uidvalidity, uidnext=await asyncio.to_thread(mailbox.uidnext),
+                          uids=await asyncio.to_thread(mailbox.uids))  # fmt: skip
         try:  # a few recent mails, for the trust check below
             folders = [config.imap.folder, config.imap.processed_folder]
             headers.extend(await asyncio.to_thread(mailbox.recent_headers, folders, 5))
@@ -154,6 +168,33 @@ async def check(config: Config) -> int:
         db.close()
         return f"{db.redacted_url}, schema version {version}"
 
+    async def backlog() -> str:
+        from quinn.mailbox.backlog import ANSWER_HINT, Watches, first_uid
+
+        name = config.imap.folder
+        if config.imap.backlog == "answer":
+            return f'imap.backlog = "answer": mail already in {name} is answered too'
+        if not folder:
+            raise ConfigError(f"cannot tell: folder {name} was not read", "see the imap line above")
+        url = config.database.url
+        mark, seen = None, False
+        if is_remote(url) or Path(url).exists():
+            db = await asyncio.to_thread(Database.open, url, config.database.secret("auth_token"))
+            try:
+                mark = Watches(db).get(name)
+                seen = db.query_one("SELECT 1 FROM mail_state WHERE folder = ? LIMIT 1", (name,)) is not None
+            finally:
+                db.close()
+        if mark is None or mark.uidvalidity != folder["uidvalidity"]:
+            first, _why = first_uid(mark, seen, folder["uidnext"], answer=False)
+            waiting = [uid for uid in folder["uids"] if uid < first]
+            if not waiting:
+                return f"{name} holds no mail from before Quinn watches it"
+            return f"{len(waiting)} mails in {name} now: the first start leaves them there unanswered; {ANSWER_HINT}"
+        waiting = mark.waiting(folder["uids"])
+        since = f"from before Quinn first watched {name} ({mark.watched_at})"
+        return f"{len(waiting)} mails {since} are left alone; {ANSWER_HINT}" if waiting else f"no mail {since} waits"
+
     async def embeddings() -> str:
         # quinn run loads the embedder at start: a model that is not installed must fail here, not there.
         from quinn.memory.embed import embedder_for
@@ -170,11 +211,17 @@ async def check(config: Config) -> int:
     await probe("smtp", smtp)
     await probe("llm", model)
     await probe("database", database)
+    await probe("backlog", backlog)
     await probe("embeddings", embeddings)
     for name, ok, detail in results:
         print(f"{name:9} {'ok' if ok else 'FAILED'}  {detail}")
     return 0 if all(ok for _n, ok, _d in results) else 1
 
 
+def console() -> int:
+    """The ``quinn`` console script."""
+    return main(lean_imports=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -90,6 +90,11 @@ class ImapConfig(Section):
     max_message_kb: int = Field(
         default=10240, gt=0, description="Mail larger than this (RFC822.SIZE, in KiB) is quarantined unread."
     )
+    backlog: Literal["skip", "answer"] = Field(
+        default="skip",
+        description="Mail already in the folder when Quinn first watched it: skip leaves it there untouched, answer "
+        "answers it too (once; `quinn run --backlog` does the same for one run).",
+    )  # fmt: skip
 
 
 class SmtpConfig(Section):

@@ -215,13 +215,15 @@ def llm_server() -> Iterator[ScriptedLLM]:
 def lab_config_text(
     *, imap_port: int, smtp_port: int, address: str, llm_url: str, db_path: Path, extra: str = "",
     model: str = "openai/gpt-test", idle: bool = True, imap_extra: str = "", smtp_extra: str = "",
-    llm_timeout_s: float = 20, llm_extra: str = "",
+    llm_timeout_s: float = 20, llm_extra: str = "", backlog: str = "answer",
 ) -> str:  # fmt: skip
     """A quinn.toml pointing at the lab; secrets are read from QUINN_TEST_* variables.
 
     ``imap_extra`` / ``smtp_extra`` / ``llm_extra`` are more lines for those sections; ``extra`` holds further
     sections. Quinn trusts the lab's MX (``authserv_id``, added to a ``[policy]`` of ``extra`` or as one of its
     own), as an operator following deploy/SECURITY.md would: the default trust setting, with the stamp it needs.
+    ``backlog``: the lab answers mail put in the folder before the daemon's first start (most tests deliver first
+    and start after); the tests of the backlog rule pass "skip", the default of a real install.
     """
     if "authserv_id" not in extra:
         line = f'authserv_id = "{LAB_AUTHSERV}"\n'
@@ -238,6 +240,7 @@ password_env = "QUINN_TEST_IMAP_PASSWORD"
 tls = "none"
 idle = {str(idle).lower()}
 poll_interval_s = 0.5
+backlog = "{backlog}"
 {imap_extra}
 
 [smtp]

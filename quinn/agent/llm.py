@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 from quinn.agent.json_text import find_json, is_schema_dump, tool_calls_in_text, whole_json
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
+from quinn.sdks import skipped
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,9 @@ class LLM:
             llm.register_provider(provider, f"{prefix}/")
             return
         if prefix in NATIVE:
+            if skipped(prefix):  # a reload to a provider the process started without
+                raise ConfigError(f"llm.model {model}: this quinn process started without the {prefix} SDK "
+                                  "(it loads only the SDKs its config names)", "restart quinn")  # fmt: skip
             if api_key is None and c.base_url is None:
                 # Without a key, Mirascope would fall back to its hosted router when MIRASCOPE_API_KEY is set
                 # (FACTS.md): a missing key is the operator's mistake, said at startup, before any request.

@@ -41,6 +41,7 @@ from quinn.memory.store import MemoryStore
 log = logging.getLogger(__name__)
 
 RunDb = Callable[..., Awaitable[Any]]
+MEMORY_CITATION = re.compile(r"\[memory:(\d+)\]")  # how context_block cites a memory in the prompt
 PROFILE_ROWS = 1000  # profile memories read per reply; far more than any token budget shows
 #: Times a named stage (``Metrics.stage``); the default times nothing.
 StageTimer = Callable[[str], AbstractContextManager[Any]]
@@ -71,6 +72,7 @@ class Answer:
     changes: tuple[MemoryChange, ...] = ()
     purged: bool = False  # the user's memory is gone: store nothing more about them
     private: bool = False  # carries the user's memory wholesale (export, digest, questions): to From only, no Cc
+    shown: tuple[int, ...] = ()  # the memories the reply prompt showed the model, by id (`quinn ask` lists them)
 
 
 @dataclass
@@ -86,7 +88,7 @@ class _Work:
 def shown_memory_ids(variables: dict[str, Any]) -> list[int]:
     """The memories a rendered reply prompt shows (profile and retrieved block), by their ``[memory:ID]`` cites."""
     text = f"{variables.get('profile') or ''}\n{variables.get('memories') or ''}"
-    return sorted({int(found) for found in re.findall(r"\[memory:(\d+)\]", text)})
+    return sorted({int(found) for found in MEMORY_CITATION.findall(text)})
 
 
 def source_of(email: InboundEmail) -> dict[str, Any]:
@@ -304,7 +306,8 @@ class Agent:
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
-        return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes)
+        shown = tuple(int(i) for i in MEMORY_CITATION.findall(f"{rendered.system}\n{rendered.user}"))
+        return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes, shown=shown)
 
     async def _digest(self, email: InboundEmail, user: str, private_ok: bool, work: _Work) -> Answer:
         """What Quinn knows about the user, to the user's own address only; private memories stay out when others

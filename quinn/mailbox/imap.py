@@ -194,6 +194,11 @@ class ImapMailbox:
         self._client.select_folder(self.server_name(self.config.folder))
         return old
 
+    def uidnext(self) -> int:
+        """The UID the folder's next message will get (RFC 3501 §2.3.1.1): every mail now in it is below it."""
+        status = self._client.folder_status(self.server_name(self.config.folder), [b"UIDNEXT"])
+        return int(status[b"UIDNEXT"])
+
     def uids(self) -> list[int]:
         """Every UID in the watched folder (handled mail is moved away, so what is left is new or in flight)."""
         self._client.noop()  # Dovecot's SEARCH only sees mail it has announced: let it announce first

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.lab.process import kill_group, track, untrack
 
@@ -83,3 +84,34 @@ class QuinnProcess:
     def stop(self) -> None:
         """Safety net for the lab: kill whatever is left."""
         self.kill()
+
+
+def init_flags(address: str, dovecot: Any, smtp: Any, llm: Any, state: Path) -> list[str]:
+    """``quinn init --non-interactive`` flags for the lab: Dovecot, the SMTP lab (no login), the scripted model
+    as an OpenAI-compatible server; the mail password in LAB_MAIL_PASSWORD, the model key in LAB_LLM_KEY."""
+    from tests.lab.smtp import LAB_AUTHSERV
+
+    return [
+        "--non-interactive", "--address", address,
+        "--imap-host", "127.0.0.1", "--imap-port", str(dovecot.port), "--imap-tls", "none",
+        "--smtp-host", "127.0.0.1", "--smtp-port", str(smtp.port), "--smtp-tls", "none", "--smtp-user", "",
+        "--password-env", "LAB_MAIL_PASSWORD", "--provider", "openai-compatible", "--model", "gpt-test",
+        "--base-url", llm.openai_base_url, "--api-key-env", "LAB_LLM_KEY",
+        "--state-dir", str(state), "--authserv-id", LAB_AUTHSERV,
+    ]  # fmt: skip
+
+
+def seconds_to_ready(command: list[str], env: dict[str, str], log: Path, timeout_s: float = 120) -> float:
+    """Seconds from spawning ``quinn run`` (``command``) to its "quinn started" line; then SIGTERM, exit 0."""
+    started = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        while "quinn started" not in log.read_text():
+            assert proc.poll() is None, f"quinn exited with {proc.returncode}:\n{log.read_text()[-2000:]}"
+            assert time.monotonic() - started < timeout_s, log.read_text()[-2000:]
+            time.sleep(0.01)
+        return time.monotonic() - started
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]

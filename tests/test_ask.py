@@ -1,0 +1,70 @@
+"""`quinn ask --as ADDRESS "..."` (issue 19): one message from the terminal through the daemon's agent, memory and
+prompts, with the scripted model and the real embedding model; no IMAP, no SMTP, no mail password."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+
+from tests.lab.brain import NOTHING, Brain
+from tests.lab.daemon import LabConfig
+from tests.lab.llm_server import Text
+from tests.lab.mails import query
+from tests.lab.smtp import MailLab
+
+ALICE = "alice@example.org"
+
+
+def ask(config: LabConfig, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    # Only the model's key: the IMAP password stays out of the environment (ask touches no mailbox).
+    env = {**os.environ, "QUINN_TEST_LLM_KEY": config.env["QUINN_TEST_LLM_KEY"], "HF_HUB_OFFLINE": "1"}
+    env.pop("QUINN_TEST_IMAP_PASSWORD", None)
+    return subprocess.run([sys.executable, "-m", "quinn", "ask", "-c", str(config.path), *args], input=stdin,
+                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+
+
+def memories(config: LabConfig, user: str) -> list[str]:
+    rows = query(config.db_path, "SELECT content FROM memories WHERE user_id = ? AND active = 1 ORDER BY id", (user,))
+    return [r[0] for r in rows]
+
+
+def test_ask_learns_and_then_answers_with_memory(
+    lab_config: Callable[..., LabConfig], brain: Brain, mail_lab: MailLab
+) -> None:
+    config = lab_config()
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
+    first = ask(config, "--as", "Alice@Example.org", "I live in Lisbon and work as a nurse at the city hospital.")
+    assert first.returncode == 0, first.stderr
+    assert memories(config, ALICE) == ["Alice lives in Lisbon."]  # stored under the canonical address
+    assert re.search(r"Learnt:\n  \[memory:\d+\] \(fact\) Alice lives in Lisbon\.", first.stdout), first.stdout
+    assert "Noted, thank you." in first.stdout  # the scripted model's reply
+
+    brain.reply = lambda request: Text("Try the tascas near your home.")
+    second = ask(config, "--as", ALICE, "--json", "-", stdin="Where should I go for dinner tonight?")
+    assert second.returncode == 0, second.stderr
+    answer = json.loads(second.stdout)
+    assert answer["user"] == ALICE and answer["reply"].startswith("Try the tascas")
+    [used] = answer["memories_used"]
+    assert used["content"] == "Alice lives in Lisbon."
+    prompt = brain.prompt("dinner tonight")  # the reply prompt the model received carries the stored memory
+    assert f"[memory:{used['id']}]" in prompt and "Alice lives in Lisbon." in prompt
+    assert answer["learnt"] == [] and memories(config, ALICE) == ["Alice lives in Lisbon."]
+
+    # Someone else asking sees none of Alice's memory.
+    third = ask(config, "--as", "bob@example.org", "--json", "Where should I go for dinner tonight, any idea?")
+    assert json.loads(third.stdout)["memories_used"] == []
+    assert "Alice lives in Lisbon." not in brain.prompts("any idea?")[-1]
+    # Nothing went to a mailbox: the asked messages and replies live only in the database.
+    assert mail_lab.smtp.received == []
+    rows = query(config.db_path, "SELECT direction, user_id FROM messages ORDER BY id")
+    assert rows == [("in", ALICE), ("out", ALICE)] * 2 + [("in", "bob@example.org"), ("out", "bob@example.org")]
+
+
+def test_ask_refuses_what_is_not_an_address(lab_config: Callable[..., LabConfig], brain: Brain) -> None:
+    result = ask(lab_config(), "--as", "alice", "hello")
+    assert result.returncode == 2
+    assert "--as 'alice' is not a mail address" in result.stderr
