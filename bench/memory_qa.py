@@ -209,7 +209,9 @@ class Bench:
         mail = parse_email(raw)
         app = self.app
         inputs = await app.store.db.run(app.agent.reply_inputs, mail, user, True, touch=False)
-        inputs = dataclasses.replace(inputs, persona=[], profile=[], hits=[], state={}, domains=[], thread=[])
+        inputs = dataclasses.replace(
+            inputs, persona=[], profile=[], hits=[], passages=[], state={}, domains=[], thread=[]
+        )  # every memory section empty, conversation recall's included
         thread = list(history) if condition == "full_history" else []
         while True:
             rendered = app.prompts.render("reply", reply_variables(dataclasses.replace(inputs, thread=thread)))
