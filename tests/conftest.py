@@ -346,3 +346,17 @@ def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("tls")
     directory.chmod(0o755)
     return make_certificate(directory)
+
+
+@pytest.fixture
+def job_bench(tmp_path: Path, llm_server: ScriptedLLM, local_embedder: Any) -> Iterator[Any]:
+    """A scheduler job bench (tests/lab/scheduler.py) on this test's database, the scripted model and the real
+    embedder, with a ManualClock at now."""
+    from quinn.clock import utcnow
+    from tests.lab.scheduler import open_bench
+
+    bench = open_bench(llm_server.openai_base_url, str(tmp_path / "quinn.db"), local_embedder, start=utcnow())
+    try:
+        yield bench
+    finally:
+        bench.close()

@@ -405,3 +405,6 @@ async def test_use_is_what_reached_the_prompt(make_quinn, mail_lab, brain: Brain
     assert counts == {profile: 1, shared: 1, secret: 0}
     sessions = quinn.query("SELECT DISTINCT memory_id FROM memory_retrievals ORDER BY memory_id")
     assert sessions == [(profile,), (shared,)]
+    # The reply template's version that wrote it is kept with its text (improvement proposals diff against it).
+    [(version, text)] = quinn.query("SELECT version, source FROM prompt_versions")
+    assert version.startswith("reply@") and "{% block system %}" in text

@@ -19,7 +19,7 @@ from quinn.memory.graph import linked_memories
 from quinn.memory.retrievals import record_retrievals
 from quinn.scheduler.summarize import wants_summary
 from tests.lab.llm_server import Error, Json, RecordedRequest, Text
-from tests.lab.scheduler import inbound_mail, open_bench, write_thread
+from tests.lab.scheduler import inbound_mail, write_thread
 
 QUINN = "quinn@example.test"
 SUMMARIZE = "Summarize an email conversation"
@@ -30,12 +30,9 @@ ENTITIES = "list the named entities"
 
 
 @pytest.fixture
-def bench(tmp_path, llm_server, local_embedder):
-    bench = open_bench(llm_server.openai_base_url, str(tmp_path / "quinn.db"), local_embedder, start=utcnow())
-    try:
-        yield bench
-    finally:
-        bench.close()
+def bench(job_bench):
+    """The job bench of tests/conftest.py, by the name these tests grew up with."""
+    return job_bench
 
 
 def prompts_with(llm_server, marker: str) -> list[RecordedRequest]:

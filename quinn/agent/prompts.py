@@ -52,6 +52,7 @@ class _Loaded:
     version: str
     sources: tuple[Path, ...]
     mtimes: tuple[float, ...]
+    text: str = ""  # the file it was read from (the admin's copy, else the default), as it was then
 
 
 def template_location(exc: BaseException) -> str | None:
@@ -133,7 +134,7 @@ class PromptStore:
             log.error("prompt %s rejected, keeping the last good version: %s", name, exc)
             return cached
         digest = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()[:12]
-        loaded = _Loaded(template, f"{name}@{digest}", paths, mtimes)
+        loaded = _Loaded(template, f"{name}@{digest}", paths, mtimes, paths[0].read_text(encoding="utf-8"))
         if cached is not None and cached.version != loaded.version:
             log.info("prompt %s reloaded: %s", name, loaded.version)
         self._good[name] = loaded
@@ -158,6 +159,11 @@ class PromptStore:
             # Sandbox violations are jinja2.SecurityError; filters on wrong types raise TypeError/ValueError.
             raise TemplateError(f"{template_location(exc) or version}: {exc}") from None
         return system, user
+
+    def text_of(self, name: str) -> tuple[str, str]:
+        """(version, text) of the template in use: what a reply rendered with it was written by."""
+        loaded = self.load(name)
+        return loaded.version, loaded.text
 
     def source_of(self, name: str) -> Path:
         """The file ``name`` is read from: the admin's copy when there is one, else the packaged default."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, memory_mail
+from quinn.agent import confirm, consent, memory_mail, proposals
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -116,6 +116,7 @@ class Agent:
         self.prompts = prompts
         self.store = store
         self.domains = DomainDetector(config.domains, store.embedder, config.memory.domain_min_similarity)
+        self._kept: set[str] = set()  # reply template versions already recorded in prompt_versions
 
     async def _db(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await self.store.db.run(fn, *args, **kwargs)
@@ -298,6 +299,7 @@ class Agent:
     async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
         with self.stage("render"):
             rendered = self.prompts.render("reply", reply_variables(inputs))
+        await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
             if deps is None:
                 result = await self.llm.text(rendered.system, rendered.user)
@@ -308,6 +310,15 @@ class Agent:
         body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
         shown = tuple(int(i) for i in MEMORY_CITATION.findall(f"{rendered.system}\n{rendered.user}"))
         return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes, shown=shown)
+
+    async def _keep_version(self, version: str) -> None:
+        """Record the text of the reply template version in use, once per version (agent/proposals.py)."""
+        if version in self._kept:
+            return
+        current, text = self.prompts.text_of("reply")
+        if current == version:  # else the file changed between the render and now: the next reply records it
+            await self._db(proposals.keep_version, self.store.db, version, "reply", text, utcnow())
+            self._kept.add(version)
 
     async def _digest(self, email: InboundEmail, user: str, private_ok: bool, work: _Work) -> Answer:
         """What Quinn knows about the user, to the user's own address only; private memories stay out when others

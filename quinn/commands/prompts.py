@@ -38,6 +38,23 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     render.set_defaults(handler=render_command, secrets_of=(*DATABASE_ONLY, "embeddings"))
     stats = with_config(add_json_flag(commands.add_parser("stats", help="replies and reward per prompt version")))
     stats.set_defaults(handler=prompts_stats, secrets_of=DATABASE_ONLY)
+    listed = with_config(
+        add_json_flag(
+            commands.add_parser(
+                "proposals", help="template rewrites the improvement job drafted from reviews (never applied by Quinn)"
+            )
+        )
+    )
+    listed.add_argument("--all", action="store_true", help="also the accepted and rejected ones")
+    listed.set_defaults(handler=proposals_command, secrets_of=DATABASE_ONLY)
+    for verb, help_text, handler in (
+        ("proposal", "show one proposal: its evidence, rationale and diff", proposal_command),
+        ("accept", "write a proposal to [prompts] dir (the daemon picks it up without a restart)", decide_command),
+        ("reject", "mark a proposal rejected", decide_command),
+    ):  # fmt: skip
+        one = with_config(commands.add_parser(verb, help=help_text))
+        one.add_argument("id", type=int, help="the proposal's id (`quinn prompts proposals`)")
+        one.set_defaults(handler=handler, secrets_of=DATABASE_ONLY, verb=verb)
 
 
 def check_templates(store: PromptStore) -> list[tuple[str, bool, str]]:
@@ -156,3 +173,55 @@ def prompts_stats(args: argparse.Namespace, config: Config) -> int:
     rows = [{**s, "latest_suggestion": shorten(s["latest_suggestion"], 80)} for s in stats]
     return answer(args, stats, lambda out: out.print(table("Prompt versions", COLUMNS, rows,
                                                            empty="no replies or summaries yet")))  # fmt: skip
+
+
+PROPOSAL_COLUMNS = ["id", "template", "rewrites", "status", "created", "mean_reward", "reviews", "rationale"]
+
+
+def proposals_command(args: argparse.Namespace, config: Config) -> int:
+    """List pending proposals (all with ``--all``)."""
+    from quinn.agent import proposals
+
+    with opened_database(config) as db:
+        found = proposals.listing(db, None if args.all else "pending")
+    rows = [{"id": p.id, "template": p.name, "rewrites": p.base_version, "status": p.status,
+             "created": p.created_at[:16], "mean_reward": p.evidence.get("mean_reward"),
+             "reviews": p.evidence.get("scored"), "rationale": shorten(p.rationale, 70)} for p in found]  # fmt: skip
+    data = [
+        {**row, "rationale": p.rationale, "source": p.source, "evidence": p.evidence}
+        for row, p in zip(rows, found, strict=True)
+    ]
+    return answer(args, data, lambda out: out.print(table("Template proposals", PROPOSAL_COLUMNS, rows,
+                                                          empty="no proposals waiting")))  # fmt: skip
+
+
+def proposal_command(args: argparse.Namespace, config: Config) -> int:
+    """One proposal: what it answers, why, and the diff against the version it rewrites."""
+    from quinn.agent import proposals
+
+    with opened_database(config) as db:
+        proposal = proposals.get(db, args.id)
+        text = proposals.diff(db, proposal)
+    evidence = proposal.evidence
+    print(f"proposal {proposal.id} for {proposal.name} ({proposal.status}), rewrites {proposal.base_version}")
+    print(f"evidence: {evidence.get('scored')} reviewed conversations, mean reward {evidence.get('mean_reward')}")
+    for suggestion in evidence.get("suggestions", []):
+        print(f"  - {suggestion}")
+    print(f"rationale: {proposal.rationale}\n")
+    print(text or "(no difference)")
+    return 0
+
+
+def decide_command(args: argparse.Namespace, config: Config) -> int:
+    """Accept (write the template) or reject a proposal."""
+    from quinn.agent import proposals
+    from quinn.clock import utcnow
+
+    with opened_database(config) as db:
+        if args.verb == "accept":
+            path = proposals.accept(db, PromptStore(config.prompts.dir), args.id, utcnow())
+            print(f"proposal {args.id} accepted: written to {path}; a running daemon uses it from its next reply")
+        else:
+            proposals.decide(db, args.id, "rejected", utcnow())
+            print(f"proposal {args.id} rejected")
+    return 0

@@ -57,8 +57,8 @@ JOBS: tuple[JobSpec, ...] = (
             description="archive unused low-importance, old context and expired memories"),
     JobSpec("reflect", reflect_job, "interval", 1440, needs_llm=True, uses_embeddings=True,
             description="promote repeated episodes to lasting facts; extend the entity graph"),
-    JobSpec("improvement", improvement_job, "interval", 1440, needs_llm=False, uses_embeddings=False,
-            description="aggregate conversation rewards per reply template version"),
+    JobSpec("improvement", improvement_job, "interval", 1440, needs_llm=True, uses_embeddings=False,
+            description="reward per reply template version; draft proposals from review suggestions"),
 )  # fmt: skip
 
 

@@ -1,0 +1,163 @@
+"""Template versions and improvement proposals: conversation reviews turned into a rewrite an admin decides on.
+
+Every reply records the text of the template version that wrote it (``prompt_versions``). The improvement job
+reads the reviews of finished conversations (reward, suggestions) per version; when a version in use has
+``MIN_SUGGESTIONS`` suggestions and no proposal yet, the model rewrites that version's text to answer them. A
+rewrite is kept only if it compiles in the sandbox and renders the sample variables with both blocks (the same
+checks as a hand edit); it is stored as a *pending proposal* and never applied by Quinn. An admin reads it with
+its diff and evidence (``quinn prompts proposals``, ``… show ID``) and accepts it (written to the admin's
+template directory, picked up by the daemon without a restart; refused when the file changed since) or rejects it.
+
+The suggestions come from reviews of mail people wrote, so a proposal is untrusted text: it is shown as a diff, it
+can only be a Jinja template in the sandbox, and nothing changes until a person accepts it.
+
+This module owns ``prompt_versions`` and ``prompt_proposals`` (migration 0011). DB functions run on the DB thread.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from quinn.agent.prompts import SUFFIX, PromptStore
+from quinn.agent.samples import sample_variables
+from quinn.clock import iso
+from quinn.errors import ConfigError, TemplateError
+from quinn.memory.db import Database
+
+MIN_SUGGESTIONS = 3  # reviews with a suggestion before a version gets a proposal
+
+
+class TemplateRewrite(BaseModel):
+    """The model's rewrite of a template."""
+
+    source: str = Field(description="The whole new template text, Jinja2, with the same blocks and variables.")
+    rationale: str = Field(description="Two or three sentences: what changed and which suggestions it answers.")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One proposal as stored."""
+
+    id: int
+    name: str
+    base_version: str
+    source: str
+    rationale: str
+    evidence: dict[str, Any]
+    status: str
+    created_at: str
+    decided_at: str | None
+
+
+def keep_version(db: Database, version: str, name: str, text: str, now: datetime) -> None:
+    """Record a template version's text the first time it writes a reply (idempotent)."""
+    db.execute("INSERT OR IGNORE INTO prompt_versions (version, name, source, first_used_at) VALUES (?, ?, ?, ?)",
+               (version, name, text, iso(now)))  # fmt: skip
+
+
+def version_text(db: Database, version: str) -> str | None:
+    """The text of a recorded version, if it ever wrote a reply."""
+    value = db.query_value("SELECT source FROM prompt_versions WHERE version = ?", (version,))
+    return None if value is None else str(value)
+
+
+def has_proposal(db: Database, base_version: str) -> bool:
+    """Whether ``base_version`` already has a proposal (pending or decided): one per version."""
+    return db.query_value("SELECT 1 FROM prompt_proposals WHERE base_version = ?", (base_version,)) is not None
+
+
+def add(db: Database, name: str, base_version: str, source: str, rationale: str, evidence: dict[str, Any],
+        now: datetime) -> int:  # fmt: skip
+    """Store a pending proposal; returns its id."""
+    return db.execute(
+        "INSERT INTO prompt_proposals (name, base_version, source, rationale, evidence, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (name, base_version, source, rationale, json.dumps(evidence, ensure_ascii=False), iso(now)),
+    )
+
+
+def listing(db: Database, status: str | None = None) -> list[Proposal]:
+    """Proposals, newest first (``status`` narrows them)."""
+    where, params = ("WHERE status = ?", (status,)) if status else ("", ())
+    rows = db.query("SELECT id, name, base_version, source, rationale, evidence, status, created_at, decided_at"
+                    f" FROM prompt_proposals {where} ORDER BY id DESC", params)  # fmt: skip
+    return [Proposal(int(r[0]), r[1], r[2], r[3], r[4], json.loads(r[5] or "{}"), r[6], r[7], r[8]) for r in rows]
+
+
+def get(db: Database, proposal_id: int) -> Proposal:
+    """One proposal, or a ConfigError naming the id (a CLI argument)."""
+    found = [p for p in listing(db) if p.id == proposal_id]
+    if not found:
+        raise ConfigError(f"no proposal {proposal_id}", "`quinn prompts proposals` lists them")
+    return found[0]
+
+
+def diff(db: Database, proposal: Proposal) -> str:
+    """The proposal as a unified diff against the version it rewrites."""
+    base = version_text(db, proposal.base_version) or ""
+    lines = difflib.unified_diff(base.splitlines(keepends=True), proposal.source.splitlines(keepends=True),
+                                 fromfile=proposal.base_version, tofile=f"proposal {proposal.id}")  # fmt: skip
+    return "".join(lines)
+
+
+def checked(name: str, source: str, samples: dict[str, dict[str, Any]]) -> str | None:
+    """Why ``source`` cannot be ``name``'s template (compiled in the sandbox, rendered with the samples, both
+    blocks present), or None when it can."""
+    with tempfile.TemporaryDirectory(prefix="quinn-proposal-") as tmp:
+        (Path(tmp) / f"{name}{SUFFIX}").write_text(source, encoding="utf-8")
+        try:
+            store = PromptStore(Path(tmp), samples=lambda: samples)
+            rendered = store.render(name, samples[name])
+        except TemplateError as exc:
+            return exc.message
+    if not rendered.system.strip() or not rendered.user.strip():
+        return "the template must fill both the system and the user block"
+    return None
+
+
+def decide(db: Database, proposal_id: int, status: str, now: datetime) -> Proposal:
+    """Mark a pending proposal accepted or rejected; a decided one is refused."""
+    proposal = get(db, proposal_id)
+    if proposal.status != "pending":
+        raise ConfigError(f"proposal {proposal_id} was already {proposal.status}")
+    db.execute("UPDATE prompt_proposals SET status = ?, decided_at = ? WHERE id = ?", (status, iso(now), proposal_id))
+    return get(db, proposal_id)
+
+
+def accept(db: Database, prompts: PromptStore, proposal_id: int, now: datetime) -> Path:
+    """Write the proposal to the admin's template directory and mark it accepted; returns the file written.
+
+    Refused without ``[prompts] dir`` (the packaged defaults are never edited), when the template in use is no
+    longer the version the proposal rewrote (someone edited it since: review again), or when it no longer passes
+    the checks a hand edit must pass.
+    """
+    proposal = get(db, proposal_id)
+    if proposal.status != "pending":
+        raise ConfigError(f"proposal {proposal_id} was already {proposal.status}")
+    if prompts.admin_dir is None:
+        raise ConfigError("accepting a proposal needs an admin template directory",
+                          "set [prompts] dir = \"/etc/quinn/prompts\" (copy the defaults there first)")  # fmt: skip
+    current, _text = prompts.text_of(proposal.name)
+    if current != proposal.base_version:
+        raise ConfigError(f"{proposal.name}{SUFFIX} changed since proposal {proposal_id} was made (it is {current} "
+                          f"now, the proposal rewrites {proposal.base_version})",
+                          "reject it; the next review round proposes against the new text")  # fmt: skip
+    problem = checked(proposal.name, proposal.source, sample_variables())
+    if problem is not None:
+        raise ConfigError(f"proposal {proposal_id} no longer passes the template checks: {problem}", "reject it")
+    path = prompts.admin_dir / f"{proposal.name}{SUFFIX}"
+    fd, tmp = tempfile.mkstemp(prefix=f".{proposal.name}.", dir=prompts.admin_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(proposal.source)
+    os.replace(tmp, path)  # atomic: the daemon never reads half a file
+    decide(db, proposal_id, "accepted", now)
+    return path

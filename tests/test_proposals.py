@@ -1,0 +1,103 @@
+"""Template improvement proposals (issue 15): reviews become a rewrite an admin reads, diffs, accepts or rejects;
+nothing is applied by Quinn. The scripted model plays the rewriter; what is asserted is what Quinn stores,
+checks and writes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from quinn.agent import proposals
+from quinn.agent.prompts import PromptStore, packaged_dir
+from quinn.cli import main
+from quinn.clock import iso, utcnow
+from quinn.memory.db import Database
+from tests.lab.llm_server import Json, RecordedRequest, Text
+
+REWRITER = "You improve the prompt template of an email assistant"
+PLAIN = "Answer in plain text suitable for an email."
+SHORT = "Answer in plain, short text suitable for an email: three sentences at most."
+
+
+def reviewed(db: Database, version: str, suggestions: list[str]) -> None:
+    """Conversation reviews of replies written by ``version``, as session close leaves them."""
+    for index, suggestion in enumerate(suggestions):
+        db.execute("INSERT INTO conversation_summaries (session_id, user_id, summary, reward_score,"
+                   " improvement_suggestion, prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (f"s-{index}", "ann@example.test", "A conversation.", -0.2, suggestion, version,
+                    iso(utcnow())))  # fmt: skip
+
+
+async def test_reviews_become_one_checked_proposal_per_version_and_nothing_is_applied(job_bench, llm_server) -> None:
+    version, text = PromptStore().text_of("reply")
+    proposals.keep_version(job_bench.db, version, "reply", text, utcnow())
+    reviewed(job_bench.db, version, ["Replies are too long.", "Keep answers shorter.", "Get to the point faster."])
+
+    def rewriter(request: RecordedRequest):
+        if REWRITER in request.text:
+            return Json({"source": text.replace(PLAIN, SHORT), "rationale": "Shorter answers, as three reviews ask."})
+        return Text("ok")
+
+    llm_server.responder = rewriter
+    first = await job_bench.runner().run_job("improvement")
+    assert first.status == "ok" and first.counts["created"] == 1
+    [proposal] = proposals.listing(job_bench.db)
+    assert (proposal.name, proposal.base_version, proposal.status) == ("reply", version, "pending")
+    assert proposal.evidence["suggestions"] and proposal.evidence["mean_reward"] == -0.2
+    changes = proposals.diff(job_bench.db, proposal)
+    assert f"-{PLAIN}" in changes and f"+{SHORT}" in changes
+    assert PromptStore().text_of("reply") == (version, text)  # the template in use is untouched
+    asked = [r for r in llm_server.requests if REWRITER in r.text]
+    assert len(asked) == 1 and "Keep answers shorter." in asked[0].text and PLAIN in asked[0].text
+
+    await job_bench.runner().run_job("improvement", force=True)  # one proposal per version: not asked again
+    assert len(proposals.listing(job_bench.db)) == 1
+    assert len([r for r in llm_server.requests if REWRITER in r.text]) == 1
+
+
+async def test_a_rewrite_that_breaks_the_template_is_discarded(job_bench, llm_server) -> None:
+    version, text = PromptStore().text_of("reply")
+    proposals.keep_version(job_bench.db, version, "reply", text, utcnow())
+    reviewed(job_bench.db, version, ["Be warmer.", "Say thanks.", "Use their name."])
+    broken = text.replace("{{ assistant.name }}", "{{ assistant.name | nosuchfilter }}")
+    llm_server.responder = lambda r: Json({"source": broken, "rationale": "Warmer."}) if REWRITER in r.text else None
+    outcome = await job_bench.runner().run_job("improvement")
+    assert outcome.status == "ok" and outcome.counts.get("created") is None
+    assert "nosuchfilter" in outcome.counts["details"]["discarded"][0]["why"]
+    assert proposals.listing(job_bench.db) == []
+
+
+def test_an_admin_accepts_or_rejects_from_the_command_line(tmp_path: Path, lab_config, capsys) -> None:
+    admin = tmp_path / "prompts"
+    shutil.copytree(packaged_dir(), admin)
+    config = lab_config(extra=f'[prompts]\ndir = "{admin}"\n')
+    db = Database.open(str(config.db_path))
+    version, text = PromptStore(admin).text_of("reply")
+    proposals.keep_version(db, version, "reply", text, utcnow())
+    shorter = proposals.add(db, "reply", version, text.replace(PLAIN, SHORT), "Shorter.", {"scored": 3}, utcnow())
+    other = proposals.add(db, "reply", version, text.replace(PLAIN, "Answer in verse."), "Poetic.", {}, utcnow())
+    db.close()
+    os.environ.update(config.env)
+    try:
+        assert main(["prompts", "proposals", "-c", str(config.path)]) == 0
+        assert "Shorter." in capsys.readouterr().out
+        assert main(["prompts", "proposal", str(shorter), "-c", str(config.path)]) == 0
+        assert f"+{SHORT}" in capsys.readouterr().out
+        assert main(["prompts", "accept", str(shorter), "-c", str(config.path)]) == 0
+        assert (admin / "reply.j2").read_text(encoding="utf-8") == text.replace(PLAIN, SHORT)
+        assert PromptStore(admin).text_of("reply")[0] != version  # a new version, used from the next reply
+        # The other proposal rewrote the old text: accepting it now would undo the first, so it is refused.
+        assert main(["prompts", "accept", str(other), "-c", str(config.path)]) == 2
+        assert "changed since proposal" in capsys.readouterr().err
+        assert main(["prompts", "reject", str(other), "-c", str(config.path)]) == 0
+        assert main(["prompts", "reject", str(other), "-c", str(config.path)]) == 2  # decided once
+    finally:
+        for key in config.env:
+            os.environ.pop(key, None)
+    db = Database.open(str(config.db_path))
+    try:
+        assert db.query("SELECT id, status FROM prompt_proposals ORDER BY id") == [(shorter, "accepted"),
+                                                                                 (other, "rejected")]  # fmt: skip
+    finally:
+        db.close()
