@@ -199,6 +199,9 @@ def methods() -> dict[str, Method]:
         "convex 0.8/0.2 + importance/recency (before)": lambda leg, ix: ranked(convex(leg), ix.weight),
         "convex 0.8/0.2, flat": lambda leg, ix: ranked(convex(leg)),
         "convex 0.8/0.2, centred + per-user IDF": lambda leg, ix: ranked(convex(leg, 0.8, "centred", "user_idf")),
+        "convex 0.8/0.2, centred + per-user IDF + importance/recency": lambda leg, ix: ranked(
+            convex(leg, 0.8, "centred", "user_idf"), ix.weight
+        ),
         "convex 0.8/0.2, centred": lambda leg, ix: ranked(convex(leg, 0.8, "centred", "porter")),
         "convex 0.8/0.2, per-user IDF": lambda leg, ix: ranked(convex(leg, 0.8, "plain", "user_idf")),
         "convex min-max 0.5/0.5": lambda leg, ix: ranked(convex_minmax(leg)),
