@@ -10,6 +10,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+import pytest
+
 from tests.lab.brain import NOTHING, Brain
 from tests.lab.daemon import LabConfig
 from tests.lab.llm_server import Text
@@ -32,6 +34,7 @@ def memories(config: LabConfig, user: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+@pytest.mark.timeout(600)  # three quinn processes, each loading the embedder: minutes on a loaded 2-core machine
 def test_ask_learns_and_then_answers_with_memory(
     lab_config: Callable[..., LabConfig], brain: Brain, mail_lab: MailLab
 ) -> None:

@@ -50,6 +50,7 @@ def _check(config: LabConfig) -> str:
     return next(line for line in result.stdout.splitlines() if line.startswith("backlog"))
 
 
+@pytest.mark.timeout(600)  # three daemon starts and three checks: minutes on a loaded 2-core machine
 def test_first_start_leaves_the_backlog_alone_until_asked(
     lab_config: Callable[..., LabConfig], mail_lab: MailLab, llm_server: ScriptedLLM,
     quinn_daemon: Callable[..., QuinnProcess],
