@@ -5,7 +5,8 @@
 
 Cases (issue 7): (a) 10k and 100k memories over 100 and 1,000 users, (b) one user with 100k memories.
 Goals: ``store.search`` p95 <= 3x the numpy baseline for (a) and <= 40 ms for (b); ingest >= 50 memories/s
-including embedding on 2 cores.
+including embedding on 2 cores. (c) Conversation recall (issue 14): 1,000 memories + 5,000 passages per user,
+the retrieval of a reply (memory search, then passage search) p95 <= 15 ms, query embedding excluded.
 
 The large cases use synthetic clustered vectors fed through ``add_many`` by ``PresetEmbedder`` (the store and
 its SQL are under test, not the model); the real model's cost is measured on its own: ingest of a sample of
@@ -35,6 +36,7 @@ from bench.synthetic import DIM, Generator
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.db import Database
 from quinn.memory.embed import Embedder
+from quinn.memory.passages import search_passages
 from quinn.memory.search import hybrid_search
 
 K = 10
@@ -63,6 +65,9 @@ QUICK_CASES = (Case("a 400/10 users", "a", 400, 10), Case("b 400/1 user", "b", 4
 GOAL_RATIO_A = 3.0
 GOAL_P95_B_MS = 40.0
 GOAL_INGEST_PER_S = 50.0
+RECALL_CASE = {"users": 10, "memories_per_user": 1_000, "passages_per_user": 5_000, "queries": 200}
+RECALL_QUICK = {"users": 2, "memories_per_user": 100, "passages_per_user": 500, "queries": 20}
+GOAL_RECALL_P95_MS = 15.0
 
 
 class PresetEmbedder:
@@ -204,6 +209,108 @@ def run_case(case: Case, queries: int, seed: int, workdir: Path) -> dict[str, An
         result["goal"] = f"search p95 <= {GOAL_P95_B_MS:g} ms"
         result["goal_met"] = result["search_ms"]["p95"] <= GOAL_P95_B_MS
     return result
+
+
+def run_recall_case(users: int, memories_per_user: int, passages_per_user: int, queries: int, seed: int,
+                    workdir: Path) -> dict[str, Any]:  # fmt: skip
+    """A reply's retrieval with conversation recall: ``hybrid_search`` over the user's memories, then
+    ``search_passages`` over their passages (one stored message each, synthetic vectors), timed apart and
+    together (the query embedding is preset, so excluded)."""
+    gen = Generator(seed + 3)
+    names = [f"user{i:04d}@bench.example" for i in range(users)]
+    path = workdir / "recall.db"
+    embedder = PresetEmbedder()
+    store = MemoryStore(Database.open(str(path)), embedder)
+    try:
+        started = time.perf_counter()
+        for user in names:
+            items = gen.memories(memories_per_user)
+            vectors = gen.vectors(items)
+            for start in range(0, memories_per_user, BATCH):
+                embedder.preset(vectors[start : start + BATCH])
+                store.add_many([NewMemory(user_id=user, content=m.text, scope="episodic", type="fact")
+                                for m in items[start : start + BATCH]])  # fmt: skip
+        memories_s = time.perf_counter() - started
+        started = time.perf_counter()
+        for u, user in enumerate(names):
+            items = gen.memories(passages_per_user)
+            vectors = gen.vectors(items)
+            with store.db.transaction() as tx:
+                for i, (item, vector) in enumerate(zip(items, vectors, strict=True)):
+                    mid = f"<m{u}-{i}@bench.example>"
+                    tx.execute(
+                        "INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr,"
+                        " sent_at, body, full_text, created_at) VALUES (?, ?, 'in', ?, 'bench', ?, ?, ?, ?, ?)",
+                        (f"s{u}-{i // 40}", user, mid, user, "2026-11-01T00:00:00+00:00", item.text, item.text,
+                         "2026-11-01T00:00:00+00:00"),
+                    )  # fmt: skip
+                    tx.execute(
+                        "INSERT INTO passages (user_id, message_row, message_id, direction, sent_at, subject,"
+                        " position, content, audience, embedding, embedding_model, created_at)"
+                        " SELECT ?, id, ?, 'in', sent_at, 'bench', 0, body, ?, ?, ?, created_at FROM messages"
+                        " WHERE message_id = ?",
+                        (user, mid, json.dumps([user]), vector.tobytes(), embedder.model_id, mid),
+                    )
+        passages_s = time.perf_counter() - started
+        store.db.query("PRAGMA wal_checkpoint(TRUNCATE)")
+        size = db_size_bytes(path)
+        texts, qvecs = gen.queries(queries)
+        rng = np.random.default_rng(seed + 4)
+        asked = rng.integers(users, size=queries)
+        buffered = [f"<m{u}-{i}@bench.example>" for u in range(1) for i in range(12)]  # a thread buffer left out
+        for user in names:  # steady state: every user's matrices cached, as for the memory cases
+            embedder.preset(qvecs[0:1])
+            hybrid_search(store, user, texts[0], k=K, touch=False)
+            embedder.preset(qvecs[0:1])
+            search_passages(store, user, texts[0], k=K)
+        memory_s, passage_s, both_s = [], [], []
+        for j in range(queries):
+            user = names[asked[j]]
+            embedder.preset(qvecs[j : j + 1])
+            t0 = time.perf_counter()
+            hybrid_search(store, user, texts[j], k=2 * K, include_global=True, touch=False)
+            t1 = time.perf_counter()
+            embedder.preset(qvecs[j : j + 1])
+            found = search_passages(store, user, texts[j], k=K, exclude_message_ids=buffered)
+            t2 = time.perf_counter()
+            if not found:
+                raise RuntimeError(f"no passage found for {texts[j]!r}")
+            memory_s.append(t1 - t0)
+            passage_s.append(t2 - t1)
+            both_s.append(t2 - t0)
+    finally:
+        store.close()
+        for leftover in path.parent.glob(path.name + "*"):
+            leftover.unlink()
+    p95 = percentile_ms(both_s, 95)
+    return {
+        "case": f"c recall {users} users",
+        "users": users,
+        "memories_per_user": memories_per_user,
+        "passages_per_user": passages_per_user,
+        "queries": queries,
+        "ingest_s": {"memories": round(memories_s, 1), "passages": round(passages_s, 1)},
+        "db_bytes": size,
+        "memory_search_ms": {"p50": percentile_ms(memory_s, 50), "p95": percentile_ms(memory_s, 95)},
+        "passage_search_ms": {"p50": percentile_ms(passage_s, 50), "p95": percentile_ms(passage_s, 95)},
+        "retrieval_ms": {"p50": percentile_ms(both_s, 50), "p95": p95},
+        "goal": f"retrieval (memories + passages) p95 <= {GOAL_RECALL_P95_MS:g} ms",
+        "goal_met": p95 <= GOAL_RECALL_P95_MS,
+    }
+
+
+def recall_table(case: dict[str, Any]) -> str:
+    """The recall case as a Markdown table."""
+    return (
+        "\n| recall case | per user | DB MB | memory search p50 / p95 | passage search p50 / p95 "
+        "| both p50 / p95 | goal |\n|---|---|---:|---:|---:|---:|---|\n"
+        f"| {case['users']} users | {case['memories_per_user']:,} memories + {case['passages_per_user']:,} passages "
+        f"| {case['db_bytes'] / 1e6:,.1f} "
+        f"| {case['memory_search_ms']['p50']:.2f} / {case['memory_search_ms']['p95']:.2f} ms "
+        f"| {case['passage_search_ms']['p50']:.2f} / {case['passage_search_ms']['p95']:.2f} ms "
+        f"| {case['retrieval_ms']['p50']:.2f} / {case['retrieval_ms']['p95']:.2f} ms "
+        f"| {case['goal']}: {'met' if case['goal_met'] else 'MISSED'} |"
+    )
 
 
 def numpy_top_k(matrix: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
@@ -364,11 +471,13 @@ def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None)
     )
     parser.add_argument("--sample", type=int, default=None, help="memories embedded with the real model (1200)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-recall", dest="recall", action="store_false", help="skip case c (passages)")
+    parser.add_argument("--only-recall", action="store_true", help="case c alone (no memory cases)")
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG (no matplotlib)")
     args = parser.parse_args(argv)
     require_matplotlib(args.plot)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cases = QUICK_CASES if args.quick else FULL_CASES
+    cases = () if args.only_recall else QUICK_CASES if args.quick else FULL_CASES
     if args.queries:
         queries = {case.name: args.queries for case in cases}
     else:  # fewer at 100k: the whole run must stay under 10 minutes on 2 cores
@@ -379,31 +488,75 @@ def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None)
 
     started = time.perf_counter()
     info = machine_info()
-    results = []
+    results: list[dict[str, Any]] = []
+    recall: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="quinn-bench-") as tmp:
-        model = real_model_costs(sample, 5 if args.quick else 50, args.seed, Path(tmp), embedder)
+        if cases:
+            model = real_model_costs(sample, 5 if args.quick else 50, args.seed, Path(tmp), embedder)
         for case in cases:
             t0 = time.perf_counter()
             results.append(run_case(case, queries[case.name], args.seed, Path(tmp)))
             print(f"  {case.name}: {time.perf_counter() - t0:.0f} s", flush=True)
-    report = {
-        "benchmark": "memory_search",
+        if args.recall:
+            t0 = time.perf_counter()
+            shape = RECALL_QUICK if args.quick else RECALL_CASE
+            recall = run_recall_case(**shape, seed=args.seed, workdir=Path(tmp))
+            print(f"  recall: {time.perf_counter() - t0:.0f} s", flush=True)
+    common = {
         "quick": args.quick,
         "k": K,
         "machine": info,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "real_model": model,
-        "cases": results,
-        "duration_s": round(time.perf_counter() - started, 1),
     }
-    text = table(results, model)
-    print(text)
-    print(f"total {report['duration_s']:.0f} s")
-    (args.out / "memory_search.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "memory_search.md").write_text(text + "\n")
-    if args.plot:
-        plot(results, args.out / "memory_search.png")
+    report: dict[str, Any] = {"benchmark": "memory_search", **common, "cases": results, "recall": recall}
+    if cases:  # the memory cases' files are only rewritten by a run that measured them
+        report["real_model"] = model
+        report["duration_s"] = round(time.perf_counter() - started, 1)
+        text = table(results, model)
+        print(text)
+        (args.out / "memory_search.json").write_text(json.dumps(report, indent=2) + "\n")
+        (args.out / "memory_search.md").write_text(text + "\n")
+        if args.plot:
+            plot(results, args.out / "memory_search.png")
+    if recall is not None:  # case c has its own files, so either part can be re-run alone
+        text = recall_table(recall).lstrip("\n")
+        print(text)
+        (args.out / "memory_search_recall.json").write_text(
+            json.dumps({"benchmark": "memory_search recall", **common, "case": recall}, indent=2) + "\n"
+        )
+        (args.out / "memory_search_recall.md").write_text(text + "\n")
+        if args.plot:
+            plot_recall(recall, args.out / "memory_search_recall.png")
+    print(f"total {time.perf_counter() - started:.0f} s")
     return report
+
+
+def plot_recall(case: dict[str, Any], path: Path) -> None:
+    """p50 and p95 of the memory search, the passage search and both, beside the 15 ms goal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = (("memory search", "memory_search_ms"), ("passage search", "passage_search_ms"), ("both", "retrieval_ms"))
+    x = np.arange(len(parts))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.bar(x - 0.2, [case[key]["p50"] for _, key in parts], 0.4, label="p50", color="tab:cyan")
+    ax.bar(x + 0.2, [case[key]["p95"] for _, key in parts], 0.4, label="p95", color="tab:blue")
+    ax.axhline(
+        GOAL_RECALL_P95_MS, color="tab:red", linestyle="dashed", label=f"goal: both p95 <= {GOAL_RECALL_P95_MS:g} ms"
+    )
+    ax.set_xticks(x, [name for name, _ in parts])
+    ax.set_ylabel("milliseconds")
+    ax.set_title(
+        f"Retrieval with conversation recall: {case['memories_per_user']:,} memories + "
+        f"{case['passages_per_user']:,} passages per user, {case['users']} users (query embedding excluded)",
+        fontsize=9,
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

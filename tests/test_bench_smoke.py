@@ -42,6 +42,10 @@ def test_memory_search_runs_and_its_sql_scan_is_exact(tmp_path: Path, model: Loc
     assert report["machine"]["cores"] >= 1
     assert (tmp_path / "memory_search.png").read_bytes()[:8] == PNG_MAGIC
     assert "| a 400/10 users |" in (tmp_path / "memory_search.md").read_text()
+    recall = json.loads((tmp_path / "memory_search_recall.json").read_text())["case"]  # case c: passages too
+    assert recall["passages_per_user"] == memory_search.RECALL_QUICK["passages_per_user"]
+    assert 0 < recall["passage_search_ms"]["p50"] <= recall["retrieval_ms"]["p95"]
+    assert (tmp_path / "memory_search_recall.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def test_retrieval_quality_runs_every_set_and_method_on_one_user(tmp_path: Path, model: LocalEmbedder) -> None:

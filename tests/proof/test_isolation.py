@@ -13,6 +13,12 @@ was shown, so what it saw is also what the reply would carry to the thread. Chec
 - the control: the user's own marker for the topic asked about does reach the model, so a retrieval that
   returned nothing could not pass.
 
+Conversation recall (issue 14) is under the same checks: each user also has past one-to-one mails (stored
+messages cut into passages) with their own markers, one per topic. Another user's passage is a leak anywhere; a
+one-to-one passage is private to the user (it must not reach a thread with anyone else on it); the control also
+asks that the user's passage about the topic reaches the model when the user writes alone. The model's
+``search_conversations`` tool is called too, alone and with others on the thread.
+
 2,000 trials in CI, 10,000 with ``--long``; a smaller run goes through ``quinn run`` end to end. The seed is
 printed (``QUINN_PROOF_SEED=N`` replays a run).
 """
@@ -36,6 +42,7 @@ from quinn.agent.respond import Agent, Answer
 from quinn.mailbox.parse import parse_email
 from quinn.memory.db import Database
 from quinn.memory.models import NewMemory
+from quinn.memory.passages import index_message
 from quinn.memory.store import MemoryStore
 from tests.lab.brain import EXTRACT_MARK, Brain
 from tests.lab.llm_server import RecordedRequest, Text, ToolCall
@@ -49,12 +56,16 @@ MARKER = re.compile(r"QX[0-9a-f]{10}")
 SHAPES = {  # trial shape -> weight
     "alone": 30, "cc user": 12, "to user": 8, "cc outsider": 10, "reply-to outsider": 10, "digest": 5,
     "digest cc": 5, "export": 3, "export cc": 4, "tool search": 5, "tool search cc": 4, "tool forget": 4,
+    "tool recall": 4, "tool recall cc": 4,
 }  # fmt: skip
 WITH_OTHERS = {"cc user", "to user", "cc outsider", "reply-to outsider", "digest cc", "export cc", "tool search cc",
-               "tool forget"}  # fmt: skip
+               "tool forget", "tool recall cc"}  # fmt: skip
 
 
 def trials_wanted(request: pytest.FixtureRequest) -> int:
+    """2,000 (10,000 with ``--long``); ``QUINN_PROOF_TRIALS=N`` for a shorter look on a busy machine."""
+    if os.environ.get("QUINN_PROOF_TRIALS"):
+        return int(os.environ["QUINN_PROOF_TRIALS"])
     return 10_000 if request.config.getoption("--long") else 2_000
 
 
@@ -73,6 +84,7 @@ class Person:
     private: set[str] = field(default_factory=set)
     public: set[str] = field(default_factory=set)
     topics: dict[str, str] = field(default_factory=dict)  # topic -> the marker of that memory
+    recalled: dict[str, str] = field(default_factory=dict)  # topic -> the marker of a one-to-one mail about it
     memory_ids: list[int] = field(default_factory=list)
 
     @property
@@ -113,7 +125,27 @@ def seed_people(store: MemoryStore, rng: random.Random, count: int) -> list[Pers
         person.memory_ids = [next(ids) for _ in range(3 + len(person.topics))]
         classified = [store.get(mid) for mid in person.memory_ids[:2]]
         assert all(m is not None and m.private for m in classified), "the store did not classify a private memory"
+    seed_conversations(store, rng, people)
     return people
+
+
+def seed_conversations(store: MemoryStore, rng: random.Random, people: list[Person]) -> None:
+    """Past mail of each user, one one-to-one message per topic with a marker, stored and indexed as the mail
+    path does (``messages``, then ``index_message``). Those markers are private: one-to-one mail."""
+    for person in people:
+        for n, topic in enumerate(person.topics):
+            marker = f"QX{rng.getrandbits(40):010x}"
+            person.recalled[topic] = marker
+            person.private.add(marker)
+            message_id = f"<past-{n}-{rng.getrandbits(32):x}@example.test>"
+            body = f"By the way, the {topic} receipts are in the shoebox I marked {marker}."
+            store.db.execute(
+                "INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr, to_addrs,"
+                " sent_at, body, full_text, created_at) VALUES (?, ?, 'in', ?, ?, ?, '[\"quinn@example.test\"]',"
+                " '2026-06-01T09:00:00+00:00', ?, ?, '2026-06-01T09:00:00+00:00')",
+                (f"past-{person.address}-{n}", person.address, message_id, topic, person.address, body, body),
+            )  # fmt: skip
+            assert index_message(store, person.address, message_id, "in") == 1
 
 
 def echo_markers(request: RecordedRequest) -> Text:
@@ -145,7 +177,7 @@ def make_trial(index: int, rng: random.Random, people: list[Person], quinn: str)
         "export": "Could you export my memory, please?",
     }.get(shape.split()[0], f"Hi Quinn, where did I put my {topic} notes again? Thanks.")
     to, cc, headers = [quinn], [], {}
-    if shape in ("cc user", "digest cc", "export cc", "tool search cc"):
+    if shape in ("cc user", "digest cc", "export cc", "tool search cc", "tool recall cc"):
         cc = [other.address]
     elif shape == "to user":
         to = [other.address, quinn]
@@ -181,6 +213,8 @@ async def run_trial(agent: Agent, llm_server, trial: Trial, people: list[Person]
     person = trial.person
     if trial.shape.startswith("tool search"):
         llm_server.script(ToolCall("search_memory", {"query": f"{trial.topic} notes folder"}))
+    elif trial.shape.startswith("tool recall"):
+        llm_server.script(ToolCall("search_conversations", {"query": f"{trial.topic} receipts shoebox"}))
     elif trial.shape == "tool forget":  # another user's memory, or the user's own private one with others on
         victim = rng.choice([p for p in people if p is not person])
         target = rng.choice([rng.choice(victim.memory_ids), person.memory_ids[0]])
@@ -200,7 +234,9 @@ async def run_trial(agent: Agent, llm_server, trial: Trial, people: list[Person]
     if trial.shape.split()[0] not in ("alone", "cc", "to", "reply-to") or trial.topic not in person.topics:
         return found, None
     seen = "\n".join(r.text for r in requests)
-    return found, person.topics[trial.topic] in seen
+    # Alone, the one-to-one mail about the topic is recalled too; with others on the thread it never is.
+    recalled = trial.others or person.recalled[trial.topic] in seen
+    return found, person.topics[trial.topic] in seen and recalled
 
 
 @pytest.mark.timeout(1800)
@@ -231,8 +267,9 @@ async def test_isolation_in_process(request, tmp_path: Path, dovecot, llm_server
                 control["seen"] += own_seen
                 if not own_seen:
                     own = trial.person.topics[trial.topic]
+                    mail = trial.person.recalled[trial.topic]
                     failures.append(f"trial {index} ({trial.shape}): control failed, the user's own marker {own} "
-                                    f"for {trial.topic!r} never reached the model")  # fmt: skip
+                                    f"or mail {mail} for {trial.topic!r} never reached the model")  # fmt: skip
         current = store.db.query_value(
             "SELECT count(*) FROM memories WHERE active = 1 AND valid_to IS NULL AND user_id IS NOT NULL"
         )

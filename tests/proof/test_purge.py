@@ -42,7 +42,7 @@ def receipt_counts(text: str) -> dict[str, int]:
     return counts
 
 
-PURGED_KINDS = ("memories", "memory_versions", "memory_retrievals", "messages", "sessions", "session_ids")
+PURGED_KINDS = ("memories", "memory_versions", "memory_retrievals", "messages", "passages", "sessions", "session_ids")
 
 
 def marker(who: str) -> str:
@@ -154,6 +154,7 @@ def test_purge_by_email_leaves_nothing(dovecot, smtp_lab, llm_server, lab_config
     for kind in PURGED_KINDS:  # counts per kind, as the database had them (+ the YES mail's message and id)
         assert removed.get(kind) == before[kind] + (kind in ("messages", "session_ids")), (kind, removed, before)
     assert removed["memories"] >= 5 and removed["memory_retrievals"] >= 1 and removed["mail_state"] >= 3
+    assert removed["passages"] >= 2  # her greenhouse mail and the reply to it were recallable (issue 14)
     assert not leftovers, "alice's data is still in the database:\n" + "\n".join(leftovers)
     assert bob_after == bob_before
     assert len(rows["messages"]) == messages_before - before["messages"]
@@ -176,7 +177,7 @@ def _alice_counts(db_path: Path, user: str) -> dict[str, int]:
     sessions = "(SELECT id FROM sessions WHERE user_id = ?)"
     counts = {
         table: query(db_path, f"SELECT count(*) FROM {table} WHERE user_id = ?", (user,))[0][0]
-        for table in ("memories", "memory_versions", "messages", "sessions")
+        for table in ("memories", "memory_versions", "messages", "passages", "sessions")
     }
     counts["session_ids"] = query(db_path, f"SELECT count(*) FROM session_ids WHERE session_id IN {sessions}",
                                   (user,))[0][0]  # fmt: skip

@@ -105,6 +105,8 @@ class TrustLab:
                                   to=self.quinn), self.alice)  # fmt: skip
         assert state == "replied"
         self.inbox(self.alice, 1)
+        # Her thread is also recallable now (issue 14): the passage with the passport is what a forger is after.
+        assert self.query_value("SELECT count(*) FROM passages WHERE content LIKE ?", (f"%{self.passport}%",)) == 1
 
     def stop(self) -> None:
         if self.daemon is not None:
@@ -149,6 +151,7 @@ class TrustLab:
                     (user,),
                 ),
                 db.query_value("SELECT count(*) FROM messages WHERE user_id = ?", (user,)),
+                db.query_value("SELECT count(*) FROM passages WHERE user_id = ?", (user,)),
                 db.query_value("SELECT count(*) FROM sessions WHERE user_id = ?", (user,)),
                 db.query_value("SELECT count(*) FROM confirmations WHERE user_id = ?", (user,)),
             )
