@@ -41,6 +41,7 @@ from quinn.agent.prompts import PromptStore
 from quinn.agent.respond import Agent, Answer
 from quinn.mailbox.parse import parse_email
 from quinn.memory.db import Database
+from quinn.memory.embed import RecentEmbeddings
 from quinn.memory.models import NewMemory
 from quinn.memory.passages import index_message
 from quinn.memory.store import MemoryStore
@@ -249,7 +250,9 @@ async def test_isolation_in_process(request, tmp_path: Path, dovecot, llm_server
     quinn = unique_address("quinn")
     config = lab_settings(dovecot, quinn, env={"QUINN_TEST_LLM_KEY": "k"}, llm={
         "base_url": llm_server.openai_base_url, "api_key_env": "QUINN_TEST_LLM_KEY", "max_retries": 0})  # fmt: skip
-    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), local_embedder)
+    # As the daemon does (embed.build_embedder): one mail's query sentences are embedded once for domains, memory
+    # search and conversation recall together.
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), RecentEmbeddings(local_embedder))
     try:
         people = seed_people(store, rng, USERS)
         agent = Agent(config, LLM(config.llm), PromptStore(), store)
