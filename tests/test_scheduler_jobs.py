@@ -16,6 +16,7 @@ from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
 from quinn.memory.graph import linked_memories
+from quinn.memory.passages import index_message
 from quinn.memory.retrievals import record_retrievals
 from quinn.scheduler.summarize import wants_summary
 from tests.lab.llm_server import Error, Json, RecordedRequest, Text
@@ -502,6 +503,8 @@ async def test_retention_windows_delete_each_kind_and_never_a_current_memory(ben
     stale = write_thread(bench.db, user, QUINN, "Old", ["My locker is 12.", "Noted."], old, prefix="old")
     fresh = write_thread(bench.db, user, QUINN, "New", ["My locker is 14 now.", "Noted."], now, prefix="new")
     bench.db.execute("UPDATE sessions SET summary = 'Hana talked about lockers.' WHERE id = ?", (stale.session_id,))
+    for thread in (stale, fresh):  # conversation recall's passages of each thread's first mail
+        assert index_message(bench.store, user, thread.message_ids[0], "in") == 1
     for session, prefix in ((stale, "old"), (fresh, "new")):
         Outbox(bench.db).put(f"<{prefix}-r@quinn>", f"<{prefix}-1@example.test>", user, session.session_id, [user],
                              b"raw mail", template="reply", prompt_version="reply@abc")  # fmt: skip
@@ -526,6 +529,9 @@ async def test_retention_windows_delete_each_kind_and_never_a_current_memory(ben
     assert outcome.counts["details"]["retention"] == {
         "messages": 2, "conversation_summaries": 0, "session_summaries": 1, "outbox_raw": 1, "llm_usage": 1,
         "memories": 2}  # fmt: skip
+    # The old mail's passage went with it (a trigger): recall keeps nothing retention deleted.
+    assert [r[0] for r in bench.db.query("SELECT content FROM passages WHERE user_id = ?", (user,))] == [
+        "My locker is 14 now."]  # fmt: skip
     bodies = [r[0] for r in bench.db.query("SELECT body FROM messages WHERE user_id = ? ORDER BY id", (user,))]
     assert bodies == ["My locker is 14 now.", "Noted."]
     assert bench.db.query("SELECT message_id, length(raw) FROM outbox ORDER BY message_id") == [
