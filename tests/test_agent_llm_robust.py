@@ -216,38 +216,3 @@ async def test_a_server_refusing_tools_is_asked_without_them_from_then_on(llm_se
     assert (await seam.text("You are Quinn.", "Hi", tools=[remember])).text == "Hello Ana."
     assert (await seam.text("You are Quinn.", "Hi again", tools=[remember])).text == "Hello Ana."
     assert ["tools" in r.body_json for r in llm_server.requests] == [True, False, False]
-
-
-ASKED = "Hi Quinn,\n\nWhat is the date of our wedding anniversary? Please keep it short.\n\nThanks,\nMaren"
-INSTRUCTION = "Write the reply body only (no subject line, no headers)."
-
-
-@pytest.mark.parametrize(
-    "echo",
-    [f"{ASKED}\n\n{INSTRUCTION}", "remember: saved"],
-    ids=["the-email-and-its-instruction", "the-result-of-its-own-tool-call"],
-)
-async def test_a_reply_that_copies_its_input_is_never_sent(llm_server: ScriptedLLM, echo: str) -> None:
-    """Seen with a 0.5B model: the email and the template's instruction, or a tool's result, sent back as the
-    reply. Sent back once (as for JSON); a real reply is kept; summaries and digests may quote (no ``reply``)."""
-    saved.clear()
-    llm_server.like_llama_cpp = True
-    script = [Text(echo), Text("Hi Maren, I don't know that date yet: tell me and I will remember it.")]
-    if echo == "remember: saved":
-        script.insert(0, ToolCall("remember", {"content": "Maren asked about her anniversary"}))
-    llm_server.script(*script)
-    user = f"New email from Maren:\n{ASKED}\n\n{INSTRUCTION}"
-    result = await local(llm_server).text("You are Quinn.", user, tools=[remember], reply=True)
-    assert result.text.startswith("Hi Maren, I don't know that date yet")
-    assert "a copy of the email or of tool results, not a reply" in llm_server.requests[-1].text
-
-
-async def test_a_reply_copying_its_input_three_times_is_retried_later_and_a_summary_may_quote(
-    llm_server: ScriptedLLM,
-) -> None:
-    user = f"New email from Maren:\n{ASKED}\n\n{INSTRUCTION}"
-    llm_server.script(Text(ASKED), Text(ASKED), Text(ASKED))
-    with pytest.raises(RetryLater, match="a copy of the email or of tool results instead of a reply"):
-        await local(llm_server).text("You are Quinn.", user, tools=[remember], reply=True)
-    llm_server.script(Text(ASKED))  # a summary (no reply=True) that quotes its input is returned as it is
-    assert (await local(llm_server).text("Summarize.", user)).text == ASKED

@@ -21,7 +21,7 @@ from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAIC
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ValidationError
 
-from quinn.agent.json_text import echoed, find_json, is_schema_dump, tool_calls_in_text, whole_json
+from quinn.agent.json_text import find_json, is_schema_dump, tool_calls_in_text, whole_json
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.sdks import skipped
@@ -222,14 +222,7 @@ class LLM:
         return [llm.messages.system(system), llm.messages.user(user)]
 
     async def text(
-        self,
-        system: str,
-        user: str,
-        *,
-        tools: Sequence[Any] = (),
-        ctx: Any = None,
-        background: bool = False,
-        reply: bool = False,
+        self, system: str, user: str, *, tools: Sequence[Any] = (), ctx: Any = None, background: bool = False
     ) -> TextResult:
         """A text answer; tool calls are executed and resumed up to ``max_tool_rounds`` times.
 
@@ -240,8 +233,6 @@ class LLM:
         already run is not), anything else (a schema, an unknown call) is sent back once with the request for
         plain text, then asked once more without tools, then ``RetryLater``.
         A server that rejects the tool definitions (400) is asked again without tools, and from then on.
-        ``reply``: the answer goes to a person, so one that is mostly a copy of the email and its instructions or of
-        tool results (`json_text.echoed`) is treated like JSON. Not for summaries and digests, which may quote.
         """
         model = self._model(background)
         usage = Usage(model.model_id)
@@ -280,11 +271,9 @@ class LLM:
                     usage += _usage(response, model.model_id)
                     continue
                 text = response.text().strip()
-                json_answer = whole_json(text) is not None
-                if not json_answer and not (reply and echoed(text, user, results=tuple(gathered))):
+                if whole_json(text) is None:
                     break
-                what = "JSON" if json_answer else "a copy of the email or of tool results"
-                calls = tool_calls_in_text(text) if json_answer else None
+                calls = tool_calls_in_text(text)
                 names = {getattr(tool, "name", None) for tool in tools}
                 keys = {(c.name, json.dumps(c.args, sort_keys=True)) for c in calls or ()}
                 # A small model asks for the same call again and again (seen: five identical searches per mail);
@@ -299,24 +288,23 @@ class LLM:
                     note = ("Your tool calls were run. Results:\n" + "\n".join(results) + "\nNow write the reply "
                             "to the email as plain text: no JSON, no tool calls.")  # fmt: skip
                 elif not nudged:
-                    log.warning("model %s answered with %s instead of a reply; asking for plain text: %.200s",
-                                model.model_id, what, text)  # fmt: skip
+                    log.warning("model %s answered with JSON instead of a reply; asking for plain text: %.200s",
+                                model.model_id, text)  # fmt: skip
                     nudged = True
-                    note = (f"That was {what}, not a reply (tool results you asked for are above). Write your own "
-                            "reply to the email now as plain text, without JSON and without tool calls.")  # fmt: skip
+                    note = ("That was JSON, not a reply (tool results you asked for are above). Write the reply to the "
+                            "email now as plain text, without JSON and without tool calls.")  # fmt: skip
                 elif tools and not bare:
                     # Last resort before giving up: the same request with no tools to call, and what the text
                     # calls found so far. Greedy decoding would repeat the same JSON on every retry otherwise.
-                    log.warning("model %s still answered with %s; asking once more without tools", model.model_id,
-                                what)  # fmt: skip
+                    log.warning("model %s still answered with JSON; asking once more without tools", model.model_id)
                     bare = True
                     found = "\n\nWhat your tool calls found:\n" + "\n".join(gathered) if gathered else ""
                     response = await model.call_async(self._messages(system, user + found))
                     usage += _usage(response, model.model_id)
                     continue
                 else:
-                    raise RetryLater(f"model {model.model_id} answered with {what} instead of a reply, twice; "
-                                     f"nothing was sent: {text[:200]!r}")  # fmt: skip
+                    raise RetryLater(f"model {model.model_id} answered with JSON instead of a reply, twice; nothing "
+                                     f"was sent: {text[:200]!r}")  # fmt: skip
                 response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
                 usage += _usage(response, model.model_id)
         except (llm.Error, *TRANSPORT_ERRORS) as exc:

@@ -302,10 +302,10 @@ class Agent:
         await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
             if deps is None:
-                result = await self.llm.text(rendered.system, rendered.user, reply=True)
+                result = await self.llm.text(rendered.system, rendered.user)
             else:
                 ctx = mirascope_llm.Context(deps=deps)
-                result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx, reply=True)
+                result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
         shown = tuple(int(i) for i in MEMORY_CITATION.findall(f"{rendered.system}\n{rendered.user}"))
