@@ -7,11 +7,14 @@ In-process Quinn against the lab: Dovecot, aiosmtpd, libSQL, the real embedding 
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
+from quinn import cli
 from tests.lab.brain import Brain
 from tests.lab.inprocess import LabQuinn
 
@@ -97,3 +100,61 @@ async def test_a_one_to_one_passage_never_reaches_a_thread_with_others(
     recalled = conversations_block(brain.prompt("What is the greenhouse heater code?"))
     # Carol may see what was said with her on it, never what Alice said to Quinn alone.
     assert ("7731" in recalled) is cc_seen
+
+
+async def test_reembed_indexes_earlier_mail_and_passages_of_another_model(
+    make_quinn, mail_lab, brain: Brain, local_embedder, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """An upgrade from a version without conversation recall (no passages for the stored mail), and a switch of
+    embedding model (passages with another model's vectors): ``quinn memory reembed`` brings both up to date
+    under the mail path's rules: no memory command, no answer to one, nothing of someone who opted out."""
+    alice, dave = mail_lab.new_user("alice"), mail_lab.new_user("dave")
+    quinn: LabQuinn = await make_quinn()
+    await quinn.send(alice, "Garden", "The greenhouse heater code is 7731.", date=DAY0)
+    await quinn.send(alice, "Bikes", "My bike lock code is 2290, the blue lock.", date=DAY0 + timedelta(days=1))
+    await quinn.send(alice, "Tea", "Please forget that I like green tea.", date=DAY0 + timedelta(days=2))
+    await quinn.send(dave, "Hello", "My locker number is 5512.", date=DAY0, name="Dave")
+    await quinn.send(dave, "Privacy", "Please stop remembering me.", date=DAY0 + timedelta(days=1), name="Dave")
+    quinn.replies(alice, 3)
+    quinn.replies(dave, 2)
+
+    def passages(user: str) -> list[tuple[str, str, str]]:
+        return quinn.query("SELECT direction, content, embedding_model FROM passages WHERE user_id = ? ORDER BY id",
+                           (user,))  # fmt: skip
+
+    indexed = passages(alice)
+    assert [(d, c) for d, c, _ in indexed if d == "in"] == [
+        ("in", "The greenhouse heater code is 7731."),
+        ("in", "My bike lock code is 2290, the blue lock."),
+    ]
+    assert sum(d == "out" for d, _, _ in indexed) == 2  # the replies to both; neither the command nor its answer
+    dave_before = passages(dave)  # his first mail, indexed before he opted out
+    # The database as an older Quinn left it: the heater mail and its reply without passages (0008 came later);
+    # the bike mail's passages embedded by another model.
+    quinn.execute("DELETE FROM passages WHERE user_id = ? AND (content LIKE '%7731%' OR direction = 'out')",
+                  (alice,))  # fmt: skip
+    quinn.execute("DELETE FROM passages WHERE user_id = ?", (dave,))
+    quinn.execute("UPDATE passages SET embedding_model = 'old/model', embedding = NULL WHERE user_id = ?", (alice,))
+
+    for key, value in quinn.config.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(cli, "setup_logging", lambda *args, **kwargs: None)
+    capsys.readouterr()
+    assert cli.main(["memory", "reembed", "--json", "-c", str(quinn.config.path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result == {"reembedded": 0, "passages_reembedded": 1, "passages_indexed": 3,
+                      "model": "local/all-MiniLM-L6-v2"}  # fmt: skip
+    assert passages(alice) and sorted(passages(alice)) == sorted(
+        (d, c, "local/all-MiniLM-L6-v2") for d, c, _ in indexed
+    )  # the same passages, all of the configured model
+    assert passages(dave) == [] and dave_before  # he asked not to be remembered: his mail stays out of recall
+    row = quinn.query("SELECT subject, content, embedding FROM passages WHERE content LIKE '%2290%'")[0]
+    expected = local_embedder.embed([f"{row[0]} {row[1]}"])[0]
+    assert np.allclose(np.frombuffer(row[2], dtype=np.float32), expected, atol=1e-5)
+    capsys.readouterr()
+    assert cli.main(["memory", "reembed", "--json", "-c", str(quinn.config.path)]) == 0  # nothing left to do
+    assert json.loads(capsys.readouterr().out)["passages_indexed"] == 0
+
+    await quinn.send(alice, "Heater", "What was the greenhouse heater code?", date=DAY0 + timedelta(days=9))
+    quinn.replies(alice, 4)
+    assert "7731" in conversations_block(brain.prompt("What was the greenhouse heater code?"))

@@ -100,7 +100,12 @@ def source_of(email: InboundEmail) -> dict[str, Any]:
 def recallable(email: InboundEmail) -> bool:
     """Whether the mail (and the model's reply to it) joins conversation recall: not a memory command or a
     confirmation, whose text names what is to be forgotten, exported or purged (the memories hold the result)."""
-    return not memory_mail.parse_requests(email.text) and not confirm.codes_in(f"{email.subject}\n{email.full_text}")
+    return recallable_text(email.subject, email.text, email.full_text)
+
+
+def recallable_text(subject: str, text: str, full_text: str | None = None) -> bool:
+    """``recallable`` on stored text (``messages``: subject and clean body), for mail indexed after the fact."""
+    return not memory_mail.parse_requests(text) and not confirm.codes_in(f"{subject}\n{full_text or text}")
 
 
 class Agent:

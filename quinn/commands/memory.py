@@ -24,6 +24,8 @@ from quinn.errors import StoreError
 from quinn.memory.db import Database
 from quinn.memory.embed import embedder_for
 from quinn.memory.models import Memory
+from quinn.memory.passages import backfill
+from quinn.memory.passages import reembed as reembed_passages
 from quinn.memory.records import dump_document, export_document
 from quinn.memory.store import MemoryStore
 
@@ -96,9 +98,10 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     p.add_argument("--format", choices=("json", "yaml"), help="default: detected")
 
     p = command(
-        "reembed", reembed_memories, "embed again every memory whose vector is not of the configured model", embeds=True
-    )
-    p.add_argument("--batch-size", type=int, default=64, help="memories per batch and commit (default 64)")
+        "reembed", reembed_memories, "embed again every memory and conversation passage whose vector is not of the "
+        "configured model, and index stored mail that conversation recall has not seen yet", embeds=True,
+    )  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=64, help="rows per batch and commit (default 64)")
 
 
 def _filter_arguments(p: argparse.ArgumentParser) -> None:
@@ -280,15 +283,26 @@ def import_memories(args: argparse.Namespace, config: Config) -> int:
 
 
 def reembed_memories(args: argparse.Namespace, config: Config) -> int:
-    """``quinn memory reembed``."""
-    with open_store(config, embed=True) as store, _progress("re-embedding") as progress:
+    """``quinn memory reembed``: memories, then conversation recall's passages (vectors of another model), then
+    mail stored before recall existed (an upgrade from a version without migration 0008) or while the embedder
+    was down."""
+    from quinn.agent.respond import recallable_text
+
+    with open_store(config, embed=True) as store:
         if store.embedder is None:
             raise StoreError("reembed needs an embedder", "set [embeddings] backend to local or openai")
-        done = store.reembed(batch_size=args.batch_size, progress=progress)
+        with _progress("re-embedding memories") as progress:
+            done = store.reembed(batch_size=args.batch_size, progress=progress)
+        with _progress("re-embedding passages") as progress:
+            passages = reembed_passages(store, batch_size=args.batch_size, progress=progress)
+        with _progress("indexing earlier mail") as progress:
+            indexed = backfill(store, lambda subject, body: recallable_text(subject, body), progress=progress)
         model = store.embedder.model_id
     if args.json:
-        return _print_json({"reembedded": done, "model": model})
-    print(f"re-embedded {done} memories with {model}")
+        return _print_json({"reembedded": done, "passages_reembedded": passages, "passages_indexed": indexed,
+                            "model": model})  # fmt: skip
+    print(f"re-embedded {done} memories and {passages} conversation passages with {model}; indexed {indexed} "
+          "passages of mail not yet in conversation recall")  # fmt: skip
     return 0
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -148,9 +148,7 @@ def index_message(store: MemoryStore, user_id: str, message_id: str, direction: 
     except ValueError:
         audience = [sender]
     embedder = store.embedder
-    # Embedded with the subject, which often names the topic; a short mail's text is then exactly its search
-    # query (search.query_chunks of subject and text), so the embedder's cache serves both with one model call.
-    texts = [" ".join(f"{subject or ''}\n{piece}".split()) for piece in pieces]
+    texts = [_embedded_text(subject, piece) for piece in pieces]
     vectors = embedder.embed(texts) if embedder is not None else None
     now = iso(utcnow())
     with db.transaction() as tx:
@@ -164,6 +162,77 @@ def index_message(store: MemoryStore, user_id: str, message_id: str, direction: 
                  json.dumps(audience), blob, embedder.model_id if embedder is not None else None, now),
             )  # fmt: skip
     return len(pieces)
+
+
+def backfill(
+    store: MemoryStore, keep: Callable[[str, str], bool], *, progress: Callable[[int, int], None] | None = None
+) -> int:
+    """Index the stored messages that have no passages yet: mail kept before conversation recall existed
+    (migration 0008), or while the embedder was down. The mail path's rules hold: ``keep(subject, body)`` says
+    whether an incoming mail joins recall (the agent's rule: not a memory command or confirmation), a reply
+    joins only when the mail it answers did, and nothing of a user who opted out of memory is indexed. Mail
+    first, then replies, each message in its own transaction (``index_message``): an interrupted run resumes.
+    Returns the passages written."""
+    db = store.db
+    pending = db.query(
+        "SELECT m.message_id, m.direction, m.user_id, coalesce(m.subject, ''), coalesce(m.body, ''), m.in_reply_to"
+        " FROM messages m WHERE m.user_id IS NOT NULL AND m.direction IN ('in', 'out')"
+        " AND NOT EXISTS (SELECT 1 FROM passages p WHERE p.message_row = m.id)"
+        " AND m.user_id NOT IN (SELECT user_id FROM memory_consent) ORDER BY m.direction, m.id"
+    )
+    written = 0
+    for done, (message_id, direction, user, subject, body, in_reply_to) in enumerate(pending, 1):
+        if direction == "in":
+            wanted = keep(subject, body)
+        else:  # a reply: recalled with the mail it answers, never alone (a command's answer names what it did)
+            wanted = bool(in_reply_to) and db.query_value(
+                "SELECT 1 FROM passages WHERE message_id = ? AND direction = 'in' LIMIT 1", (in_reply_to,)
+            ) is not None  # fmt: skip
+        if wanted:
+            written += index_message(store, user, message_id, direction)
+        if progress is not None:
+            progress(done, len(pending))
+    return written
+
+
+def reembed(store: MemoryStore, *, batch_size: int, progress: Callable[[int, int], None] | None = None) -> int:
+    """Embed again every passage whose vector is missing or of another model than the configured one (as
+    ``MemoryStore.reembed`` does for memories: vector search reads only the configured model's vectors).
+    Each batch is committed on its own. Returns the passages re-embedded."""
+    embedder = store.embedder
+    if embedder is None:
+        return 0
+    db = store.db
+    model, dim = embedder.model_id, embedder.dim
+    stale = "(embedding IS NULL OR embedding_model IS NOT ? OR length(embedding) != ?)"
+    total = int(db.query_value(f"SELECT count(*) FROM passages WHERE {stale}", (model, dim * 4)) or 0)
+    done = last_id = 0
+    while rows := db.query(
+        f"SELECT id, subject, content FROM passages WHERE id > ? AND {stale} ORDER BY id LIMIT ?",
+        (last_id, model, dim * 4, max(1, int(batch_size))),
+    ):
+        vectors = embedder.embed([_embedded_text(subject, content) for _id, subject, content in rows])
+        with db.transaction() as tx:
+            for (pid, _subject, _content), vector in zip(rows, vectors, strict=True):
+                tx.execute(
+                    "UPDATE passages SET embedding = ?, embedding_model = ? WHERE id = ?",
+                    (np.asarray(vector, dtype=np.float32).tobytes(), model, pid),
+                )
+            # The stamp counts inserts and deletes only (passages are otherwise never changed in place): a changed
+            # vector is a change, so every process's cached matrix reloads.
+            tx.execute("UPDATE passage_vector_stamp SET changes = changes + 1 WHERE id = 1")
+        done += len(rows)
+        last_id = int(rows[-1][0])
+        if progress is not None:
+            progress(done, max(total, done))
+    return done
+
+
+def _embedded_text(subject: str, content: str) -> str:
+    """What a passage's vector is computed from. With the subject, which often names the topic; a short mail's
+    text is then exactly its search query (search.query_chunks of subject and text), so the embedder's cache
+    serves both with one model call."""
+    return " ".join(f"{subject or ''}\n{content}".split())
 
 
 def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) -> list[str]:

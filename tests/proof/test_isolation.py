@@ -322,7 +322,9 @@ def test_isolation_through_the_daemon(dovecot, smtp_lab, llm_server, lab_config,
     for trial, message_id, parsed in trials:
         texts = _delivered_replies(dovecot, quinn, trial, message_id, parsed, daemon.log)
         checked_inboxes += len(texts)
-        requests = [r for r in llm_server.requests if f"Trial {trial.index}:" in r.text]
+        requests = [r for r in llm_server.requests if _about(r.text, trial)]
+        if not requests:  # the attribution lost track of the prompts (a template reworded): nothing was checked
+            failures.append(f"trial {trial.index}: no model request was recognised as answering it")
         texts |= {f"request {n} ({'extract' if EXTRACT_MARK in r.text else r.kind})": r.text
                   for n, r in enumerate(requests)}  # fmt: skip
         failures += [f"trial {trial.index} ({trial.shape}, {trial.person.address}): {leak}"
@@ -343,6 +345,15 @@ def test_isolation_through_the_daemon(dovecot, smtp_lab, llm_server, lab_config,
           f"inboxes read, control {control['seen']}/{control['expected']}, failures {len(failures)}")  # fmt: skip
     assert not failures, f"seed {seed}:\n" + "\n".join(failures[:20])
     assert control["expected"] > 0
+
+
+def _about(text: str, trial: Trial) -> bool:
+    """Whether a model request works on ``trial``'s mail: the mail being answered or learnt from (the reply and
+    extraction prompts' "subject" line), or the thread a job summarizes. A later mail's prompt may quote this one
+    as a recalled passage (``[mail:DATE] (who, "Trial N: ...")``); that request belongs to the later mail, whose
+    audience decides what it may show."""
+    subject = f'"Trial {trial.index}:'
+    return any(f"{lead}{subject}" in text for lead in ("subject ", "Conversation ", "Thread: "))
 
 
 def _delivered_replies(dovecot, quinn: str, trial: Trial, message_id: str, parsed, log) -> dict[str, str]:
