@@ -163,6 +163,19 @@ async def test_a_tool_call_written_as_text_is_run_and_never_becomes_the_reply(ll
     assert "remember: saved" in llm_server.requests[1].text
 
 
+async def test_a_tool_call_written_as_text_with_an_argument_the_tool_does_not_take_still_runs(
+    llm_server: ScriptedLLM,
+) -> None:
+    """Seen with a 0.5B model: ``search_memory`` called with an ``importance``; the TypeError came back as the tool
+    result, and the model then mailed it as its reply."""
+    saved.clear()
+    llm_server.like_llama_cpp = True
+    llm_server.script(ToolCall("remember", {"content": "Ana likes tea", "importance": 5}), Text("Noted, Ana."))
+    result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember])
+    assert result.text == "Noted, Ana." and saved == ["Ana likes tea"]
+    assert "remember: saved" in llm_server.requests[1].text and "unexpected keyword" not in llm_server.requests[1].text
+
+
 async def test_the_same_tool_call_written_again_is_not_run_again(llm_server: ScriptedLLM) -> None:
     saved.clear()
     llm_server.like_llama_cpp = True
@@ -203,7 +216,9 @@ async def test_a_model_stuck_on_tool_calls_is_asked_once_without_tools(llm_serve
     result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember])
     assert result.text == "Noted, Ana." and saved == ["Ana likes tea"]
     last = llm_server.requests[-1]
-    assert "tools" not in last.body_json and "What your tool calls found:\nremember: saved" in last.text
+    assert "tools" not in last.body_json
+    # The tool results come before the email: a small model copies the last thing it read.
+    assert last.text.index("never copy them into the reply):\nremember: saved") < last.text.index("I like tea.")
 
 
 async def test_a_server_refusing_tools_is_asked_without_them_from_then_on(llm_server: ScriptedLLM) -> None:
@@ -216,3 +231,70 @@ async def test_a_server_refusing_tools_is_asked_without_them_from_then_on(llm_se
     assert (await seam.text("You are Quinn.", "Hi", tools=[remember])).text == "Hello Ana."
     assert (await seam.text("You are Quinn.", "Hi again", tools=[remember])).text == "Hello Ana."
     assert ["tools" in r.body_json for r in llm_server.requests] == [True, False, False]
+
+
+ASKED = "Hi Quinn,\n\nWhat is the date of our wedding anniversary? Please keep it short.\n\nThanks,\nMaren"
+INSTRUCTION = "Write the reply body only (no subject line, no headers)."
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [f"{ASKED}\n\n{INSTRUCTION}", "remember: saved"],
+    ids=["the-email-and-its-instruction", "the-result-of-its-own-tool-call"],
+)
+async def test_a_reply_that_copies_its_input_is_never_sent(llm_server: ScriptedLLM, echo: str) -> None:
+    """Seen with a 0.5B model: the email and the template's instruction, or a tool's result, sent back as the
+    reply. Sent back once (as for JSON); a real reply is kept; summaries and digests may quote (no ``reply``)."""
+    saved.clear()
+    llm_server.like_llama_cpp = True
+    script = [Text(echo), Text("Hi Maren, I don't know that date yet: tell me and I will remember it.")]
+    if echo == "remember: saved":
+        script.insert(0, ToolCall("remember", {"content": "Maren asked about her anniversary"}))
+    llm_server.script(*script)
+    user = f"New email from Maren:\n{ASKED}\n\n{INSTRUCTION}"
+    result = await local(llm_server).text("You are Quinn.", user, tools=[remember], echo_of=(user,))
+    assert result.text.startswith("Hi Maren, I don't know that date yet")
+    assert "a copy of the email or of tool results, not a reply" in llm_server.requests[-1].text
+
+
+async def test_a_reply_copying_its_input_three_times_is_retried_later_and_a_summary_may_quote(
+    llm_server: ScriptedLLM,
+) -> None:
+    user = f"New email from Maren:\n{ASKED}\n\n{INSTRUCTION}"
+    llm_server.script(Text(ASKED), Text(ASKED), Text(ASKED))
+    with pytest.raises(RetryLater, match="a copy of the email or of tool results instead of a reply"):
+        await local(llm_server).text("You are Quinn.", user, tools=[remember], echo_of=(user,))
+    llm_server.script(Text(ASKED))  # a summary (no echo_of) that quotes its input is returned as it is
+    assert (await local(llm_server).text("Summarize.", user)).text == ASKED
+
+
+@pytest.mark.parametrize(
+    ("reply", "sources", "results", "echo"),
+    [
+        (f"{ASKED}\n\n{INSTRUCTION}", (f"New email from Maren:\n{ASKED}\n\n{INSTRUCTION}",), (), True),
+        ("search_memory: No memories match.", (), ("search_memory: No memories match.",), True),
+        # A short answer restating the question copies little: an answer, not an echo.
+        ("What is the date of our wedding anniversary? It is 12 June.", (ASKED,), (), False),
+        # Quoting one line of a long email and answering it.
+        (
+            "> What is the date of our wedding anniversary?\n\nYou told me in March: it is 12 June, and you were "
+            "married in Porto. Shall I remind you a week before next year?",
+            (ASKED,),
+            (),
+            False,
+        ),
+        ("OK", (), ("OK: saved",), False),  # too short to tell
+        # What Quinn said earlier in the thread is not a source: a reply may say it again.
+        (
+            "Your anniversary is 12 June; I have had it since your mail in March and will remind you in May.",
+            (ASKED,),
+            (),
+            False,
+        ),
+    ],
+    ids=["email-and-instruction", "tool-result", "restated-question", "quote-and-answer", "short", "repeat"],
+)
+def test_what_counts_as_an_echo(reply: str, sources: tuple[str, ...], results: tuple[str, ...], echo: bool) -> None:
+    from quinn.agent.json_text import echoed
+
+    assert echoed(reply, *sources, results=results) is echo

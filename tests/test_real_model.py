@@ -65,8 +65,11 @@ def test_a_mail_is_answered_its_facts_stored_and_a_new_thread_recalls_them(
     daemon = quinn_daemon(config)
     daemon.wait_for_log("quinn started", timeout_s=120)
 
+    # With a question to answer: told only facts, the 0.5B model sends the mail back as its "reply" (3 of 4 such
+    # mails in a probe), which Quinn never mails (json_text.echoed): the mail waits for a retry instead.
     first_id, raw = build_mail(alice, address, "Hello from Lisbon", "Hi Quinn, I'm Alice. I live in Lisbon and my "
-                               "cat is called Miso. I work as a nurse at the city hospital.")  # fmt: skip
+                               "cat is called Miso. I work as a nurse at the city hospital. Could you suggest a good "
+                               "book for my night shifts?")  # fmt: skip
     smtp_lab.send(alice, address, raw)
     [reply_raw] = dovecot.wait_for_messages(alice, 1, timeout_s=300)
     reply = email.message_from_bytes(reply_raw, policy=email.policy.default)

@@ -149,3 +149,48 @@ def is_schema_dump(value: Any) -> bool:
         and ("properties" in value or "$defs" in value or "$schema" in value)
         and (value.get("type") == "object" or "$schema" in value or "title" in value)
     )
+
+
+ECHO_SHARE = 0.6  # a reply this much made of runs copied from what the model was sent is not a reply
+ECHO_MIN = 60  # characters copied at the least: a short answer restating the question is still an answer
+_ECHO_RUN = 24  # characters: shorter common runs are ordinary shared words ("Hi Ana", a name, a date)
+_RESULT_MIN = 8  # a reply this short inside a tool result ("OK", "Thanks") may be a coincidence
+
+
+def echoed(reply: str, *sources: str, results: tuple[str, ...] = ()) -> bool:
+    """Whether ``reply`` is mostly a copy of ``sources`` (the email and instructions the model was sent, or the
+    results of its tool calls): runs of at least ``_ECHO_RUN`` characters found in them cover ``ECHO_SHARE`` of it
+    and ``ECHO_MIN`` characters at least.
+
+    Small models do this (seen with a 0.5B model: the email and the template's "Write the reply body only"
+    line sent back, or "search_memory: No memories match." as the whole reply). A reply quoting a line of the
+    email stays well under the share, and a short answer that restates the question is under the minimum.
+    The sources are only what a reply must not merely copy: the thread, its summary and memories are not among
+    them (a reply may rightly repeat what Quinn said before or a fact it knows). ``results`` (tool results) are
+    also sources, and a reply that is a whole part of one is an echo however short. Whitespace and case are
+    folded first.
+    """
+    text = " ".join(reply.split()).lower()
+    if not text:
+        return False
+    if len(text) >= _RESULT_MIN and any(text in " ".join(r.split()).lower() for r in results if r.strip()):
+        return True  # a tool's result ("remember: saved", "No memories match.") is never a reply
+    covered = [False] * len(text)
+    for source in (*sources, *results):
+        flat = " ".join(source.split()).lower()
+        if not flat:
+            continue
+        start = 0
+        while start <= len(text) - _ECHO_RUN:
+            at = flat.find(text[start : start + _ECHO_RUN])
+            if at < 0:
+                start += 1
+                continue
+            end = start + _ECHO_RUN
+            while end < len(text) and at + (end - start) < len(flat) and text[end] == flat[at + end - start]:
+                end += 1
+            for i in range(start, end):
+                covered[i] = True
+            start = end
+    copied = sum(covered)
+    return copied >= ECHO_MIN and copied >= ECHO_SHARE * len(text)

@@ -21,7 +21,7 @@ from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAIC
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ValidationError
 
-from quinn.agent.json_text import find_json, is_schema_dump, tool_calls_in_text, whole_json
+from quinn.agent.json_text import echoed, find_json, is_schema_dump, tool_calls_in_text, whole_json
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.sdks import skipped
@@ -222,7 +222,14 @@ class LLM:
         return [llm.messages.system(system), llm.messages.user(user)]
 
     async def text(
-        self, system: str, user: str, *, tools: Sequence[Any] = (), ctx: Any = None, background: bool = False
+        self,
+        system: str,
+        user: str,
+        *,
+        tools: Sequence[Any] = (),
+        ctx: Any = None,
+        background: bool = False,
+        echo_of: Sequence[str] | None = None,
     ) -> TextResult:
         """A text answer; tool calls are executed and resumed up to ``max_tool_rounds`` times.
 
@@ -233,13 +240,17 @@ class LLM:
         already run is not), anything else (a schema, an unknown call) is sent back once with the request for
         plain text, then asked once more without tools, then ``RetryLater``.
         A server that rejects the tool definitions (400) is asked again without tools, and from then on.
+        ``echo_of``: the answer goes to a person, and these are the texts it must not merely copy (the new email
+        and the template's instructions around it, not the thread or memories a reply may rightly repeat): an
+        answer mostly made of them, or a part of a tool's result (`json_text.echoed`), is treated like JSON.
+        None (summaries, digests, which may quote): no such check.
         """
         model = self._model(background)
         usage = Usage(model.model_id)
         rounds = 0
         nudged = False
         ran_as_text: set[tuple[str, str]] = set()
-        gathered: list[str] = []  # results of tool calls the model wrote as text
+        gathered: list[str] = []  # results of the tool calls run (native or written as text)
         bare = False  # asked once without tools
         if model.model_id in self._no_tools:
             tools = ()
@@ -266,14 +277,17 @@ class LLM:
                         outputs = [_refused(call, self.config.max_tool_rounds) for call in response.tool_calls]
                     else:
                         outputs = await (response.execute_tools(ctx) if ctx is not None else response.execute_tools())
+                        gathered += [str(getattr(output, "result", output)) for output in outputs]
                     rounds += 1
                     response = await (response.resume(ctx, outputs) if ctx is not None else response.resume(outputs))
                     usage += _usage(response, model.model_id)
                     continue
                 text = response.text().strip()
-                if whole_json(text) is None:
+                json_answer = whole_json(text) is not None
+                if not json_answer and not (echo_of is not None and echoed(text, *echo_of, results=tuple(gathered))):
                     break
-                calls = tool_calls_in_text(text)
+                what = "JSON" if json_answer else "a copy of the email or of tool results"
+                calls = tool_calls_in_text(text) if json_answer else None
                 names = {getattr(tool, "name", None) for tool in tools}
                 keys = {(c.name, json.dumps(c.args, sort_keys=True)) for c in calls or ()}
                 # A small model asks for the same call again and again (seen: five identical searches per mail);
@@ -288,23 +302,26 @@ class LLM:
                     note = ("Your tool calls were run. Results:\n" + "\n".join(results) + "\nNow write the reply "
                             "to the email as plain text: no JSON, no tool calls.")  # fmt: skip
                 elif not nudged:
-                    log.warning("model %s answered with JSON instead of a reply; asking for plain text: %.200s",
-                                model.model_id, text)  # fmt: skip
+                    log.warning("model %s answered with %s instead of a reply; asking for plain text: %.200s",
+                                model.model_id, what, text)  # fmt: skip
                     nudged = True
-                    note = ("That was JSON, not a reply (tool results you asked for are above). Write the reply to the "
-                            "email now as plain text, without JSON and without tool calls.")  # fmt: skip
+                    note = (f"That was {what}, not a reply (tool results you asked for are above). Write your own "
+                            "reply to the email now as plain text, without JSON and without tool calls.")  # fmt: skip
                 elif tools and not bare:
                     # Last resort before giving up: the same request with no tools to call, and what the text
                     # calls found so far. Greedy decoding would repeat the same JSON on every retry otherwise.
-                    log.warning("model %s still answered with JSON; asking once more without tools", model.model_id)
+                    log.warning("model %s still answered with %s; asking once more without tools", model.model_id,
+                                what)  # fmt: skip
                     bare = True
-                    found = "\n\nWhat your tool calls found:\n" + "\n".join(gathered) if gathered else ""
-                    response = await model.call_async(self._messages(system, user + found))
+                    # Before the email, not after it: a small model copies the last thing it read.
+                    found = ("What your tool calls found (notes for you; never copy them into the reply):\n"
+                             + "\n".join(gathered) + "\n\n") if gathered else ""  # fmt: skip
+                    response = await model.call_async(self._messages(system, found + user))
                     usage += _usage(response, model.model_id)
                     continue
                 else:
-                    raise RetryLater(f"model {model.model_id} answered with JSON instead of a reply, twice; nothing "
-                                     f"was sent: {text[:200]!r}")  # fmt: skip
+                    raise RetryLater(f"model {model.model_id} answered with {what} instead of a reply, twice; "
+                                     f"nothing was sent: {text[:200]!r}")  # fmt: skip
                 response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
                 usage += _usage(response, model.model_id)
         except (llm.Error, *TRANSPORT_ERRORS) as exc:
@@ -421,9 +438,18 @@ def _parse_answer(response: Any, format: type[T], model: str, *, allow_empty: bo
 
 
 async def _run_text_call(response: Any, name: str, args: dict[str, Any], ctx: Any) -> str:
-    """Run a tool call the model wrote as text, through the response's own toolkit; its result as a line."""
+    """Run a tool call the model wrote as text, through the response's own toolkit; its result as a line.
+
+    Arguments the tool does not take are dropped (a small model adds some: seen, ``search_memory`` with an
+    ``importance``), so the call runs instead of answering with a Python TypeError the model may then copy."""
+    tool = response.toolkit.tools_dict.get(name)
+    known = set(getattr(getattr(tool, "parameters", None), "properties", None) or ())
+    if known:
+        args = {key: value for key, value in args.items() if key in known}
     call = llm.ToolCall(id=f"text-{uuid.uuid4().hex[:12]}", name=name, args=json.dumps(args))
     output = await (response.toolkit.execute(ctx, call) if ctx is not None else response.toolkit.execute(call))
+    if getattr(output, "error", None) is not None:
+        return f"{name}: the call failed, answer without it"
     return f"{name}: {output.result}"
 
 

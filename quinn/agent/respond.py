@@ -304,13 +304,20 @@ class Agent:
     async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
         with self.stage("render"):
             rendered = self.prompts.render("reply", reply_variables(inputs))
+            # What a reply must not merely send back: the new email and the template's words around it, rendered
+            # without the thread, summary, memories and passages, which a reply may rightly repeat.
+            bare = self.prompts.render("reply", reply_variables(dataclasses.replace(
+                inputs, persona=(), profile=(), hits=(), passages=(), state={}, thread=(), thread_summary=None,
+                domains=(), actions=())))  # fmt: skip
         await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
+            echo_of = (bare.user,)
             if deps is None:
-                result = await self.llm.text(rendered.system, rendered.user)
+                result = await self.llm.text(rendered.system, rendered.user, echo_of=echo_of)
             else:
                 ctx = mirascope_llm.Context(deps=deps)
-                result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx)
+                result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx,
+                                             echo_of=echo_of)  # fmt: skip
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
         shown = tuple(int(i) for i in MEMORY_CITATION.findall(f"{rendered.system}\n{rendered.user}"))
