@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from quinn.agent import digest
 from quinn.agent.consent import opted_out
 from quinn.agent.context import ThreadMessage, others_on_thread
 from quinn.agent.extract import ExtractionOutcome
@@ -298,7 +299,38 @@ class Quinn:
                         await self._retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
         if self._mailbox_purges:
             await self._purge_mailboxes()
+        await self._send_digests()
         return len(uids)
+
+    async def _send_digests(self) -> None:
+        """Mail the digests the digest job planned (agent/digest.py) through the outbox, as replies go: sent
+        exactly once, a copy filed. One the server will not take now waits in the outbox for the next pass."""
+        assert self.store is not None and self.delivery is not None
+        c = self.config.smtp
+        outbox = Outbox(self.store.db)
+        for planned in await self._db(digest.unsent, self.store.db):
+            made = await self._db(digest.compose, self.store, planned, own_address=c.from_address,
+                                  own_name=c.from_name, now=self.clock.now())  # fmt: skip
+            if made is not None:
+                mail, listed = made
+                await self._db(outbox.put, mail.message_id, "", planned.user_id, None, mail.recipients, mail.raw,
+                               template=digest.TEMPLATE)  # fmt: skip
+                await self._db(digest.composed, self.store.db, planned.id, mail.message_id, listed)
+        if self.hold.active(utcnow()):  # a setup error holds the mail: digests wait for the fix too
+            return
+        for item in await self._db(outbox.pending, digest.TEMPLATE):
+            try:
+                await self.delivery.deliver(item)
+                log.info("digest %s sent to %s", item.message_id, item.user_id)
+            except RetryLater as exc:
+                log.warning("digest %s not sent yet (%s); trying again after the next pass", item.message_id,
+                            exc.message)  # fmt: skip
+                return  # the server is struggling: the others wait too
+            except ConnectError as exc:  # refused for good: marked failed in the outbox, never tried again
+                log.error("digest %s refused by the SMTP server: %s", item.message_id, exc.message)
+            except ConfigError as exc:  # the login was refused: every mail waits for the operator (logged)
+                self.hold.fail(exc, utcnow())
+                return
 
     async def handle(self, uid: int, size: int) -> None:
         """Take one message as far as it can go now. Never raises for a problem with the mail itself."""

@@ -301,7 +301,7 @@ class DomainConfig(Section):
 
 
 JOB_NAMES: tuple[str, ...] = (
-    "summarize", "session_close", "consolidate", "decay", "cleanup", "reflect", "improvement",
+    "summarize", "session_close", "consolidate", "decay", "cleanup", "reflect", "improvement", "digest",
 )  # fmt: skip
 """The scheduler's jobs (quinn/scheduler/jobs.py declares them; a test keeps the two in step)."""
 
@@ -371,6 +371,15 @@ class SchedulerConfig(Section):
         description="Extra stability factor for a memory retrieved again in another session (on top of the x1.2 "
         "of every retrieval): spaced use makes a memory last longer than use within one thread.",
     )  # fmt: skip
+    digest_every_days: float = Field(
+        default=0, ge=0,
+        description='Mail each user "here is what I learnt about you" this often (e.g. 30), numbered so they can '
+        'correct it by replying ("forget 2", "the third one is wrong"); only when something new was learnt. '
+        "0: never.",
+    )  # fmt: skip
+    digest_max_items: int = Field(
+        default=30, ge=1, le=200, description="At most this many memories in one digest, the most important first."
+    )
 
     @field_validator("disabled")
     @classmethod

@@ -18,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, memory_mail, proposals
+from quinn.agent import confirm, consent, digest, memory_mail, proposals
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -221,6 +221,11 @@ class Agent:
         if codes and memory_mail.confirms(email.text):
             return await self._confirmed(email, user, codes)
         requests = memory_mail.parse_requests(email.text)
+        # A reply to the user's own digest may correct it by number ("forget 2", "the third one is wrong").
+        listed = await self._db(digest.numbered, self.store.db, email.in_reply_to, user)
+        wrong = digest.corrections(email.text) if listed else []
+        if wrong:  # "forget 2" names a digest item, not a memory about "2"
+            requests = [r for r in requests if not (r.kind == "forget" and digest.corrections(f"forget {r.argument}"))]
         kinds = {r.kind for r in requests}
         if "purge" in kinds:
             log.info("mail %s: %s asks for a purge; asking for confirmation", email.message_id, user)
@@ -228,6 +233,9 @@ class Agent:
             return Answer(memory_mail.purge_question(user, code), memory_mail.PURGE_CONFIRM_TEMPLATE, "",
                           private=True)  # fmt: skip
         work = await self._db(self._carry_out, email, user, requests, private_ok)
+        if wrong:
+            assert listed is not None
+            await self._db(self._correct_digest, user, listed, wrong, private_ok, work)
         if "export" in kinds:
             log.info("mail %s: %s asks for an export; asking for confirmation", email.message_id, user)
             code = await self._db(confirm.issue, self.store.db, user, "export", email.message_id, utcnow())
@@ -281,6 +289,29 @@ class Agent:
                     work.changes.append(forgotten)
                     work.actions.append(f"Forgotten, as asked: {forgotten.content} [memory:{forgotten.memory_id}]")
         return work
+
+    def _correct_digest(
+        self, user: str, listed: Sequence[int], wrong: Sequence[int], private_ok: bool, work: _Work
+    ) -> None:
+        """Forget the digest items the user marked wrong (DB thread); each becomes an action and a footer line.
+        A private memory is not touched, nor named, with others on the mail (as ``memory_mail.forget``)."""
+        for number in wrong:
+            if number > len(listed):
+                work.actions.append(f"They marked item {number} of your digest wrong, but it listed only "
+                                    f"{len(listed)}: nothing was forgotten; ask which one they mean.")  # fmt: skip
+                continue
+            memory = digest.current_version(self.store, listed[number - 1], user)
+            if memory is None:
+                work.actions.append(f"Item {number} of your digest was already forgotten or replaced.")
+                continue
+            if memory.private and not private_ok:
+                work.actions.append(f"Item {number} of your digest is private and others are on this email: it "
+                                    "was not forgotten; ask them to write to you alone about it.")  # fmt: skip
+                continue
+            self.store.forget(memory.id, user_id=user, reason=f"marked wrong in reply to the digest (item {number})")
+            work.changes.append(MemoryChange("forgotten", memory.id, memory.content))
+            work.actions.append(f"Forgotten, as they said item {number} of your digest is wrong: {memory.content} "
+                                f"[memory:{memory.id}]")  # fmt: skip
 
     async def _confirmed(self, email: InboundEmail, user: str, codes: list[str]) -> Answer:
         """A "yes" carrying a confirmation code: purge or export, if the code is the user's and still good."""

@@ -90,10 +90,13 @@ class Outbox:
         assert item is not None
         return item
 
-    def pending(self) -> list[OutboxItem]:
-        """Replies written but not known to be delivered (pending or in flight), oldest first."""
+    def pending(self, template: str | None = None) -> list[OutboxItem]:
+        """Replies written but not known to be delivered (pending or in flight), oldest first; only those of
+        ``template`` when given."""
         rows = self.db.query(
-            "SELECT message_id FROM outbox WHERE state IN ('pending', 'sending', 'drafting') ORDER BY created_at"
+            "SELECT message_id FROM outbox WHERE state IN ('pending', 'sending', 'drafting')"
+            " AND (? IS NULL OR template = ?) ORDER BY created_at",
+            (template, template),
         )
         return [item for (mid,) in rows if (item := self.get(mid)) is not None]
 

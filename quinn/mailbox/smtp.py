@@ -109,12 +109,17 @@ def compose_reply(
     msg["X-Auto-Response-Suppress"] = "All"  # ask Exchange-style responders not to answer us
     msg[LOOP_HEADER] = own_address
     msg.set_content(body)
-    paragraphs = "".join(f"<p>{html.escape(p).replace(chr(10), '<br>')}</p>" for p in body.split("\n\n") if p.strip())
-    msg.add_alternative(f"<!doctype html><html><body>{paragraphs}</body></html>", subtype="html")
+    msg.add_alternative(html_alternative(body), subtype="html")
     for filename, content_type, data in attachments:
         maintype, _, subtype = content_type.partition("/")
         msg.add_attachment(data, maintype=maintype, subtype=subtype or "octet-stream", filename=filename)
     return Reply(message_id, [*to, *cc], subject, body, msg.as_bytes())
+
+
+def html_alternative(body: str) -> str:
+    """The HTML part beside a plain-text body: its paragraphs, every character of the text escaped."""
+    paragraphs = "".join(f"<p>{html.escape(p).replace(chr(10), '<br>')}</p>" for p in body.split("\n\n") if p.strip())
+    return f"<!doctype html><html><body>{paragraphs}</body></html>"
 
 
 class MaybeSent(RetryLater):

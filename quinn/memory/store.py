@@ -527,6 +527,7 @@ class MemoryStore:
                 ("outbox", "user_id = ?", (user,)),
                 ("llm_usage", "user_id = ?", (user,)),
                 ("confirmations", "user_id = ?", (user,)),
+                ("digests", "user_id = ?", (user,)),
             ):
                 counts[table] = int(tx.query(f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0])
                 tx.execute(f"DELETE FROM {table} WHERE {where}", params)

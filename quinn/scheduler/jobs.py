@@ -17,6 +17,7 @@ from quinn.scheduler.cleanup import cleanup_job
 from quinn.scheduler.consolidate import consolidate_job
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.decay import decay_job
+from quinn.scheduler.digest import digest_job
 from quinn.scheduler.improvement import improvement_job
 from quinn.scheduler.reflect import reflect_job
 from quinn.scheduler.session_close import session_close_job
@@ -59,6 +60,8 @@ JOBS: tuple[JobSpec, ...] = (
             description="promote repeated episodes to lasting facts; extend the entity graph"),
     JobSpec("improvement", improvement_job, "interval", 1440, needs_llm=True, uses_embeddings=False,
             description="reward per reply template version; draft proposals from review suggestions"),
+    JobSpec("digest", digest_job, "interval", 1440, needs_llm=False, uses_embeddings=False,
+            description='plan "what I learnt about you" mails ([scheduler] digest_every_days; off by default)'),
 )  # fmt: skip
 
 
