@@ -30,11 +30,12 @@ from email.utils import format_datetime, formataddr
 from quinn.clock import iso
 from quinn.mailbox.smtp import LOOP_HEADER, Reply, html_alternative
 from quinn.memory.db import Database
+from quinn.memory.filters import CURRENT
 from quinn.memory.models import Memory
 from quinn.memory.store import MemoryStore
 
 TEMPLATE = "digest"  # the outbox's template column: a digest, not a reply to a mail
-_CURRENT = "active = 1 AND superseded_by IS NULL AND valid_to IS NULL AND immutable = 0"
+_CURRENT = f"{CURRENT} AND immutable = 0"  # an operator's immutable memories are not the user's to correct
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
              "eleventh", "twelfth")  # fmt: skip
 _ITEM = r"(?:(?:number|no\.?|item|#)\s*)?"

@@ -110,6 +110,10 @@ def _moment(name: str, value: datetime | str) -> str:
     return moment
 
 
+#: The current version of a memory: not forgotten or archived, not replaced by an update, not ended (expiry is a
+#: clock's question, asked by the caller). ``memory_filter`` writes the same rule with its options.
+CURRENT = "active = 1 AND superseded_by IS NULL AND valid_to IS NULL"
+
 #: Where a memory's age is counted from, everywhere (search's effective importance, decay, cleanup): its last use,
 #: or when Quinn learnt it. Not ``valid_from``: a fact from an old mail processed today is new to Quinn.
 AGE_ANCHOR = "coalesce(last_accessed_at, created_at)"

@@ -18,14 +18,14 @@ from datetime import datetime, timedelta
 from quinn.clock import iso
 from quinn.config import SchedulerConfig
 from quinn.errors import StoreError
-from quinn.memory.filters import AGE_ANCHOR
+from quinn.memory.filters import AGE_ANCHOR, CURRENT
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.retention import expire
 
 log = logging.getLogger(__name__)
 
-_CURRENT = "user_id IS NOT NULL AND active = 1 AND superseded_by IS NULL AND valid_to IS NULL AND immutable = 0"
+_CURRENT = f"user_id IS NOT NULL AND {CURRENT} AND immutable = 0"
 
 
 def archive_candidates(store: MemoryStore, settings: SchedulerConfig, now: datetime) -> list[tuple[int, str, str]]:
