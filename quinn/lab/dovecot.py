@@ -10,6 +10,7 @@ dir, owned by ``nobody`` (Dovecot refuses to run mail processes as root).
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import pwd
 import re
@@ -38,6 +39,23 @@ _CAPABILITIES = (
     "I18NLEVEL=1 CONDSTORE QRESYNC ESEARCH ESORT SEARCHRES WITHIN CONTEXT=SEARCH LIST-STATUS BINARY MOVE "
     "SNIPPET=FUZZY PREVIEW=FUZZY PREVIEW STATUS=SIZE SAVEDATE LITERAL+ NOTIFY"
 )
+# Without root, Dovecot can neither chroot nor hand its sockets to the dovecot group (measured with 2.3.19:
+# "chown(.../stats-writer, -1, 105) failed: Operation not permitted").
+_UNPRIVILEGED = """\
+service imap-login {
+  chroot =
+}
+service anvil {
+  chroot =
+}
+service stats {
+  unix_listener stats-writer {
+    group =
+  }
+}
+"""
+_UNPRIVILEGED += "".join(f"service {s} {{\n  unix_listener {s} {{\n    group =\n  }}\n}}\n" for s in ("imap-hibernate",
+                         "dict", "dict-async"))  # fmt: skip
 _EX_NOUSER = 68  # doveadm kick: "no such user" = nobody to kick
 _APPENDUID = re.compile(rb"\[APPENDUID \d+ (\d+)\]")
 
@@ -89,8 +107,9 @@ class Dovecot(LabServer):
         self.mail_dir = self.dir / "mail"
         for sub in ("run", "state", "mail"):
             (self.dir / sub).mkdir()
-        nobody = pwd.getpwnam("nobody")
-        os.chown(self.mail_dir, nobody.pw_uid, nobody.pw_gid)
+        if os.geteuid() == 0:  # Dovecot runs no mail process as root: the mail belongs to nobody
+            nobody = pwd.getpwnam("nobody")
+            os.chown(self.mail_dir, nobody.pw_uid, nobody.pw_gid)
         self.log_path = self.dir / "dovecot.log"
         self.stderr_path = self.dir / "stderr.log"
         self.conf_path = self.dir / "dovecot.conf"
@@ -128,6 +147,13 @@ class Dovecot(LabServer):
             kept = " ".join(c for c in _CAPABILITIES.split() if c not in self.without)
             capability = f"protocol imap {{\n  imap_capability = {kept}\n}}\n"
         ssl = f"ssl = yes\nssl_cert = <{self.tls[0]}\nssl_key = <{self.tls[1]}" if self.tls else "ssl = no"
+        users = "default_internal_user = dovecot\ndefault_login_user = dovenull"
+        owner = "uid=nobody gid=nogroup"
+        if os.geteuid() != 0:  # `quinn demo` as a normal user: every process runs as that user, nothing chroots
+            me, group = pwd.getpwuid(os.geteuid()).pw_name, grp.getgrgid(os.getegid()).gr_name
+            users = f"default_internal_user = {me}\ndefault_login_user = {me}"
+            owner = f"uid={me} gid={group}"
+            capability += _UNPRIVILEGED
         return f"""\
 # Written by quinn/lab/dovecot.py for one lab or demo run.
 instance_name = quinn-lab-{self._port}
@@ -142,15 +168,14 @@ auth_failure_delay = 0
 auth_verbose = yes
 log_path = {self.log_path}
 mail_location = maildir:{self.mail_dir}/%u/Maildir
-default_internal_user = dovecot
-default_login_user = dovenull
+{users}
 passdb {{
   driver = static
   args = password={self._password}
 }}
 userdb {{
   driver = static
-  args = uid=nobody gid=nogroup home={self.mail_dir}/%u
+  args = {owner} home={self.mail_dir}/%u
 }}
 service imap-login {{
   inet_listener imap {{
