@@ -87,6 +87,21 @@ def test_demo_without_a_usable_model_option_says_which_and_shows_ollama(
     assert says in err and "--model ollama/llama3.2" in err
 
 
+def test_demo_with_a_model_server_that_does_not_answer_says_so_and_stops(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    kept = tmp_path / "demo"
+    assert main(["demo", "--model", "ollama/llama3.2", "--base-url", url, "--send", "Hello", "--keep", str(kept)]) == 3
+    err = capsys.readouterr().err
+    assert "LLM ollama/llama3.2" in err and "is the model's server running and --base-url right?" in err
+    imap_port = int(re.search(r"port = (\d+)", (kept / "quinn.toml").read_text()).group(1))  # type: ignore[union-attr]
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", imap_port), timeout=5):
+        pass  # the demo's Dovecot was stopped on the way out
+
+
 def test_demo_without_dovecot_says_how_to_install_it(
     llm_server: ScriptedLLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

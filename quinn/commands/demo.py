@@ -159,7 +159,11 @@ class Demo:
         path.write_text(self.config_text(), encoding="utf-8")
         self.config = load_config(path, env={**os.environ, PASSWORD_ENV: dovecot.password})
         setup_logging(self.config.log_level, secrets=secret_values(self.config))
-        asyncio.run(LLM(self.config.llm).check())  # fail now, not after the first mail's retries
+        try:  # fail now, not after the first mail's retries
+            asyncio.run(LLM(self.config.llm).check())
+        except ConnectError as exc:
+            raise ConnectError(exc.message, "is the model's server running and --base-url right? (Ollama: "
+                               "`ollama serve`, then `ollama pull MODEL`)") from None  # fmt: skip
         self._app = Quinn(self.config)
         self._thread = threading.Thread(target=self._serve, name="quinn-demo", daemon=True)
         self._thread.start()
