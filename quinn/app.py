@@ -101,6 +101,7 @@ class Quinn:
         self._stop = threading.Event()
         self._in_flight: asyncio.Task[Any] | None = None
         self.handled = 0
+        self.handling: int | None = None  # the UID in hand, learning included (`quinn demo` waits for it)
         self.metrics = Metrics()
         self.hold = SetupHold()
         self._release_held = True  # at start and after a reload: the operator may have fixed the setup
@@ -289,6 +290,7 @@ class Quinn:
             if self._stop.is_set():
                 break
             if uid in sizes:
+                self.handling = uid
                 with self.metrics.stage("mail"):
                     try:
                         await self.handle(uid, sizes[uid])
@@ -297,6 +299,8 @@ class Quinn:
                     except Exception as exc:  # a bug, or a failure nobody foresaw: this mail waits, the rest go on
                         log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
                         await self._retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
+                    finally:
+                        self.handling = None
         if self._mailbox_purges:
             await self._purge_mailboxes()
         await self._send_digests()

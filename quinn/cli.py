@@ -13,7 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from quinn import __version__
-from quinn.commands import ask, configuration, database, evaluate, init, jobs, mail, memory, prompts, sessions, users
+from quinn.commands import (
+    ask,
+    configuration,
+    database,
+    demo,
+    evaluate,
+    init,
+    jobs,
+    mail,
+    memory,
+    prompts,
+    sessions,
+    users,
+)
 from quinn.config import Config, load_config
 from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
@@ -21,7 +34,7 @@ from quinn.sdks import skip_unused
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [init, ask, mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
+GROUPS: list[Any] = [init, ask, demo, mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
 DEFAULT_CONFIG = "quinn.toml"
 
 

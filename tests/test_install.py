@@ -80,6 +80,12 @@ def test_the_wheel_carries_what_the_docs_name(wheel: Path):
     assert any(n.endswith(".data/data/share/doc/quinn/README.md") for n in names)
     packaged = zipfile.ZipFile(wheel).read("quinn/_deploy/quinn.example.toml")
     assert packaged == EXAMPLE.read_bytes()
+    # quinn demo's mail system, with its SMTP server's package as an extra (pip install 'quinn-mail[demo]').
+    assert {"quinn/commands/demo.py", "quinn/lab/dovecot.py", "quinn/lab/smtp.py"} <= names
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    requires = zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+    assert "Provides-Extra: demo" in requires
+    assert any(r.startswith("Requires-Dist: aiosmtpd") and "extra == 'demo'" in r for r in requires), requires
 
 
 @INSTALLS
@@ -100,6 +106,10 @@ def test_the_installed_quinn_runs_offline(venv: Path, tmp_path: Path):
     assert "COMMAND" in run(venv / "bin" / "quinn", "--help", env=env, cwd=tmp_path).stdout
     example = run(venv / "bin" / "quinn", "config", "example", env=env, cwd=tmp_path).stdout
     assert example == EXAMPLE.read_text(encoding="utf-8")
+    # Without the demo extra, quinn demo says how to get its SMTP server (aiosmtpd is no dependency of Quinn's).
+    demo = subprocess.run([venv / "bin" / "quinn", "demo", "--model", "ollama/llama3.2", "--send", "Hi"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert demo.returncode == 2 and "pip install 'quinn-mail[demo]'" in demo.stderr, demo.stderr
     unit = run(venv / "bin" / "quinn", "config", "unit", env=env, cwd=tmp_path).stdout
     assert unit == (ROOT / "deploy" / "quinn.service").read_text(encoding="utf-8")
     # The default embedder, its files found and checked, and the eval data, from the venv (not this checkout).

@@ -41,8 +41,10 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     ask.set_defaults(handler=ask_command, secrets_of=("llm", "database", "embeddings"))
 
 
-def message(config: Config, user: str, subject: str, text: str, now: datetime | None = None) -> bytes:
-    """The asked message as a mail to Quinn's own address."""
+def message(
+    config: Config, user: str, subject: str, text: str, now: datetime | None = None, domain: str = ASK_DOMAIN
+) -> bytes:
+    """The asked message as a mail to Quinn's own address (``quinn demo`` mails it; its ids name ``domain``)."""
     if "@" not in user or any(c.isspace() for c in user.strip()):
         raise ConfigError(f"--as {user!r} is not a mail address", "give the user's address, e.g. alice@example.org")
     if not text.strip():
@@ -52,7 +54,7 @@ def message(config: Config, user: str, subject: str, text: str, now: datetime | 
     msg["To"] = config.smtp.from_address
     msg["Subject"] = subject
     msg["Date"] = format_datetime(now or datetime.now(UTC))
-    msg["Message-ID"] = make_msgid("ask", domain=ASK_DOMAIN)
+    msg["Message-ID"] = make_msgid("ask", domain=domain)
     msg.set_content(text)
     return msg.as_bytes()
 

@@ -46,6 +46,7 @@ PROVIDERS = {
     # Any server speaking OpenAI's chat completions (vLLM, LM Studio, llama.cpp, a hosted gateway).
     "openai-compatible": Provider("openai", "", None),
 }
+OLLAMA_EXAMPLE = "--model ollama/llama3.2 (after `ollama pull llama3.2`; its server is http://localhost:11434/v1)"
 TLS_PORTS = {"imap": {"ssl": 993, "starttls": 143, "none": 143}, "smtp": {"ssl": 465, "starttls": 587, "none": 25}}
 DEFAULT_PASSWORD_ENV = "QUINN_IMAP_PASSWORD"
 
@@ -85,6 +86,39 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
         help="draft (default): replies wait in the Drafts folder for you to read; send: they go out",
     )
     p.set_defaults(handler=init_command, needs_config=False)
+
+
+def named_provider(model: str, base_url: str | None) -> tuple[str, str]:
+    """The provider a ``PROVIDER/MODEL`` string names (``quinn demo --model``) and the model's name: the provider's
+    usual model when the string names only the provider. ``openai/...`` with a base URL is an OpenAI-compatible
+    server (vLLM, LM Studio, llama.cpp, a gateway), which wants no OpenAI key."""
+    prefix, _, name = model.strip().partition("/")
+    if prefix == "openai" and base_url:
+        prefix = "openai-compatible"
+    provider = PROVIDERS.get(prefix)
+    if provider is None or not (name or provider.model):
+        named = ", ".join(p for p in sorted(PROVIDERS) if p != "openai-compatible")
+        raise ConfigError(
+            f"--model {model!r} names no model of a known provider",
+            f"write PROVIDER/MODEL with PROVIDER one of {named} (openai/MODEL with --base-url URL for any "
+            f"OpenAI-compatible server), e.g. {OLLAMA_EXAMPLE}",
+        )
+    return prefix, name or provider.model
+
+
+def llm_values(provider_name: str, model: str, base_url: str | None, api_key_env: str | None) -> dict[
+    tuple[str, str], str | int | None
+]:  # fmt: skip
+    """The ``[llm]`` keys of a provider's model, for `fill` (``quinn init`` and ``quinn demo``): the model prefixed
+    with the provider's name unless it has one, and the provider's endpoint and key variable where not given
+    (``api_key_env=""``: none)."""
+    provider = PROVIDERS[provider_name]
+    key_env = provider.api_key_env if api_key_env is None else api_key_env
+    return {
+        ("llm", "model"): model if "/" in model else f"{provider.prefix}/{model}",
+        ("llm", "base_url"): base_url or provider.base_url or None,
+        ("llm", "api_key_env"): key_env or None,
+    }
 
 
 def fill(template: str, values: dict[tuple[str, str], str | int | None]) -> str:
@@ -175,12 +209,10 @@ def init_command(args: argparse.Namespace, config: None) -> int:
         url = urlsplit(base_url)
         if url.hostname:
             ask.note(base_url, reachable(url.hostname, url.port or (443 if url.scheme == "https" else 80)))
-    key_env = args.api_key_env if args.api_key_env is not None else provider.api_key_env
+    key_env = args.api_key_env
     if provider_name == "openai-compatible" and args.api_key_env is None:
         key_env = ask('API key variable ("" for none)', "") if ask.interactive else None
-    values[("llm", "model")] = model if "/" in model else f"{provider.prefix}/{model}"
-    values[("llm", "base_url")] = base_url or None
-    values[("llm", "api_key_env")] = key_env or None
+    values |= llm_values(provider_name, model, base_url, key_env)
     state = Path(ask("State directory (the database)", args.state_dir))
     values[("database", "url")] = str(state.resolve() / "quinn.db")  # quinn run may start from another folder
     values[("policy", "authserv_id")] = (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import ssl
 import subprocess
 from pathlib import Path
 
@@ -41,10 +40,3 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
     )
     key.chmod(0o644)  # Dovecot's master reads it as root; aiosmtpd in this process
     return cert, key
-
-
-def server_context(cert: Path, key: Path) -> ssl.SSLContext:
-    """A server-side TLS context with the certificate."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    return context
