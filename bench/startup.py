@@ -29,7 +29,7 @@ from tests.lab.llm_server import ScriptedLLM, Text
 from tests.lab.smtp import SmtpLab
 
 RESULTS = Path(__file__).parent / "results"
-GOALS_S = {"run to ready": 3.0, "ask": 1.5}
+GOALS_S = {"run to ready": 3.0, "ask": 1.5, "memory search": 1.5}
 EVERY_SDK = "import sys; from quinn.cli import main; sys.exit(main(sys.argv[1:]))"  # lean_imports off
 
 
@@ -73,6 +73,9 @@ def measure(rounds: int, tmp: Path) -> dict[str, dict[str, list[float]]]:
                 ask = command(lean, "ask", "-c", config, "--as", "alice@example.org", "Any dinner ideas for tonight?")
                 row.setdefault("ask", []).append(wall_s(ask, env))
                 row.setdefault("check", []).append(wall_s(command(lean, "check", "-c", config), env))
+                # A command that embeds and calls no model: the memory CLI loads the embedder, not an SDK.
+                search = command(lean, "memory", "search", "alice@example.org", "dinner ideas", "-c", config)
+                row.setdefault("memory search", []).append(wall_s(search, env))
                 print(f"  {variant}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in row.items()), flush=True)
         return times
     finally:
