@@ -298,3 +298,38 @@ def test_what_counts_as_an_echo(reply: str, sources: tuple[str, ...], results: t
     from quinn.agent.json_text import echoed
 
     assert echoed(reply, *sources, results=results) is echo
+
+
+PAST_MAIL = ("My cousin just moved to Bologna, there was a power cut in the evening, so we played cards by candle "
+             "light. The kids gave the parrot a name at last: Waffles.")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reply", "echo"),
+    [
+        ("Hi Quinn,\n\nWhat is Anouk's new job? Please keep it short.", True),  # the short question, sent back
+        (f"Start by running a small party at home. {PAST_MAIL}", True),  # a past mail pasted as the answer
+        ("Your cousin moved to Bologna, you told me in March.", False),  # a fact restated from past mail
+        ("The parrot is called Waffles.", False),
+    ],
+    ids=["short-question", "past-mail-pasted", "fact-restated", "short-fact"],
+)
+def test_an_echo_of_the_question_or_of_recalled_mail(reply: str, echo: bool) -> None:
+    """Seen in the memory QA run: the 0.5B model sent back the question itself (under the 60-character floor),
+    or one of the person's past mails that conversation recall had put in the prompt."""
+    from quinn.agent.json_text import echoed
+
+    email = f"New email from Maren:\nHi Quinn,\n\nWhat is Anouk's new job? Please keep it short.\n\n{INSTRUCTION}"
+    assert echoed(reply, email, recalled=(PAST_MAIL, "Maren's cousin lives in Bologna.")) is echo
+
+
+async def test_a_reply_sending_back_quinns_own_note_or_in_a_code_fence(llm_server: ScriptedLLM) -> None:
+    """Seen: told "write it as plain text, no JSON, no tool calls", the model answered "no JSON, no tool calls."
+    in a code fence; and real replies arrive as "```plaintext ...```"."""
+    saved.clear()
+    llm_server.like_llama_cpp = True  # the tool call comes as text; Quinn's note ends "no JSON, no tool calls."
+    llm_server.script(ToolCall("remember", {"content": "Ana likes tea"}), Text("```plaintext\nno JSON, no tool "
+                      "calls.\n```"), Text("```plaintext\nHello Ana, tea it is.\n```"))  # fmt: skip
+    result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember], echo_of=("I like tea.",))
+    assert result.text == "Hello Ana, tea it is." and saved == ["Ana likes tea"]
+    assert "a copy of the email or of tool results, not a reply" in llm_server.requests[-1].text  # sent back once

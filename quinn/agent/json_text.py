@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,15 @@ def _unwrapped(text: str) -> str:
     if fence and not text[: fence.start()].strip() and not text[fence.end() :].strip():
         return fence.group(1).strip()
     return text
+
+
+def unfenced(text: str) -> str:
+    """A reply without the code fence a small model wraps it in (seen: "```plaintext Hi Anna, ..." with or
+    without the closing fence); text with anything outside one fence is returned as it is."""
+    text = text.strip()
+    if not text.startswith("```"):
+        return text
+    return _unwrapped(text)
 
 
 def whole_json(text: str) -> Any | None:
@@ -155,31 +165,40 @@ ECHO_SHARE = 0.6  # a reply this much made of runs copied from what the model wa
 ECHO_MIN = 60  # characters copied at the least: a short answer restating the question is still an answer
 _ECHO_RUN = 24  # characters: shorter common runs are ordinary shared words ("Hi Ana", a name, a date)
 _RESULT_MIN = 8  # a reply this short inside a tool result ("OK", "Thanks") may be a coincidence
+_CONTAINED_MIN = 16  # a reply this long that is nothing but a part of the email or of our own words is a copy
 
 
-def echoed(reply: str, *sources: str, results: tuple[str, ...] = ()) -> bool:
-    """Whether ``reply`` is mostly a copy of ``sources`` (the email and instructions the model was sent, or the
-    results of its tool calls): runs of at least ``_ECHO_RUN`` characters found in them cover ``ECHO_SHARE`` of it
-    and ``ECHO_MIN`` characters at least.
+def echoed(reply: str, *sources: str, results: Sequence[str] = (), recalled: Sequence[str] = ()) -> bool:
+    """Whether ``reply`` is a copy of what the model was sent rather than an answer.
 
-    Small models do this (seen with a 0.5B model: the email and the template's "Write the reply body only"
-    line sent back, or "search_memory: No memories match." as the whole reply). A reply quoting a line of the
-    email stays well under the share, and a short answer that restates the question is under the minimum.
-    The sources are only what a reply must not merely copy: the thread, its summary and memories are not among
-    them (a reply may rightly repeat what Quinn said before or a fact it knows). ``results`` (tool results) are
-    also sources, and a reply that is a whole part of one is an echo however short. Whitespace and case are
-    folded first.
+    ``sources`` are what a reply must never merely send back: the new email, the template's words around it and
+    the notes Quinn sent the model; ``results`` the results of its tool calls; ``recalled`` what memory put in
+    the prompt (memories, passages of past mail), which a reply may restate but not copy wholesale. An echo:
+
+    - the whole reply is a part of one source (16 characters or more: "Hi Quinn, what is Anouk's new job?"
+      sent back) or of one tool result (8 or more: "remember: saved");
+    - or runs of at least ``_ECHO_RUN`` characters found in any of them cover ``ECHO_SHARE`` of it and
+      ``ECHO_MIN`` characters at least (the email and "Write the reply body only" sent back; a past mail of the
+      person pasted as the answer).
+
+    Small models do all of these (seen with a 0.5B model). A reply quoting a line and answering it stays under the
+    share, and a short answer restating the question or a fact is under the minimum. The thread and its summary
+    are not among the texts: a reply may rightly repeat what Quinn said before. Whitespace and case are folded.
     """
     text = " ".join(reply.split()).lower()
     if not text:
         return False
-    if len(text) >= _RESULT_MIN and any(text in " ".join(r.split()).lower() for r in results if r.strip()):
-        return True  # a tool's result ("remember: saved", "No memories match.") is never a reply
+
+    def folded(items: Sequence[str]) -> list[str]:
+        return [flat for item in items if (flat := " ".join(item.split()).lower())]
+
+    strict, tools, memory = folded(sources), folded(results), folded(recalled)
+    if len(text) >= _CONTAINED_MIN and any(text in flat for flat in strict):
+        return True
+    if len(text) >= _RESULT_MIN and any(text in flat for flat in tools):
+        return True
     covered = [False] * len(text)
-    for source in (*sources, *results):
-        flat = " ".join(source.split()).lower()
-        if not flat:
-            continue
+    for flat in (*strict, *tools, *memory):
         start = 0
         while start <= len(text) - _ECHO_RUN:
             at = flat.find(text[start : start + _ECHO_RUN])

@@ -21,7 +21,7 @@ from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAIC
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ValidationError
 
-from quinn.agent.json_text import echoed, find_json, is_schema_dump, tool_calls_in_text, whole_json
+from quinn.agent.json_text import echoed, find_json, is_schema_dump, tool_calls_in_text, unfenced, whole_json
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.sdks import skipped
@@ -230,6 +230,7 @@ class LLM:
         ctx: Any = None,
         background: bool = False,
         echo_of: Sequence[str] | None = None,
+        recalled: Sequence[str] = (),
     ) -> TextResult:
         """A text answer; tool calls are executed and resumed up to ``max_tool_rounds`` times.
 
@@ -241,9 +242,10 @@ class LLM:
         plain text, then asked once more without tools, then ``RetryLater``.
         A server that rejects the tool definitions (400) is asked again without tools, and from then on.
         ``echo_of``: the answer goes to a person, and these are the texts it must not merely copy (the new email
-        and the template's instructions around it, not the thread or memories a reply may rightly repeat): an
-        answer mostly made of them, or a part of a tool's result (`json_text.echoed`), is treated like JSON.
-        None (summaries, digests, which may quote): no such check.
+        and the template's instructions around it, not the thread a reply may rightly repeat); ``recalled``:
+        the memories and past mail in the prompt, which it may restate but not paste. An answer that copies them,
+        the notes sent to the model, or a tool's result (`json_text.echoed`) is treated like JSON. None
+        (summaries, digests, which may quote): no such check. A code fence around the answer is dropped.
         """
         model = self._model(background)
         usage = Usage(model.model_id)
@@ -251,6 +253,7 @@ class LLM:
         nudged = False
         ran_as_text: set[tuple[str, str]] = set()
         gathered: list[str] = []  # results of the tool calls run (native or written as text)
+        notes: list[str] = []  # what Quinn told the model between rounds
         bare = False  # asked once without tools
         if model.model_id in self._no_tools:
             tools = ()
@@ -284,7 +287,8 @@ class LLM:
                     continue
                 text = response.text().strip()
                 json_answer = whole_json(text) is not None
-                if not json_answer and not (echo_of is not None and echoed(text, *echo_of, results=tuple(gathered))):
+                if not json_answer and not (echo_of is not None and echoed(
+                        unfenced(text), *echo_of, *notes, results=gathered, recalled=recalled)):  # fmt: skip
                     break
                 what = "JSON" if json_answer else "a copy of the email or of tool results"
                 calls = tool_calls_in_text(text) if json_answer else None
@@ -322,11 +326,14 @@ class LLM:
                 else:
                     raise RetryLater(f"model {model.model_id} answered with {what} instead of a reply, twice; "
                                      f"nothing was sent: {text[:200]!r}")  # fmt: skip
+                notes.append(note)  # our own words: a reply that sends them back is no reply either
                 response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
                 usage += _usage(response, model.model_id)
         except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise _translate(exc, model.model_id) from exc
         text = response.text().strip()
+        if echo_of is not None:  # a reply to a person: without the code fence a small model may put around it
+            text = unfenced(text)
         if not text:
             raise RetryLater(f"model {model.model_id} returned no text after {rounds} tool rounds")
         return TextResult(text, usage, rounds)

@@ -343,12 +343,14 @@ class Agent:
         await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
             echo_of = (bare.user,)
+            recalled = [m.content for m in (*inputs.profile, *inputs.persona, *(h.memory for h in inputs.hits))]
+            recalled += [h.passage.content for h in inputs.passages]
             if deps is None:
-                result = await self.llm.text(rendered.system, rendered.user, echo_of=echo_of)
+                result = await self.llm.text(rendered.system, rendered.user, echo_of=echo_of, recalled=recalled)
             else:
                 ctx = mirascope_llm.Context(deps=deps)
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx,
-                                             echo_of=echo_of)  # fmt: skip
+                                             echo_of=echo_of, recalled=recalled)  # fmt: skip
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
         shown = tuple(int(i) for i in MEMORY_CITATION.findall(f"{rendered.system}\n{rendered.user}"))
