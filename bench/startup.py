@@ -40,7 +40,9 @@ def command(lean: bool, *args: str) -> list[str]:
 
 def wall_s(cmd: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=300)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd[-6:])} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return time.perf_counter() - started
 
 
@@ -58,6 +60,9 @@ def measure(rounds: int, tmp: Path) -> dict[str, dict[str, list[float]]]:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "LAB_MAIL_PASSWORD": dovecot.password, "LAB_LLM_KEY": "k"}
         # The first start makes the database and the folders; every timed start comes after it.
         seconds_to_ready(command(True, "run", "-c", config), env, tmp / "first.log")
+        # A memory for `memory search` to find (a "remember" needs no model), so the search embeds and ranks.
+        wall_s(command(True, "ask", "-c", config, "--as", "alice@example.org", "Please remember that I love Thai "
+                       "food, green curry above all."), env)  # fmt: skip
         times: dict[str, dict[str, list[float]]] = {}
         for _ in range(rounds):
             for lean in (False, True):
