@@ -165,6 +165,7 @@ ECHO_SHARE = 0.6  # a reply this much made of runs copied from what the model wa
 ECHO_MIN = 60  # characters copied at the least: a short answer restating the question is still an answer
 _ECHO_RUN = 24  # characters: shorter common runs are ordinary shared words ("Hi Ana", a name, a date)
 _RESULT_MIN = 8  # a reply this short inside a tool result ("OK", "Thanks") may be a coincidence
+_QUOTED = re.compile(r'^[ \t]*>.*$|"[^"\n]{24,}"|\u201c[^\u201d]{24,}\u201d', re.M)  # quoted lines and quotations
 _CONTAINED_MIN = 16  # a reply this long that is nothing but a part of the email or of our own words is a copy
 
 
@@ -183,9 +184,11 @@ def echoed(reply: str, *sources: str, results: Sequence[str] = (), recalled: Seq
 
     Small models do all of these (seen with a 0.5B model). A reply quoting a line and answering it stays under the
     share, and a short answer restating the question or a fact is under the minimum. The thread and its summary
-    are not among the texts: a reply may rightly repeat what Quinn said before. Whitespace and case are folded.
+    are not among the texts: a reply may rightly repeat what Quinn said before. What the reply marks as a quote
+    (lines starting with ">", text in quotation marks) is left out: "what exactly did I tell you about the
+    landlord?" is rightly answered with the passage, quoted. Whitespace and case are folded.
     """
-    text = " ".join(reply.split()).lower()
+    text = " ".join(_QUOTED.sub(" ", reply).split()).lower()
     if not text:
         return False
 
