@@ -158,6 +158,11 @@ class LlmConfig(Section):
     max_retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed model request.")
     temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature, if set.")
     max_tool_rounds: int = Field(default=5, ge=0, le=20, description="Bound on tool-call rounds per reply.")
+    hold_copies: bool = Field(
+        default=True,
+        description="Never mail a reply that only copies the email, Quinn's instructions, a tool's result or a "
+        "past mail: ask again, then let the mail wait (small models do this). false mails it as written.",
+    )  # fmt: skip
     max_output_tokens: int | None = Field(
         default=None, gt=0, description="Cap on the tokens of one model answer (the provider's own default when unset)."
     )

@@ -342,9 +342,11 @@ class Agent:
                 domains=(), actions=())))  # fmt: skip
         await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
-            echo_of = (bare.user,)
+            echo_of = (bare.user,) if self.config.llm.hold_copies else None
             recalled = [m.content for m in (*inputs.profile, *inputs.persona, *(h.memory for h in inputs.hits))]
-            recalled += [h.passage.content for h in inputs.passages]
+            # The person's past mails, not Quinn's own replies: answering the same question as last time may
+            # rightly say the same thing again.
+            recalled += [h.passage.content for h in inputs.passages if h.passage.direction == "in"]
             if deps is None:
                 result = await self.llm.text(rendered.system, rendered.user, echo_of=echo_of, recalled=recalled)
             else:

@@ -295,6 +295,7 @@ E2E_SHAPES = ("alone", "cc user", "to user", "cc outsider", "reply-to outsider")
 def test_isolation_through_the_daemon(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, local_embedder):
     """The same checks through ``quinn run``: mail over SMTP, replies read from every recipient's inbox."""
     seed = proof_seed()
+    print(f"isolation e2e: seed {seed}")  # shown with a failure of any kind, a timeout included
     rng = random.Random(seed)
     brain = Brain(llm_server)
     brain.reply = echo_markers
