@@ -71,14 +71,20 @@ def plan(db: Database, every_days: float, max_items: int, now: datetime) -> list
         " AND user_id NOT IN (SELECT user_id FROM memory_consent) ORDER BY user_id"
     )
     for (user,) in users:
-        last = db.query_value("SELECT max(created_at) FROM digests WHERE user_id = ?", (user,))
-        if last is not None and last > window:
+        last = db.query_one(
+            "SELECT created_at, memory_ids FROM digests WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+            (user,),
+        )
+        if last is not None and last[0] > window:
             continue
-        since = last or window
+        since = last[0] if last else window
+        # Times are kept to the second: a memory learnt in the second the last digest was planned is new unless
+        # that digest listed it.
+        listed = last[1] if last else "[]"
         rows = db.query(
-            f"SELECT id FROM memories WHERE user_id = ? AND {_CURRENT} AND created_at > ?"
-            " ORDER BY importance DESC, created_at, id LIMIT ?",
-            (user, since, max_items),
+            f"SELECT id FROM memories WHERE user_id = ? AND {_CURRENT} AND created_at >= ?"
+            " AND id NOT IN (SELECT value FROM json_each(?)) ORDER BY importance DESC, created_at, id LIMIT ?",
+            (user, since, listed, max_items),
         )
         if not rows:
             continue
