@@ -200,7 +200,7 @@ async def test_failing_model_defers_the_mail_and_it_is_answered_later(make_quinn
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn()
     brain.reply = lambda request: Error(503, "model overloaded")
-    with caplog.at_level(logging.WARNING, logger="quinn.app"):
+    with caplog.at_level(logging.WARNING, logger="quinn.engine.mail"):
         await quinn.send(alice, "Help", "Can you help me plan my week?", date=DAY0)
     [(state, reason, attempts)] = quinn.query("SELECT state, reason, attempts FROM mail_state")
     assert (state, attempts) == ("deferred", 1)

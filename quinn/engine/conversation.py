@@ -1,0 +1,231 @@
+"""Answering one mail and learning from it: the session, the thread, the agent's answer, the outbox, the send.
+
+``Conversation.reply`` is the reply step of the mail state machine (``quinn.engine.mail``); ``ask`` is the same
+path for ``quinn ask``, without IMAP or SMTP. Every part comes from ``Parts``, read at the time of use, so a
+reload reaches the next mail.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from quinn.agent.consent import opted_out
+from quinn.agent.context import ThreadMessage, others_on_thread
+from quinn.agent.extract import ExtractionOutcome
+from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_DONE_TEMPLATE
+from quinn.agent.respond import Answer, recallable
+from quinn.engine.parts import Parts
+from quinn.engine.purges import MailboxPurges
+from quinn.errors import QuinnError
+from quinn.faults import fault_point
+from quinn.mailbox.identity import canonical_address, user_for
+from quinn.mailbox.imap import IMAP_FAILURES
+from quinn.mailbox.ledger import MailLedger
+from quinn.mailbox.message import InboundEmail
+from quinn.mailbox.outbox import Outbox
+from quinn.mailbox.policy import Decision
+from quinn.mailbox.smtp import Reply, compose_reply, reply_message_id
+from quinn.mailbox.threads import Sessions
+from quinn.memory.models import Memory
+from quinn.memory.passages import index_message
+from quinn.metrics import Metrics
+from quinn.scheduler.context import JobContext
+from quinn.scheduler.summarize import reply_with_summary, wants_summary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What ``quinn ask`` did: the answer, the memories its prompt showed the model, and what was learnt."""
+
+    user: str
+    answer: Answer
+    used: list[Memory]
+    learnt: list[Memory]
+
+
+class Conversation:
+    """Replies and learning, on the parts of ``parts`` (``open_memory`` and ``connect_delivery`` done)."""
+
+    def __init__(self, parts: Parts, metrics: Metrics, run_db: Callable[..., Awaitable[Any]],
+                 purges: MailboxPurges) -> None:  # fmt: skip
+        self.parts = parts
+        self.metrics = metrics
+        self._db = run_db
+        self.purges = purges
+
+    async def reply(self, email: InboundEmail, decision: Decision) -> str:
+        """Write the reply to the outbox (once), deliver it, and keep it in the conversation. Returns the state."""
+        p = self.parts
+        assert p.store is not None and p.delivery is not None and decision.sender is not None
+        outbox = Outbox(p.store.db)
+        user = decision.user_id or decision.sender  # a stranger's address only names the reply's recipient
+        message_id = reply_message_id(email.message_id, p.config.smtp.from_address)
+        item = await self._db(outbox.get, message_id)
+        # A purge receipt waiting to be sent again: the person is gone, so the mail is not stored again either.
+        receipt = item is not None and await self._db(outbox.template_of, message_id) == PURGE_DONE_TEMPLATE
+        session_id = None
+        with self.metrics.stage("thread"):  # the session, the stored message and the thread buffer
+            if decision.use_memory and not receipt:
+                session_id = await self.join_session(email, decision, user)
+            if item is None:
+                thread, summary = await self._db(self._thread, email, user, session_id)
+        if item is None:
+            answer = await self._answer(email, decision, user, session_id, thread, summary)
+            fault_point("after_llm")
+            receipt = answer.purged
+            keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
+            reply = self._compose(email, decision, answer)
+            item = await self._db(outbox.put, reply.message_id, email.message_id, user if keep else None,
+                                  session_id if keep else None, reply.recipients, reply.raw,
+                                  template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
+            if session_id is not None and keep:
+                await self._keep_reply(session_id, user, email, reply, answer.template)
+        with self.metrics.stage("send"):
+            state = await p.delivery.deliver(item)
+        if receipt:
+            await self._db(self._forget_receipt, item.message_id, email.message_id)
+            # Their mail goes from the mailbox too, once this pass has filed it away.
+            self.purges.add(user)
+        return state
+
+    async def join_session(self, email: InboundEmail, decision: Decision, user: str) -> str:
+        """Join the mail to its session and store it there (memory mail only); returns the session id."""
+        p = self.parts
+        assert p.store is not None
+        sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
+        # Joining a thread by its subject alone needs our server's word that the sender is the user.
+        session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
+        await self._db(sessions.store_inbound, session_id, user, email)
+        if await self._recallable(email, user):  # conversation recall: the mail is searchable from now on
+            await self._db(index_message, p.store, user, email.message_id, "in")
+        return session_id
+
+    async def _answer(
+        self, email: InboundEmail, decision: Decision, user: str, session_id: str | None,
+        thread: list[ThreadMessage], summary: str | None,
+    ) -> Answer:  # fmt: skip
+        """The answer to one mail (a summary asked for, or the agent's reply), its token cost recorded."""
+        p = self.parts
+        assert p.agent is not None and p.store is not None
+        answer = None
+        if session_id is not None and wants_summary(email.text):  # "summarize this and remember it"
+            context = JobContext("summarize", p.store, p.llm, p.prompts, p.config.scheduler, p.clock)
+            answer = await reply_with_summary(context, session_id)
+        if answer is None:
+            with self.metrics.llm_call(p.llm.model_id, "reply"):
+                answer = await p.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
+                                              session_id=session_id, withheld=decision.withheld)  # fmt: skip
+        # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
+        counted = decision.user_id if decision.trusted and not answer.purged else None
+        await p.agent.record(answer.template, answer.usage, counted, email.message_id)
+        return answer
+
+    def _compose(self, email: InboundEmail, decision: Decision, answer: Answer) -> Reply:
+        """The reply as a mail. What carries memory wholesale, and anything for a stranger, goes to From alone."""
+        files = [(a.filename, a.content_type, a.data) for a in answer.attachments]
+        c = self.parts.config.smtp
+        return compose_reply(email, answer.body, own_address=c.from_address, own_name=c.from_name,
+                             reply_all=c.reply_all, attachments=files,
+                             sender_only=answer.private or not decision.trusted)  # fmt: skip
+
+    async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, template: str) -> None:
+        """Store Quinn's reply in the conversation, so the thread's next mail sees it; the model's answer (not a
+        command's) joins conversation recall."""
+        p = self.parts
+        assert p.store is not None
+        sessions = Sessions(p.store.db)
+        await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
+                       reply.subject, p.config.smtp.from_address, reply.recipients, reply.body)  # fmt: skip
+        await self._db(sessions.link, session_id, reply.message_id)
+        if template == "reply" and await self._recallable(email, user):
+            await self._db(index_message, p.store, user, reply.message_id, "out")
+
+    async def ask(self, email: InboundEmail) -> Asked:
+        """``quinn ask``: one message from the operator's terminal, answered on the daemon's path for a trusted
+        user (session, memory, the reply template and tools, extraction), without IMAP or SMTP: nothing is sent.
+
+        The From address is the user: the terminal is the operator's, so it is trusted by construction.
+        """
+        p = self.parts
+        assert p.agent is not None and p.store is not None and email.from_ is not None
+        r = p.rules
+        user = user_for(canonical_address(email.from_.address), r.aliases, r.plus_addressing)  # as decide() does
+        decision = Decision("handle", "asked from the terminal", user_id=user, authenticated=True, use_memory=True,
+                            sender=user, rate_key=user)  # fmt: skip
+        session_id = await self.join_session(email, decision, user)
+        thread, summary = await self._db(self._thread, email, user, session_id)
+        answer = await self._answer(email, decision, user, session_id, thread, summary)
+        if not answer.purged:
+            await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
+        outcome = None if answer.purged else await self.learn(user, email, template=answer.template)
+        learnt = [*outcome.created, *outcome.updated] if outcome is not None else []
+        return Asked(user, answer, await self._db(self._memories, user, answer.shown),
+                     await self._db(self._memories, user, learnt))  # fmt: skip
+
+    def _memories(self, user: str, ids: Sequence[int]) -> list[Memory]:
+        """The user's memories of ``ids``, in that order (runs on the DB thread)."""
+        store = self.parts.store
+        assert store is not None
+        found = (store.get(i, user_id=user) for i in dict.fromkeys(ids))
+        return [m for m in found if m is not None]
+
+    def _forget_receipt(self, receipt_id: str, confirmation_id: str) -> None:
+        """Once the purge receipt is delivered, it and the confirming mail's ledger row were the last traces of
+        the person: drop them, and vacuum so they leave the file's bytes too (runs on the DB thread)."""
+        db = self.parts.db
+        assert db is not None
+        Outbox(db).forget_delivered(receipt_id)
+        MailLedger(db).unlink(confirmation_id)
+        db.vacuum()
+
+    def _thread(self, email: InboundEmail, user: str, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
+        """The thread buffer and rolling summary of the mail's session (runs on the DB thread).
+
+        With others on this mail, the thread text obeys the rule of private memories: only the messages every one
+        of them already saw, and no summary (it may fold in what the user said to Quinn alone)."""
+        p = self.parts
+        assert p.store is not None
+        if session_id is None:
+            return [], None
+        sessions = Sessions(p.store.db)
+        others = set(others_on_thread(email, user, p.config.smtp.from_address))
+        thread = [  # after a milestone summary: only the messages it does not cover
+            ThreadMessage(m.from_addr, m.sent_at, m.body, m.message_id)
+            for m in sessions.recent(session_id, limit=12)
+            if m.message_id != email.message_id and others <= m.participants
+        ]
+        return thread, None if others else sessions.summary(session_id)
+
+    async def _recallable(self, email: InboundEmail, user: str) -> bool:
+        """Whether the mail joins conversation recall: not a memory command or confirmation (`recallable`), and
+        not from someone who asked not to be remembered (their mail is kept for threading, never indexed)."""
+        store = self.parts.store
+        assert store is not None
+        return recallable(email) and not await self._db(opted_out, store.db, user)
+
+    async def learn(self, user: str, email: InboundEmail, *, template: str | None = None) -> ExtractionOutcome | None:
+        """Extract memories from the mail; a failure here never affects the reply already sent. ``template``: the
+        reply's, when known (else read from the outbox)."""
+        p = self.parts
+        assert p.agent is not None and p.store is not None
+        if template is None:
+            reply_id = reply_message_id(email.message_id, p.config.smtp.from_address)
+            template = await self._db(Outbox(p.store.db).template_of, reply_id)
+        if template in NO_LEARNING_TEMPLATES:  # a purge question or its answer: nothing may be learnt from it
+            log.info("mail %s: no extraction after %s", email.message_id, template)
+            return None
+        try:
+            with self.metrics.llm_call(p.llm.background_model_id, "extract"):
+                return await p.agent.learn(user, email)
+        except QuinnError as exc:
+            log.warning("memory extraction for %s failed: %s", email.message_id, exc)
+        except IMAP_FAILURES:
+            raise
+        except Exception:  # a bug: the reply is out and the mail filed; the daemon goes on
+            log.exception("memory extraction for %s failed", email.message_id)
+        return None

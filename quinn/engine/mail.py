@@ -1,0 +1,243 @@
+"""One mail along the state machine of ``quinn.engine.states``: ledger → size → fetch → parse → policy →
+rate caps → hold → reply (``quinn.engine.conversation``) → file away → learn.
+
+Every step is idempotent on (folder, UIDVALIDITY, UID), so after a crash the daemon resumes where the ledger says
+the mail was. Every move goes through ``_move`` (checked against the state machine, recorded with its reason);
+time comes from the parts' clock. What goes wrong is told apart by type: a transient failure (``RetryLater``)
+defers with backoff, a permanent SMTP rejection (``ConnectError``) fails the mail, a setup error
+(``ConfigError``: a revoked key, a refused login) holds every mail until it is fixed, an IMAP failure goes up to
+the run loop (which reconnects) and never marks the mail.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from quinn.clock import iso
+from quinn.engine import states
+from quinn.engine.conversation import Conversation
+from quinn.engine.parts import Parts
+from quinn.errors import ConfigError, ConnectError, MailParseError, RetryLater
+from quinn.faults import fault_point
+from quinn.hold import SetupHold
+from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger
+from quinn.mailbox.message import InboundEmail
+from quinn.mailbox.outbox import Outbox
+from quinn.mailbox.parse import parse_email
+from quinn.mailbox.policy import UNVERIFIED_PREFIX, Decision, decide
+from quinn.mailbox.threads import thread_key
+from quinn.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+LLM_RETRY_BASE = timedelta(minutes=1)
+LLM_RETRY_MAX = timedelta(hours=1)
+MAX_ATTEMPTS = 12
+
+
+@dataclass
+class InHand:
+    """The mail being handled: where it is and the state the ledger has for it."""
+
+    key: MailKey
+    state: str
+
+
+class MailHandler:
+    """Takes mails along the state machine; ``release_held`` is set when held mail may be tried again."""
+
+    def __init__(self, parts: Parts, conversation: Conversation, hold: SetupHold, metrics: Metrics,
+                 run_db: Callable[..., Awaitable[Any]], run_imap: Callable[..., Awaitable[Any]]) -> None:  # fmt: skip
+        self.parts = parts
+        self.conversation = conversation
+        self.hold = hold
+        self.metrics = metrics
+        self._db = run_db
+        self._imap = run_imap
+        self.handled = 0
+        self.release_held = True  # at start: the operator may have fixed the setup while Quinn was down
+
+    def _ledger(self) -> MailLedger:
+        assert self.parts.store is not None
+        return MailLedger(self.parts.store.db)
+
+    def key(self, uid: int) -> MailKey:
+        """The ledger key of ``uid`` in the watched folder under its current UIDVALIDITY."""
+        return MailKey(self.parts.config.imap.folder, self.parts.mailbox.uidvalidity, uid)
+
+    async def handle(self, uid: int, size: int) -> None:
+        """Take one message as far as it can go now. Never raises for a problem with the mail itself."""
+        p = self.parts
+        ledger = self._ledger()
+        key = self.key(uid)
+        record = await self._db(ledger.receive, key)
+        mail = InHand(key, record.state)
+        if record.final:
+            if not record.moved:  # a crash between "done" and "filed away"
+                await self._file_away(key, record.state, record.reason)
+            return
+        if record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
+            return  # its mail lives on under another key, or it is not due yet
+        limit_kb = p.config.imap.max_message_kb
+        if size > limit_kb * 1024:
+            await self._finish(mail, "quarantined", f"too large: {size} bytes > {limit_kb} KiB")
+            return
+        with self.metrics.stage("fetch"):
+            fetched = await self._imap(p.mailbox.fetch, uid)
+        if fetched is None:  # expunged since the pass began (by a person, or our own copy filed at once)
+            await self._move(mail, "ignored", "gone from the folder before it was read")
+            await self._db(ledger.mark_moved, key)
+            return
+        fault_point("after_fetch")
+        try:
+            with self.metrics.stage("parse"):
+                email = parse_email(fetched.raw, internal_date=fetched.internal_date,
+                                    max_bytes=limit_kb * 1024)  # fmt: skip
+        except MailParseError as exc:
+            await self._finish(mail, "quarantined", f"unparseable: {exc.message}")
+            return
+        if await self._is_own_copy(mail, email):
+            return
+        earlier = await self._db(ledger.elsewhere, email.message_id, key)
+        if earlier is not None and earlier.final:
+            # The same mail twice (a second copy, or seen again after a UIDVALIDITY change): answered once.
+            reason = f"duplicate of uid {earlier.key.uid}: {earlier.state}"
+            await self._finish(mail, "ignored", reason, message_id=email.message_id)
+            return
+        if earlier is not None and earlier.state in HANDED_ON_STATES:
+            # Seen before under another key: a UIDVALIDITY change, or the operator's `mail status --retry`
+            # moved it back from quarantine (a MOVE gives it a new UID, RFC 6851 §3.3).
+            record = await self._db(ledger.carry_over, earlier, key)
+            mail.state = record.state
+            log.info("mail uid=%s id=%s: carried on from %s/%s (%s)", uid, email.message_id,
+                     earlier.key.uidvalidity, earlier.key.uid, earlier.state)  # fmt: skip
+            if not record.due(p.clock.now()):
+                return
+        elif earlier is not None:
+            return  # another live copy of this mail is in progress; this one waits for its outcome
+        decision = decide(email, p.rules)
+        log.info("mail uid=%s id=%s from=%s: %s (%s)", uid, email.message_id, email.sender, decision.action,
+                 decision.reason)  # fmt: skip
+        if decision.action != "handle":
+            await self._finish(mail, "ignored" if decision.action == "ignore" else "rejected", decision.reason,
+                               message_id=email.message_id, user_id=decision.user_id)  # fmt: skip
+            return
+        await self._answer(mail, email, decision)
+
+    async def _answer(self, mail: InHand, email: InboundEmail, decision: Decision) -> None:
+        """The mail is to be answered: rate caps, the setup hold, the reply, then learning."""
+        p = self.parts
+        assert decision.rate_key is not None
+        # Mail nobody vouched for is counted in buckets of its own: forged mail never spends a user's caps.
+        thread = thread_key(email) if decision.trusted else UNVERIFIED_PREFIX + thread_key(email)
+        ids = {"message_id": email.message_id, "user_id": decision.user_id, "thread_key": thread,
+               "sender_key": decision.rate_key}  # fmt: skip
+        c = p.config.policy
+        capped = await self._db(self._ledger().cap_reached, decision.rate_key, thread,
+                                c.max_replies_per_sender_per_hour, c.max_replies_per_thread_per_hour)  # fmt: skip
+        if capped is not None:
+            reason, until = capped
+            await self._defer(mail, reason, until, count_attempt=False, **ids)
+            log.info("mail uid=%s deferred until %s: %s", mail.key.uid, iso(until), reason)
+            return
+        if self.hold.active(p.clock.now()):  # the model path is known broken: no call until the hold's probe time
+            await self._hold(mail, ids)
+            return
+        await self._move(mail, "handling", decision.reason, **ids)
+        try:
+            state = await self.conversation.reply(email, decision)
+        except RetryLater as exc:
+            await self.retry_later(mail.key.uid, exc.message)
+            return
+        except ConnectError as exc:  # a permanent SMTP rejection: the operator must look
+            await self._finish(mail, "failed", exc.message)
+            return
+        except ConfigError as exc:  # a revoked key, an unknown model: the operator's to fix, not the mail's fault
+            self.hold.fail(exc, p.clock.now())
+            await self._hold(mail, ids)
+            return
+        if self.hold.clear("a reply went through"):
+            self.release_held = True  # the probe worked: every held mail is due at once
+        await self._finish(mail, state, decision.reason)
+        self.handled += 1
+        if decision.use_memory and decision.user_id is not None:
+            await self.conversation.learn(decision.user_id, email)
+
+    async def retry_later(self, uid: int, reason: str) -> None:
+        """A transient failure: the mail is tried again with backoff, and fails after ``MAX_ATTEMPTS``."""
+        key = self.key(uid)
+        record = await self._db(self._ledger().receive, key)
+        if record.final:  # it failed after its outcome was recorded: the next pass only files it away
+            return
+        mail = InHand(key, record.state)
+        attempts = record.attempts + 1
+        if attempts >= MAX_ATTEMPTS:
+            await self._finish(mail, "failed", f"gave up after {attempts} attempts: {reason}")
+            return
+        delay = min(LLM_RETRY_BASE * 2 ** (attempts - 1), LLM_RETRY_MAX)
+        await self._defer(mail, reason, self.parts.clock.now() + delay)
+        log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", uid, attempts, delay, reason)
+
+    async def _hold(self, mail: InHand, ids: dict[str, str | None]) -> None:
+        """Defer a mail, without counting an attempt, until the setup error of ``self.hold`` is fixed."""
+        assert self.hold.until is not None
+        await self._defer(mail, self.hold.reason, self.hold.until, count_attempt=False, **ids)
+        self.hold.hold()
+        log.info("mail uid=%s held until %s: the setup error above", mail.key.uid, iso(self.hold.until))
+
+    async def _is_own_copy(self, mail: InHand, email: InboundEmail) -> bool:
+        """Our own reply, back through smtp.copy_to_self: proof that its send went through; filed as sent."""
+        ledger = self._ledger()
+        outbox = Outbox(ledger.db)
+        item = await self._db(outbox.get, email.message_id)
+        if item is None:
+            return False
+        if item.state in ("pending", "sending"):
+            # The server accepted it (for every recipient or none), whatever our last try concluded.
+            await self._db(outbox.mark, item.message_id, "sent")
+            await self._db(ledger.due_now, item.in_reply_to)  # its mail need not wait for a retry to finish
+        await self._finish(mail, "ignored", "copy of our own reply", message_id=email.message_id,
+                           folder=self.parts.config.imap.sent_folder)  # fmt: skip
+        return True
+
+    # -- the moves -------------------------------------------------------------------------------------
+
+    async def _move(self, mail: InHand, state: str, reason: str, **ids: str | None) -> None:
+        """Record the move of ``mail`` to ``state`` (checked against the state machine) with its reason."""
+        states.check(mail.state, state)
+        await self._db(self._ledger().set, mail.key, state, reason, **ids)
+        mail.state = state
+
+    async def _defer(self, mail: InHand, reason: str, until: Any, *, count_attempt: bool = True,
+                     **ids: str | None) -> None:  # fmt: skip
+        """Move ``mail`` to ``deferred`` until ``until``; ``count_attempt``: a failure (not a cap or a hold)."""
+        await self._move(mail, "deferred", reason, **ids)
+        await self._db(self._ledger().defer, mail.key, reason, until, count_attempt=count_attempt)
+
+    async def _finish(self, mail: InHand, state: str, reason: str, *, folder: str | None = None,
+                      answered: bool | None = None, **ids: str | None) -> None:  # fmt: skip
+        """Move ``mail`` to a final state, then file it away."""
+        await self._move(mail, state, reason, **ids)
+        self.metrics.mail_finished(state)
+        log.info("mail uid=%s -> %s: %s", mail.key.uid, state, reason)
+        fault_point("before_move")
+        await self._file_away(mail.key, state, reason, folder=folder, answered=answered)
+
+    async def _file_away(self, key: MailKey, state: str, reason: str = "", *, folder: str | None = None,
+                         answered: bool | None = None) -> None:  # fmt: skip
+        """Flag and move a finished mail: quarantine for the operator, our reply copies to the sent folder,
+        the rest to the processed folder. \\Answered when it was answered (RFC 3501 §2.3.2)."""
+        c = self.parts.config.imap
+        if folder is None:
+            own_copy = state == "ignored" and reason == "copy of our own reply"
+            folder = c.sent_folder if own_copy else (
+                c.quarantine_folder if state in ("quarantined", "failed") else c.processed_folder)  # fmt: skip
+        if answered is None:
+            answered = state in ("replied", "drafted") or reason.endswith((": replied", ": drafted"))
+        with self.metrics.stage("mark"):
+            await self._imap(self.parts.mailbox.file_away, key.uid, folder, answered=answered)
+            await self._db(self._ledger().mark_moved, key)
