@@ -25,6 +25,7 @@ from quinn.engine.parts import Parts
 from quinn.engine.purges import MailboxPurges
 from quinn.errors import ConnectError, QuinnError
 from quinn.hold import HELD_PREFIX, SetupHold
+from quinn.logs import set_level
 from quinn.mailbox.backlog import ANSWER_HINT, Watches, WatchMark
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.delivery import Delivery
@@ -276,6 +277,7 @@ class Quinn:
         Raises ``QuinnError`` (and changes nothing) when the new templates or model settings do not work.
         """
         plan = self.parts.reload(new or self.config)
+        set_level(plan.config.log_level)
         self.hold.clear("configuration reloaded")
         self.mail.release_held = True  # the operator may have fixed the setup: held mail is tried at the next pass
         log.info("prompts reloaded: %s", ", ".join(self.prompts.load(n).version for n in TEMPLATE_NAMES))

@@ -28,6 +28,7 @@ from quinn.commands import (
     users,
 )
 from quinn.config import Config, load_config
+from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
 from quinn.sdks import skip_unused
@@ -103,10 +104,7 @@ def run(config: Config, config_path: Path, redactor: RedactingFilter | None = No
 
 async def check(config: Config) -> int:
     """``quinn check``: each dependency reported as ok or failed with the reason."""
-    from quinn.agent.llm import LLM
-    from quinn.mailbox.imap import ImapMailbox
-    from quinn.mailbox.smtp import SmtpSender
-    from quinn.memory.db import Database, is_remote
+    from quinn.memory.db import is_remote
 
     results: list[tuple[str, bool, str]] = []
 
@@ -123,7 +121,7 @@ async def check(config: Config) -> int:
     folder: dict[str, Any] = {}  # what the backlog check needs: uidvalidity, uidnext, uids
 
     async def imap() -> str:
-        mailbox = ImapMailbox(config.imap)
+        mailbox = parts.mailbox(config)
         await asyncio.to_thread(lambda: mailbox.connect(create_folders=False))  # check changes nothing
         detail = f"{mailbox.where}, folder {config.imap.folder}, {'IDLE' if mailbox.can_idle else 'polling'}"
         if mailbox.missing_folders:
@@ -141,8 +139,7 @@ async def check(config: Config) -> int:
 
     async def trust() -> str:
         from quinn.mailbox.parse import parse_email
-        from quinn.mailbox.policy import Rules, check_trust
-        from quinn.mailbox.smtp import LOOP_HEADER
+        from quinn.mailbox.policy import check_trust
 
         samples = []
         for raw in headers:
@@ -152,17 +149,17 @@ async def check(config: Config) -> int:
                 continue  # an unparseable mail says nothing about the stamp
         own = config.smtp.from_address.lower()
         samples = [s for s in samples if s.sender != own]  # Quinn's own copies carry no inbound stamp
-        ok, detail = check_trust(Rules.from_config(config, LOOP_HEADER), samples)
+        ok, detail = check_trust(parts.rules(config), samples)
         if not ok:
             raise ConfigError(detail, "see deploy/SECURITY.md for what the receiving server must do")
         return detail
 
     async def smtp() -> str:
-        await SmtpSender(config.smtp).check()
+        await parts.sender(config).check()
         return f"{config.smtp.host}:{config.smtp.port} ({config.smtp.tls})"
 
     async def model() -> str:
-        return await LLM(config.llm).check()
+        return await parts.llm(config).check()
 
     async def database() -> str:
         url = config.database.url
@@ -176,7 +173,7 @@ async def check(config: Config) -> int:
                 raise ConfigError(f"database folder {folder} is not writable by this user",
                                   "run the check as the service user, or give that user the folder")  # fmt: skip
             return f"{url} does not exist yet: the first start creates it"
-        db = await asyncio.to_thread(Database.open, url, config.database.secret("auth_token"))
+        db = await asyncio.to_thread(parts.database, config)
         version = db.query_value("PRAGMA user_version")
         db.close()
         return f"{db.redacted_url}, schema version {version}"
@@ -192,7 +189,7 @@ async def check(config: Config) -> int:
         url = config.database.url
         mark, seen = None, False
         if is_remote(url) or Path(url).exists():
-            db = await asyncio.to_thread(Database.open, url, config.database.secret("auth_token"))
+            db = await asyncio.to_thread(parts.database, config)
             try:
                 mark = Watches(db).get(name)
                 seen = db.query_one("SELECT 1 FROM mail_state WHERE folder = ? LIMIT 1", (name,)) is not None
@@ -210,10 +207,8 @@ async def check(config: Config) -> int:
 
     async def embeddings() -> str:
         # quinn run loads the embedder at start: a model that is not installed must fail here, not there.
-        from quinn.memory.embed import embedder_for
-
         started = time.perf_counter()
-        embedder = await asyncio.to_thread(embedder_for, config.embeddings)
+        embedder = await asyncio.to_thread(parts.embedder, config.embeddings)
         if embedder is None:
             return "backend none: memory search is full-text only"
         await asyncio.to_thread(embedder.embed, ["quinn check"])

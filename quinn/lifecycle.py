@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from quinn.config import load_config
 from quinn.errors import QuinnError
-from quinn.logs import RedactingFilter, secret_values, set_level
+from quinn.logs import RedactingFilter, secret_values
 from quinn.notify import Notifier
 
 if TYPE_CHECKING:
@@ -119,7 +119,6 @@ class Service:
             log.error("reload failed, keeping the running configuration: %s", exc)
         else:
             self.app.metrics.reloads.labels("ok").inc()
-            set_level(plan.config.log_level)
             if self.redactor is not None:
                 self.redactor.set_secrets(secret_values(plan.config))
             log.info("reloaded %s: %s", self.config_path, ", ".join(plan.applied) or "templates only")

@@ -18,6 +18,7 @@ from typing import Any
 
 from quinn.commands.output import add_json_flag, console, print_json, table
 from quinn.config import Config, read_secret
+from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
 from quinn.memory.db import Database, is_remote
 
@@ -36,7 +37,7 @@ def open_database(config: Config) -> Database:
             f"database {url} does not exist",
             "check database.url and -c, or start `quinn run` once to create it",
         )
-    return Database.open(url, config.database.secret("auth_token"))
+    return parts.database(config)
 
 
 @contextmanager

@@ -34,6 +34,7 @@ from quinn.commands.ask import message
 from quinn.commands.init import OLLAMA_EXAMPLE, fill, llm_values, named_provider
 from quinn.commands.output import print_json
 from quinn.config import Config, load_config
+from quinn.engine import parts
 from quinn.errors import ConfigError, ConnectError, QuinnError
 from quinn.packaged import packaged_file
 
@@ -141,7 +142,6 @@ class Demo:
 
     def start(self) -> None:
         """Start Dovecot and the SMTP server, write quinn.toml, check the model, start the daemon."""
-        from quinn.agent.llm import LLM
         from quinn.app import Quinn
         from quinn.lab.dovecot import Dovecot
         from quinn.lab.smtp import SmtpLab
@@ -160,7 +160,7 @@ class Demo:
         self.config = load_config(path, env={**os.environ, PASSWORD_ENV: dovecot.password})
         setup_logging(self.config.log_level, secrets=secret_values(self.config))
         try:  # fail now, not after the first mail's retries
-            asyncio.run(LLM(self.config.llm).check())
+            asyncio.run(parts.llm(self.config).check())
         except ConnectError as exc:
             raise ConnectError(exc.message, "is the model's server running and --base-url right? (Ollama: "
                                "`ollama serve`, then `ollama pull MODEL`)") from None  # fmt: skip

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from quinn.config import Config
+from quinn.engine import parts
 from quinn.errors import ConfigError
 
 
@@ -29,8 +30,6 @@ def extraction_command(args: argparse.Namespace, config: Config) -> int:
     import asyncio
 
     from quinn.agent.evaluation import evaluate_extraction, load_cases
-    from quinn.agent.llm import LLM
-    from quinn.agent.prompts import PromptStore
 
     if args.data is None:
         from quinn.packaged import packaged_file
@@ -42,6 +41,6 @@ def extraction_command(args: argparse.Namespace, config: Config) -> int:
         config.llm.model = args.model
         config.llm.background_model = None
     cases = load_cases(args.data)
-    report = asyncio.run(evaluate_extraction(LLM(config.llm), PromptStore(config.prompts.dir), cases))
+    report = asyncio.run(evaluate_extraction(parts.llm(config), parts.prompts(config, checked=False), cases))
     print(report.table())
     return 0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from quinn.clock import Clock
 from quinn.commands.database import DATABASE_ONLY
 from quinn.config import JOB_NAMES, Config
+from quinn.engine import parts
 
 if TYPE_CHECKING:  # the scheduler pulls in the model SDKs: imported when a jobs command runs, not at CLI start
     from quinn.memory.db import Database
@@ -39,9 +40,7 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
 
 
 def _open(config: Config) -> Database:
-    from quinn.memory.db import Database
-
-    return Database.open(config.database.url, config.database.secret("auth_token"))
+    return parts.database(config)
 
 
 def list_jobs(args: argparse.Namespace, config: Config) -> int:
@@ -80,24 +79,19 @@ def list_jobs(args: argparse.Namespace, config: Config) -> int:
 
 def run_job(args: argparse.Namespace, config: Config) -> int:
     """Run one job now and print what it did; exit 1 when it failed or another daemon holds it."""
-    from quinn.agent.llm import LLM
-    from quinn.agent.prompts import PromptStore
-    from quinn.memory.embed import embedder_for
-    from quinn.memory.store import MemoryStore
     from quinn.scheduler.jobs import job
-    from quinn.scheduler.runner import JobRunner
 
     spec = job(args.name)
-    prompts = PromptStore(config.prompts.dir)
-    llm = LLM(config.llm) if spec.needs_llm else None
+    prompts = parts.prompts(config, checked=False)
+    llm = parts.llm(config) if spec.needs_llm else None
     db = _open(config)
     try:
         embedder = None
         if spec.uses_embeddings:
-            embedder = embedder_for(config.embeddings)
+            embedder = parts.embedder(config.embeddings)
         with _quiet("quinn.memory.store"):  # "no embedder" is expected for jobs that never touch vectors
-            store = MemoryStore(db, embedder)
-        runner = JobRunner(store, llm, prompts, config.scheduler, retention=config.retention)
+            store = parts.store(db, embedder)
+        runner = parts.scheduler(config, store, llm, prompts)
         outcome = asyncio.run(runner.run_job(spec.name, force=True))
     finally:
         db.close()

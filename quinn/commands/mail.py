@@ -20,6 +20,7 @@ from quinn.clock import iso, utcnow
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config, resolve_secrets
+from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.memory.db import Database
@@ -75,8 +76,6 @@ def status_report(db: Database, limit: int) -> dict[str, Any]:
 
 def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
     """Send a failed mail round again (see the module docstring); returns what was done."""
-    from quinn.mailbox.imap import ImapMailbox  # only this path needs IMAP (and its password)
-
     ledger = MailLedger(db)
     record = ledger.get(key)
     name = key_text(key.folder, key.uidvalidity, key.uid)
@@ -90,7 +89,7 @@ def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
                (record.message_id,))  # fmt: skip
     if not record.moved:  # still in the watched folder: the daemon handles it again on its next pass
         return {"key": name, "state": "retried", "moved": 0}
-    mailbox = ImapMailbox(config.imap)
+    mailbox = parts.mailbox(config)
     try:
         mailbox.connect()
         moved = mailbox.restore(record.message_id, config.imap.quarantine_folder)

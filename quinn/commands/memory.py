@@ -20,9 +20,8 @@ from typing import Any
 
 from quinn.commands.database import DATABASE_ONLY
 from quinn.config import Config, resolve_secrets
+from quinn.engine import parts
 from quinn.errors import StoreError
-from quinn.memory.db import Database
-from quinn.memory.embed import embedder_for
 from quinn.memory.models import Memory
 from quinn.memory.passages import backfill
 from quinn.memory.passages import reembed as reembed_passages
@@ -129,12 +128,12 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
 @contextmanager
 def open_store(config: Config, *, embed: bool = False) -> Iterator[MemoryStore]:
     """The configured store; with ``embed`` also the configured embedder (loading a local model takes seconds)."""
-    db = Database.open(config.database.url, config.database.secret("auth_token"))
+    db = parts.database(config)
     try:
         embedder = None
         if embed:
-            embedder = embedder_for(config.embeddings)
-        store = MemoryStore(db, embedder)
+            embedder = parts.embedder(config.embeddings)
+        store = parts.store(db, embedder)
         try:
             yield store
         finally:
@@ -233,9 +232,8 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     with open_store(config) as store:
         counts = store.purge(user)
     if args.mailbox:
-        from quinn.mailbox.imap import ImapMailbox  # only this path needs IMAP
 
-        mailbox = ImapMailbox(config.imap)
+        mailbox = parts.mailbox(config)
         try:
             mailbox.connect()
             counts["mailbox"] = mailbox.purge_address(user, config.smtp.from_address)

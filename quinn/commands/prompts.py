@@ -15,6 +15,7 @@ from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config
+from quinn.engine import parts
 from quinn.errors import ConfigError, TemplateError
 from quinn.memory.db import Database
 
@@ -75,7 +76,7 @@ def check_templates(store: PromptStore) -> list[tuple[str, bool, str]]:
 def check_command(args: argparse.Namespace, config: Config) -> int:
     """Exit 0 when every template compiles and renders; each failure names the file and line."""
     try:
-        store = PromptStore(config.prompts.dir)
+        store = parts.prompts(config, checked=False)
     except TemplateError as exc:
         print(f"FAILED  {exc}")
         return 1
@@ -91,25 +92,19 @@ def render_command(args: argparse.Namespace, config: Config) -> int:
 
     from quinn.agent.context import reply_variables, visible
     from quinn.agent.extract import extract_variables
-    from quinn.agent.llm import LLM
     from quinn.agent.memory_mail import digest_groups
-    from quinn.agent.respond import Agent
     from quinn.agent.samples import sample_email, sample_variables
     from quinn.mailbox.message import Address
-    from quinn.memory.db import Database
-    from quinn.memory.embed import embedder_for
-    from quinn.memory.store import MemoryStore
 
     user = args.user.strip().lower()
     if "@" not in user:
         raise ConfigError(f"--user {args.user!r} is not an email address", "pass the address the user writes from")
-    store_prompts = PromptStore(config.prompts.dir, samples=sample_variables)
+    store_prompts = parts.prompts(config, checked=False)
     c = config
-    db = Database.open(c.database.url, c.database.secret("auth_token"))
+    db = parts.database(c)
     try:
-        embedder = embedder_for(c.embeddings)
-        store = MemoryStore(db, embedder)
-        agent = Agent(c, LLM(c.llm), store_prompts, store)
+        store = parts.store(db, parts.embedder(c.embeddings))
+        agent = parts.agent(c, parts.llm(c), store_prompts, store)
         email = replace(sample_email(args.text), subject=args.subject, from_=Address("", user),
                         to=(Address(c.smtp.from_name, c.smtp.from_address),))  # fmt: skip
         memories = store.get_all(user)
@@ -219,7 +214,7 @@ def decide_command(args: argparse.Namespace, config: Config) -> int:
 
     with opened_database(config) as db:
         if args.verb == "accept":
-            path = proposals.accept(db, PromptStore(config.prompts.dir), args.id, utcnow())
+            path = proposals.accept(db, parts.prompts(config, checked=False), args.id, utcnow())
             print(f"proposal {args.id} accepted: written to {path}; a running daemon uses it from its next reply")
         else:
             proposals.decide(db, args.id, "rejected", utcnow())
