@@ -138,7 +138,8 @@ class MailHandler:
                "sender_key": decision.rate_key}  # fmt: skip
         c = p.config.policy
         capped = await self._db(self._ledger().cap_reached, decision.rate_key, thread,
-                                c.max_replies_per_sender_per_hour, c.max_replies_per_thread_per_hour)  # fmt: skip
+                                c.max_replies_per_sender_per_hour, c.max_replies_per_thread_per_hour,
+                                p.clock.now())  # fmt: skip
         if capped is not None:
             reason, until = capped
             await self._defer(mail, reason, until, count_attempt=False, **ids)
