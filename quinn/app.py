@@ -20,6 +20,7 @@ from quinn.clock import Clock
 from quinn.config import Config
 from quinn.engine.conversation import Asked, Conversation
 from quinn.engine.digests import send_digests
+from quinn.engine.flight import Flight
 from quinn.engine.mail import MailHandler
 from quinn.engine.parts import Parts
 from quinn.engine.purges import MailboxPurges
@@ -63,7 +64,6 @@ class Quinn:
         self.mail = MailHandler(self.parts, self.conversation, self.hold, self.metrics, self._db, self._imap)
         self._imap_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-imap")
         self._stop = threading.Event()
-        self.handling: int | None = None  # the UID in hand, learning included (`quinn demo` waits for it)
         self._mark: WatchMark | None = None  # from which UID on the watched folder is answered (the backlog rule)
         self._backlog_said: int | None = None  # the backlog size last logged
 
@@ -241,27 +241,31 @@ class Quinn:
             released = await self._db(MailLedger(self.store.db).release, HELD_PREFIX)
             if released:
                 log.info("%d mails held for a setup error are tried again now", released)
-        uids = await self._skip_backlog(await self._imap(self.mailbox.uids))
+        listed = await self._imap(self.mailbox.uids)
+        settled = await self._db(MailLedger(self.store.db).settle_moved, self.config.imap.folder,
+                                 self.mailbox.uidvalidity, listed)  # fmt: skip
+        if settled:
+            log.info("%d finished mails had left %s before a crash could record it", settled, self.config.imap.folder)
+        uids = await self._skip_backlog(listed)
         sizes = await self._imap(self.mailbox.sizes, uids)
-        for uid in uids:
-            if self._stop.is_set():
-                break
-            if uid in sizes:
-                self.handling = uid
-                with self.metrics.stage("mail"):
-                    try:
-                        await self.mail.handle(uid, sizes[uid])
-                    except (*IMAP_FAILURES, ImapLoginRejected):
-                        raise  # the run loop reconnects
-                    except Exception as exc:  # a bug, or a failure nobody foresaw: this mail waits, the rest go on
-                        log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
-                        await self.mail.retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
-                    finally:
-                        self.handling = None
+        flight = Flight(self.config.service.mails_in_flight)
+        try:
+            for uid in uids:
+                if self._stop.is_set():
+                    break
+                if uid in sizes:
+                    await self.mail.take(uid, sizes[uid], flight)
+        finally:
+            await flight.wait()  # the mails in flight finish (or, cancelled, resume at the next start)
         if self.purges:
             await self.purges.sweep(self.mailbox, self.config.smtp.from_address, self._imap)
         await send_digests(self.parts, self.hold, self._db)
         return len(uids)
+
+    @property
+    def handling(self) -> int | None:
+        """A UID in hand (the lowest), learning included, or None (`quinn demo` waits for it)."""
+        return min(self.mail.in_hand, default=None)
 
     async def handle(self, uid: int, size: int) -> None:
         """Take one message as far as it can go now (``MailHandler.handle``)."""

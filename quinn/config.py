@@ -426,6 +426,14 @@ class ServiceConfig(Section):
         description="On SIGTERM, seconds the mail in flight may take to finish before it is cut "
         "off (it is resumed at the next start); keep it below the unit's TimeoutStopSec.",
     )
+    mails_in_flight: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="Mails answered at the same time: mails of different threads and senders overlap while the "
+        "model writes; mails of one thread, or of one sender, always go one after another, in order. 1 answers "
+        "one mail at a time.",
+    )
 
 
 class RetentionConfig(Section):

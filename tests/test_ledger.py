@@ -53,6 +53,22 @@ def test_defer_counts_attempts_unless_told_not_to(db: Database) -> None:
     assert ledger.next_due("INBOX", 8) is None
 
 
+def test_finished_mail_gone_from_the_folder_is_settled_as_filed(db: Database) -> None:
+    """A crash between the IMAP move and ``mark_moved``: the folder no longer holds the mail, so it was filed."""
+    ledger = MailLedger(db)
+    moved_away, still_here, open_one, other_validity = (MailKey("INBOX", 7, 1), MailKey("INBOX", 7, 2),
+                                                        MailKey("INBOX", 7, 3), MailKey("INBOX", 6, 4))  # fmt: skip
+    for key in (moved_away, still_here, open_one, other_validity):
+        ledger.receive(key)
+    for key in (moved_away, still_here, other_validity):
+        ledger.set(key, "replied", "ok")
+    ledger.set(open_one, "handling", "ok")
+    assert ledger.settle_moved("INBOX", 7, [2, 3]) == 1
+    moved = {key.uid: ledger.get(key).moved for key in (moved_away, still_here, open_one, other_validity)}  # type: ignore[union-attr]
+    assert moved == {1: True, 2: False, 3: False, 4: False}
+    assert ledger.settle_moved("INBOX", 7, [2, 3]) == 0
+
+
 def test_uidvalidity_resync_supersedes_unfinished_rows_and_carries_them_over(db: Database) -> None:
     ledger = MailLedger(db)
     done, waiting, unread = MailKey("INBOX", 1, 1), MailKey("INBOX", 1, 2), MailKey("INBOX", 1, 3)

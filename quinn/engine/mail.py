@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from quinn.clock import iso
 from quinn.engine import states
 from quinn.engine.conversation import Conversation
+from quinn.engine.flight import Flight
 from quinn.engine.parts import Parts
 from quinn.errors import ConfigError, ConnectError, MailParseError, RetryLater
 from quinn.faults import fault_point
 from quinn.hold import SetupHold
+from quinn.mailbox.imap import IMAP_FAILURES, ImapLoginRejected
 from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
@@ -34,9 +37,23 @@ from quinn.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
+
 LLM_RETRY_BASE = timedelta(minutes=1)
 LLM_RETRY_MAX = timedelta(hours=1)
 MAX_ATTEMPTS = 12
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A mail that passed the policy and is to be answered, with the keys that order it: its thread (root
+    Message-ID, in a bucket of its own when nobody vouched for the sender) and its sender's rate bucket."""
+
+    mail: InHand
+    email: InboundEmail
+    decision: Decision
+    thread: str
+    sender: str
 
 
 @dataclass
@@ -59,6 +76,7 @@ class MailHandler:
         self._db = run_db
         self._imap = run_imap
         self.handled = 0
+        self.in_hand: set[int] = set()  # the UIDs being handled, learning included
         self.release_held = True  # at start: the operator may have fixed the setup while Quinn was down
 
     def _ledger(self) -> MailLedger:
@@ -69,8 +87,55 @@ class MailHandler:
         """The ledger key of ``uid`` in the watched folder under its current UIDVALIDITY."""
         return MailKey(self.parts.config.imap.folder, self.parts.mailbox.uidvalidity, uid)
 
+    async def take(self, uid: int, size: int, flight: Flight) -> None:
+        """Prepare one mail here, in UID order (no model call), and put it in flight to be answered, ordered by its
+        thread and its sender; the "mail" stage times it from the first step to the last."""
+        timer = ExitStack()
+        timer.enter_context(self.metrics.stage("mail"))
+        self.in_hand.add(uid)
+
+        def done() -> None:
+            timer.close()
+            self.in_hand.discard(uid)
+
+        try:
+            ready = await self._guarded(uid, self.prepare(uid, size))
+        except BaseException:
+            done()
+            raise
+        if ready is None:
+            done()
+            return
+
+        async def answer() -> None:
+            try:
+                await self._guarded(uid, self.answer(ready))
+            finally:
+                done()
+
+        flight.start((f"thread:{ready.thread}", f"sender:{ready.sender}"), answer)
+
+    async def _guarded(self, uid: int, step: Awaitable[R]) -> R | None:
+        """Run one step of a mail: an IMAP failure goes up (the run loop reconnects); anything else unforeseen
+        (a bug) defers this mail with backoff, and the others go on."""
+        try:
+            return await step
+        except (*IMAP_FAILURES, ImapLoginRejected):
+            raise
+        except Exception as exc:
+            log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
+            await self.retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
+            return None
+
     async def handle(self, uid: int, size: int) -> None:
         """Take one message as far as it can go now. Never raises for a problem with the mail itself."""
+        ready = await self.prepare(uid, size)
+        if ready is not None:
+            await self.answer(ready)
+
+    async def prepare(self, uid: int, size: int) -> Ready | None:
+        """Everything before the answer (no model call): ledger, size, fetch, parse, duplicates, policy. Returns
+        the mail to answer, or None when it is finished, filed, or not due."""
         p = self.parts
         ledger = self._ledger()
         key = self.key(uid)
@@ -79,19 +144,19 @@ class MailHandler:
         if record.final:
             if not record.moved:  # a crash between "done" and "filed away"
                 await self._file_away(key, record.state, record.reason)
-            return
+            return None
         if record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
             return  # its mail lives on under another key, or it is not due yet
         limit_kb = p.config.imap.max_message_kb
         if size > limit_kb * 1024:
             await self._finish(mail, "quarantined", f"too large: {size} bytes > {limit_kb} KiB")
-            return
+            return None
         with self.metrics.stage("fetch"):
             fetched = await self._imap(p.mailbox.fetch, uid)
         if fetched is None:  # expunged since the pass began (by a person, or our own copy filed at once)
             await self._move(mail, "ignored", "gone from the folder before it was read")
             await self._db(ledger.mark_moved, key)
-            return
+            return None
         fault_point("after_fetch")
         try:
             with self.metrics.stage("parse"):
@@ -99,15 +164,15 @@ class MailHandler:
                                     max_bytes=limit_kb * 1024)  # fmt: skip
         except MailParseError as exc:
             await self._finish(mail, "quarantined", f"unparseable: {exc.message}")
-            return
+            return None
         if await self._is_own_copy(mail, email):
-            return
+            return None
         earlier = await self._db(ledger.elsewhere, email.message_id, key)
         if earlier is not None and earlier.final:
             # The same mail twice (a second copy, or seen again after a UIDVALIDITY change): answered once.
             reason = f"duplicate of uid {earlier.key.uid}: {earlier.state}"
             await self._finish(mail, "ignored", reason, message_id=email.message_id)
-            return
+            return None
         if earlier is not None and earlier.state in HANDED_ON_STATES:
             # Seen before under another key: a UIDVALIDITY change, or the operator's `mail status --retry`
             # moved it back from quarantine (a MOVE gives it a new UID, RFC 6851 §3.3).
@@ -116,7 +181,7 @@ class MailHandler:
             log.info("mail uid=%s id=%s: carried on from %s/%s (%s)", uid, email.message_id,
                      earlier.key.uidvalidity, earlier.key.uid, earlier.state)  # fmt: skip
             if not record.due(p.clock.now()):
-                return
+                return None
         elif earlier is not None:
             return  # another live copy of this mail is in progress; this one waits for its outcome
         decision = decide(email, p.rules)
@@ -125,15 +190,18 @@ class MailHandler:
         if decision.action != "handle":
             await self._finish(mail, "ignored" if decision.action == "ignore" else "rejected", decision.reason,
                                message_id=email.message_id, user_id=decision.user_id)  # fmt: skip
-            return
-        await self._answer(mail, email, decision)
-
-    async def _answer(self, mail: InHand, email: InboundEmail, decision: Decision) -> None:
-        """The mail is to be answered: rate caps, the setup hold, the reply, then learning."""
-        p = self.parts
+            return None
         assert decision.rate_key is not None
         # Mail nobody vouched for is counted in buckets of its own: forged mail never spends a user's caps.
         thread = thread_key(email) if decision.trusted else UNVERIFIED_PREFIX + thread_key(email)
+        return Ready(mail, email, decision, thread, decision.rate_key)
+
+    async def answer(self, ready: Ready) -> None:
+        """The mail is to be answered: rate caps, the setup hold, the reply, then learning. Mails sharing a
+        thread or a sender go through here one after another (``quinn.engine.flight``)."""
+        p = self.parts
+        mail, email, decision, thread = ready.mail, ready.email, ready.decision, ready.thread
+        assert decision.rate_key is not None
         ids = {"message_id": email.message_id, "user_id": decision.user_id, "thread_key": thread,
                "sender_key": decision.rate_key}  # fmt: skip
         c = p.config.policy

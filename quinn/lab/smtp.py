@@ -143,10 +143,11 @@ class _Handler:
         mail_from = envelope.mail_from or ""
         rcpt_tos = list(envelope.rcpt_tos)
         try:
-            await asyncio.to_thread(self.lab._deliver, mail_from, rcpt_tos, raw)
+            # Shielded: a client that dies during DATA (the crash tests kill Quinn mid-send) cancels this
+            # handler, but the delivery thread runs on, and a mail delivered must also be counted.
+            await asyncio.shield(asyncio.to_thread(self.lab._deliver_and_record, mail_from, rcpt_tos, raw))
         except Exception as exc:
             return f"451 4.3.0 Delivery to the mailbox failed: {type(exc).__name__}"
-        self.lab.received.append(Received(mail_from, rcpt_tos, raw))
         return "250 2.0.0 OK: delivered"
 
 
@@ -272,6 +273,11 @@ class SmtpLab:
         user, password = self.auth
         ok = auth_data.login == user.encode() and auth_data.password == password.encode()
         return AuthResult(success=ok, handled=False)
+
+    def _deliver_and_record(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
+        self._deliver(mail_from, rcpt_tos, raw)
+        with self._lock:
+            self.received.append(Received(mail_from, rcpt_tos, raw))
 
     def _deliver(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
         # An MTA always adds its Received field, even one that checks nothing (stamp off).

@@ -10,6 +10,7 @@ its Message-ID.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -168,6 +169,21 @@ class MailLedger:
             "UPDATE mail_state SET moved = 1, updated_at = ? WHERE folder = ? AND uidvalidity = ? AND uid = ?",
             (iso(utcnow()), key.folder, key.uidvalidity, key.uid),
         )
+
+    def settle_moved(self, folder: str, uidvalidity: int, present: Iterable[int]) -> int:
+        """Mark filed the finished mails of ``folder`` that are no longer in it (``present``: every UID the folder
+        holds now). A crash between the IMAP move and ``mark_moved`` leaves such a row; with several mails in
+        flight, one mail's crash can catch another in that window. Returns how many rows were settled."""
+        rows = self.db.query(
+            "SELECT uid FROM mail_state WHERE folder = ? AND uidvalidity = ? AND moved = 0"
+            f" AND state IN ({_FINAL_SQL})",
+            (folder, uidvalidity),
+        )
+        here = set(present)
+        gone = [int(uid) for (uid,) in rows if int(uid) not in here]
+        for uid in gone:
+            self.mark_moved(MailKey(folder, uidvalidity, uid))
+        return len(gone)
 
     def elsewhere(self, message_id: str, key: MailKey) -> MailRecord | None:
         """Another row of the same Message-ID: a final one first (the mail was dealt with: a duplicate copy,

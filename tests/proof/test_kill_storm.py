@@ -61,10 +61,13 @@ def answer(request: RecordedRequest) -> Json | Text:
 
 
 @pytest.mark.timeout(900)
-def test_kill_storm(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, users):
+@pytest.mark.parametrize("in_flight", [None, 8], ids=["default", "8-in-flight"])
+def test_kill_storm(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, users, in_flight):
+    """With the default number of mails in flight, and with 8 (issue 16): a kill catches several at once."""
     rng = random.Random(20261122)
     llm_server.responder = answer
-    config = lab_config(extra='[embeddings]\nbackend = "none"\n')
+    service = f"[service]\nmails_in_flight = {in_flight}\n" if in_flight else ""
+    config = lab_config(extra='[embeddings]\nbackend = "none"\n' + service)
     quinn = config.address
     senders = [users(f"user{i}") for i in range(USERS)]
     expected: dict[str, str] = {}  # message id -> sender, for mail that must be answered once
