@@ -9,6 +9,7 @@ from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, table
 from quinn.config import Config
 from quinn.memory.db import Database
+from quinn.users import USER_IDS
 
 COLUMNS = ["user", "memories", "sessions", "messages", "mails", "last_seen"]
 
@@ -22,14 +23,10 @@ def register(sub: Any, with_config: Any) -> None:
 
 
 def list_users(db: Database) -> list[dict[str, Any]]:
-    """One row per user id seen in memories, sessions or the mail ledger, most recently seen first."""
+    """One row per user Quinn knows (``quinn.users``), most recently seen first."""
     rows = db.query(
-        """
-        WITH ids AS (
-            SELECT user_id FROM memories WHERE user_id IS NOT NULL
-            UNION SELECT user_id FROM sessions
-            UNION SELECT user_id FROM mail_state WHERE user_id IS NOT NULL
-        )
+        f"""
+        WITH ids AS ({USER_IDS})
         SELECT ids.user_id,
             (SELECT count(*) FROM memories m WHERE m.user_id = ids.user_id AND m.active = 1
                 AND m.superseded_by IS NULL),

@@ -47,6 +47,7 @@ from quinn.memory.rows import (
     update_rows,
 )
 from quinn.memory.vectors import VECTOR_CACHE_MB, PassageVectors, VectorCache
+from quinn.users import user_ids
 
 log = logging.getLogger(__name__)
 
@@ -357,11 +358,8 @@ class MemoryStore:
         return [Change(int(r[0]), int(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def users(self) -> list[str]:
-        """Every user with at least one memory or message."""
-        rows = self.db.query(
-            "SELECT user_id FROM memories WHERE user_id IS NOT NULL UNION SELECT user_id FROM messages ORDER BY 1"
-        )
-        return [r[0] for r in rows]
+        """Every user Quinn knows (the one definition, ``quinn.users``)."""
+        return user_ids(self.db)
 
     def search(self, user_id: str | None, query: str, *, k: int = 10, **filters: Any) -> list[SearchHit]:
         """Hybrid retrieval for one user (see ``quinn.memory.search.hybrid_search``)."""
