@@ -9,6 +9,7 @@ from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, table
 from quinn.config import Config
 from quinn.memory.db import Database
+from quinn.memory.filters import current
 from quinn.users import USER_IDS
 
 COLUMNS = ["user", "memories", "sessions", "messages", "mails", "last_seen"]
@@ -28,8 +29,7 @@ def list_users(db: Database) -> list[dict[str, Any]]:
         f"""
         WITH ids AS ({USER_IDS})
         SELECT ids.user_id,
-            (SELECT count(*) FROM memories m WHERE m.user_id = ids.user_id AND m.active = 1
-                AND m.superseded_by IS NULL),
+            (SELECT count(*) FROM memories m WHERE m.user_id = ids.user_id AND {current("m")}),
             (SELECT count(*) FROM sessions s WHERE s.user_id = ids.user_id AND s.merged_into IS NULL),
             (SELECT count(*) FROM messages g WHERE g.user_id = ids.user_id),
             (SELECT count(*) FROM mail_state l WHERE l.user_id = ids.user_id),

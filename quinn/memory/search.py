@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quinn.memory.db import Row
-from quinn.memory.filters import memory_filter, normalise_user
+from quinn.memory.filters import CURRENT, memory_filter, normalise_user
 from quinn.memory.lexical import CANDIDATES, content_words, lexical_scores
 from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit, utcnow
 from quinn.memory.store import run_now
@@ -222,8 +222,7 @@ def _say_stale_vectors_once(store: MemoryStore) -> None:
     if store.embedder is None or not store.first_time("stale-vectors"):
         return
     stale = store.db.query_value(
-        "SELECT count(*) FROM memories WHERE active = 1 AND superseded_by IS NULL"
-        " AND (embedding_model IS NOT ? OR embedding IS NULL)",
+        f"SELECT count(*) FROM memories WHERE {CURRENT} AND (embedding_model IS NOT ? OR embedding IS NULL)",
         (store.embedder.model_id,),
     )
     if stale:
