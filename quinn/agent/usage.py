@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from quinn.agent.llm import Usage
 from quinn.clock import iso, utcnow
@@ -20,13 +21,15 @@ class UsageTotal:
 
 
 def record_usage(
-    db: Database, purpose: str, usage: Usage, *, user_id: str | None = None, message_id: str | None = None
-) -> None:
-    """Write one row to ``llm_usage``. ``purpose`` is ``reply``, ``extract``, ``digest``, ``job:<name>``, …"""
+    db: Database, purpose: str, usage: Usage, *, user_id: str | None = None, message_id: str | None = None,
+    at: datetime | None = None,
+) -> None:  # fmt: skip
+    """Write one row to ``llm_usage``, the only place that does. ``purpose`` is ``reply``, ``extract``,
+    ``digest``, ``job:<name>``, …; ``at`` (default now) is a job's clock."""
     db.execute(
         "INSERT INTO llm_usage (at, model, purpose, user_id, message_id, input_tokens, output_tokens, calls)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (iso(utcnow()), usage.model, purpose, user_id, message_id, usage.input_tokens, usage.output_tokens,
+        (iso(at or utcnow()), usage.model, purpose, user_id, message_id, usage.input_tokens, usage.output_tokens,
          usage.calls),
     )  # fmt: skip
 
