@@ -7,7 +7,7 @@ from datetime import datetime
 
 from quinn.agent.llm import Usage
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database
+from quinn.memory.db import Database, Transaction
 
 
 @dataclass(frozen=True)
@@ -43,3 +43,8 @@ def usage_totals(db: Database, by: str = "user_id") -> list[UsageTotal]:
         " ORDER BY sum(input_tokens) + sum(output_tokens) DESC"
     )
     return [UsageTotal(key, int(i or 0), int(o or 0), int(c or 0)) for key, i, o, c in rows]
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The user's token usage rows, in a purge."""
+    return {"llm_usage": tx.delete("llm_usage", "user_id = ?", (user,))}
