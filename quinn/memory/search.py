@@ -456,34 +456,3 @@ def find_similar(store: MemoryStore, user_id: str, content: str, threshold: floa
     memories = _memories(store, list(close))
     hits = [SearchHit(memories[mid], sim, sim, None) for mid, sim in close.items() if mid in memories]
     return sorted(hits, key=lambda h: (-h.score, h.memory.id))
-
-
-def estimate_tokens(text: str) -> int:
-    """A cheap token estimate (about four characters a token) for budgeting, no tokenizer needed."""
-    return max(1, math.ceil(len(text) / 4))
-
-
-def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
-    """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``."""
-    lines: list[str] = []
-    seen: set[str] = set()
-    shown: set[int] = set()
-    used = 0
-    for hit in hits:
-        memory = hit.memory
-        key = " ".join(memory.content.lower().split())
-        if key in seen or memory.id in shown:
-            continue
-        date = memory.valid_from[:10]
-        where = f"{memory.type}, {memory.domain}" if memory.domain else memory.type
-        # A fact the extraction was unsure of is not presented as certain (issue 15).
-        unsure = ", unsure" if memory.metadata.get("confidence") == "low" else ""
-        line = f"- [memory:{memory.id}] ({where}, since {date}{unsure}) {memory.content}"
-        cost = estimate_tokens(line)
-        if used + cost > token_budget:
-            continue
-        seen.add(key)
-        shown.add(memory.id)
-        lines.append(line)
-        used += cost
-    return "\n".join(lines)

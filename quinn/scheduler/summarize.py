@@ -17,12 +17,12 @@ import logging
 import re
 from dataclasses import dataclass
 
+from quinn.agent.context import estimate_tokens
 from quinn.agent.llm import Usage
 from quinn.agent.respond import Answer
 from quinn.errors import RetryLater
 from quinn.memory.db import Database
 from quinn.memory.filters import CURRENT
-from quinn.memory.search import estimate_tokens
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
 

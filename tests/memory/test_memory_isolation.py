@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from quinn.agent.context import context_block
 from quinn.agent.purge import purge
-from quinn.memory import MemoryStore, NewMemory, context_block
+from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.embed import LocalEmbedder
 from quinn.memory.passages import index_message
 
