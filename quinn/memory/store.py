@@ -24,7 +24,7 @@ import numpy as np
 
 from quinn.errors import StoreError
 from quinn.memory.db import Database, Transaction
-from quinn.memory.embed import Embedder
+from quinn.memory.embed import Embedder, default_embedder
 from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import (
     MEMORY_COLUMNS,
@@ -37,6 +37,8 @@ from quinn.memory.models import (
     iso,
     utcnow,
 )
+from quinn.memory.parts import run_now
+from quinn.memory.records import dump_document, export_document, import_document, load_document
 from quinn.memory.rows import (
     INSERT_CHUNK,
     insert_rows,
@@ -46,6 +48,7 @@ from quinn.memory.rows import (
     row_for,
     update_rows,
 )
+from quinn.memory.search import find_similar, hybrid_search
 from quinn.memory.vectors import VECTOR_CACHE_MB, PassageVectors, VectorCache
 from quinn.users import user_ids
 
@@ -63,16 +66,6 @@ STABILITY_CAP_H = 1000.0  # the design's cap: even a memory used every day fades
 REEMBED_BATCH = 64
 DEFAULT = "default"
 T = TypeVar("T")
-
-
-def run_now(fn: Callable[..., T], *args: Any) -> Future[T]:
-    """``fn(*args)`` run on this thread, as a finished future (the shape ``MemoryStore.in_background`` returns)."""
-    done: Future[T] = Future()
-    try:
-        done.set_result(fn(*args))
-    except Exception as exc:
-        done.set_exception(exc)
-    return done
 
 
 class MemoryStore:
@@ -106,8 +99,6 @@ class MemoryStore:
         if isinstance(embedder, str):
             if embedder != DEFAULT:
                 raise StoreError(f"embedder {embedder!r} is not an Embedder", "pass an Embedder, None or 'default'")
-            from quinn.memory.embed import default_embedder
-
             embedder = default_embedder()
         return cls(Database.open(database_url, auth_token), embedder, vector_cache_mb=vector_cache_mb)
 
@@ -363,14 +354,10 @@ class MemoryStore:
 
     def search(self, user_id: str | None, query: str, *, k: int = 10, **filters: Any) -> list[SearchHit]:
         """Hybrid retrieval for one user (see ``quinn.memory.search.hybrid_search``)."""
-        from quinn.memory.search import hybrid_search
-
         return hybrid_search(self, user_id, query, k=k, **filters)
 
     def find_similar(self, user_id: str, content: Content, threshold: float = 0.85) -> list[SearchHit]:
         """The user's current memories at least ``threshold`` cosine-similar to ``content`` (dedupe on extraction)."""
-        from quinn.memory.search import find_similar
-
         return find_similar(self, user_id, content_text(content)[0], threshold)
 
     def record_access(self, memory_ids: Sequence[int], now: datetime | str | None = None) -> None:
@@ -436,8 +423,6 @@ class MemoryStore:
     def export(self, user_id: str, *, format: str = "json") -> str:
         """Every memory row of the user (all versions, forgotten ones too) as a JSON or YAML document that
         validates against ``memory.schema.json``."""
-        from quinn.memory.records import dump_document, export_document
-
         self.flush_access()
         return dump_document(export_document(self, user_id), format)
 
@@ -449,8 +434,6 @@ class MemoryStore:
         present are skipped, so importing a file twice adds nothing. ``user_id`` moves every record to that user.
         Invalid records raise ``StoreError`` naming the record index and the field. ``progress(done, total)``
         follows the embedding, the long part. Returns counts: imported, skipped."""
-        from quinn.memory.records import import_document, load_document
-
         document = load_document(data, format) if isinstance(data, str | bytes) else data
         return import_document(self, document, user_id=user_id, progress=progress)
 
