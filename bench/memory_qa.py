@@ -49,6 +49,7 @@ from quinn.agent.context import ThreadMessage, reply_variables
 from quinn.clock import ManualClock, utcnow
 from quinn.errors import RetryLater
 from quinn.mailbox.parse import parse_email
+from quinn.memory.filters import CURRENT
 from quinn.scheduler.runner import JobRunner
 from tests.conftest import lab_config_text
 from tests.lab.daemon import LabConfig
@@ -486,7 +487,7 @@ async def run(state: Run, target: Target, workdir: Path) -> None:
                 user = unique_address(script.first.lower())
                 state.replay += await bench.replay(script, user)
                 state.jobs.append(await bench.jobs())
-                current = "SELECT count(*) FROM memories WHERE user_id = ? AND active = 1 AND valid_to IS NULL"
+                current = f"SELECT count(*) FROM memories WHERE user_id = ? AND {CURRENT}"
                 state.memories.append(int(bench.quinn.query(current, (user,))[0][0]))
                 before = int(bench.quinn.query("SELECT coalesce(max(id), 0) + 1 FROM messages")[0][0])
                 questions = script.questions[: args.questions] if args.questions else script.questions

@@ -12,7 +12,7 @@ answers at once. The load generator and the lab's SMTP server run in this proces
    (last reply in an inbox - first mail in Quinn's INBOX).
 3. paced, IDLE: mails at random gaps (mean ``gap_s``) below capacity; APPEND -> reply-in-inbox per mail.
 4. memory tokens: users with 1, 100 and 1,000 stored memories mail Quinn; the memory block of each reply
-   prompt (profile + retrieved memories) is counted with Quinn's own estimate (``search.estimate_tokens``).
+   prompt (profile + retrieved memories) is counted with Quinn's own estimate (``agent.context.estimate_tokens``).
 5. paced, polling: a second daemon with ``imap.idle = false``.
 
 Per-stage timings come from Quinn's own ``Metrics.stage`` (kept raw in the child, ``Metrics.keep_samples``).
@@ -156,7 +156,7 @@ def latency_stats(latencies: Sequence[float]) -> dict[str, float]:
 
 def memory_block_tokens(prompt: str, user: str) -> tuple[int, int]:
     """(tokens, memory lines) of the memory block in a reply prompt, counted as Quinn counts them."""
-    from quinn.memory.search import estimate_tokens
+    from quinn.agent.context import estimate_tokens
 
     tokens = lines = 0
     for header in (

@@ -24,6 +24,8 @@ from prometheus_client.registry import Collector
 
 from quinn.errors import ConfigError
 from quinn.memory.db import Database
+from quinn.memory.filters import CURRENT
+from quinn.users import count_users
 
 log = logging.getLogger(__name__)
 
@@ -188,17 +190,11 @@ class DatabaseCollector(Collector):
         yield _merge_counter(tokens)
         yield calls
         memories = GaugeMetricFamily("quinn_memories", "Current memories, by scope.", labels=["scope"])
-        for scope, n in q("SELECT scope, count(*) FROM memories WHERE active = 1 AND superseded_by IS NULL GROUP BY 1"):
+        for scope, n in q(f"SELECT scope, count(*) FROM memories WHERE {CURRENT} GROUP BY 1"):
             memories.add_metric([scope], n)
         yield memories
-        users = GaugeMetricFamily("quinn_users", "Users with a session or a memory.")
-        users.add_metric(
-            [],
-            q(
-                "SELECT count(*) FROM (SELECT user_id FROM sessions UNION"
-                " SELECT user_id FROM memories WHERE user_id IS NOT NULL)"
-            )[0][0],
-        )
+        users = GaugeMetricFamily("quinn_users", "Users Quinn knows, as `quinn users list` counts them.")
+        users.add_metric([], count_users(self.db))
         yield users
         jobs = CounterMetricFamily(
             "quinn_job_runs", "Background job runs, by job and outcome.", labels=["job", "status"]

@@ -279,3 +279,23 @@ def test_memory_purge_with_mailbox_deletes_their_mail_too(mail_lab, lab_config):
     assert dovecot.messages(quinn_address, "Quinn.Sent") == []
     [kept] = dovecot.messages(quinn_address, "Quinn.Processed")
     assert b"<p-3@x.test>" in kept  # bob's mail stays
+
+
+def test_users_list_and_the_user_metric_count_the_same_people(admin_db, tmp_path):
+    """Carol's only trace is a mail in the ledger (an auto-reply of hers, ignored); the metric once counted
+    sessions and memories only, the store memories and messages: all three now read ``quinn.users``."""
+    from quinn.metrics import DatabaseCollector
+
+    carol = "carol@example.test"
+    db = Database.open(str(tmp_path / "quinn.db"))
+    try:
+        key = MailKey("INBOX", 7, 9)
+        MailLedger(db).receive(key)
+        MailLedger(db).set(key, "ignored", "auto-reply", message_id="<c1@x.test>", user_id=carol)
+        listed = {u["user"] for u in as_json(quinn(admin_db["config"], "users", "list", "--json"))}
+        metric = next(f for f in DatabaseCollector(db).collect() if f.name == "quinn_users")
+        assert listed == {ALICE, BOB, carol}
+        assert metric.samples[0].value == len(listed)
+        assert MemoryStore(db, None).users() == sorted(listed)
+    finally:
+        db.close()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from quinn.agent.context import ReplyInputs, reply_variables
+from quinn.agent.context import ReplyInputs, context_block, estimate_tokens, reply_variables
 from quinn.agent.gate import sensory_gate
 from quinn.agent.memory_mail import (
     changes_footer,
@@ -22,7 +22,6 @@ from quinn.agent.tools import MemoryChange
 from quinn.mailbox.message import Address
 from quinn.memory.models import SearchHit
 from quinn.memory.passages import Passage, PassageHit
-from quinn.memory.search import estimate_tokens
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -210,3 +209,21 @@ def test_passages_others_did_not_see_never_reach_a_prompt_with_them_on_it() -> N
     assert "84,000" not in str(shared) and "review is in May" in shared["conversations"]
     carol = replace(sample_email(), cc=(Address("Carol", "carol@example.org"),))
     assert reply_variables(inputs(email=carol, passages=[one_to_one, with_bob]))["conversations"] == ""
+
+
+def test_context_block_cites_dedupes_and_respects_the_budget() -> None:
+    memories = [
+        sample_memory(1, "Alice prefers short replies", "preference"),
+        sample_memory(2, "alice  prefers SHORT replies", "preference"),  # the same words: shown once
+        sample_memory(3, "Alice works on Project Alpha", domain="work"),
+        sample_memory(4, "A very long memory " + "with many words " * 40, "context"),
+    ]
+    hits = [SearchHit(m, 1.0) for m in memories]
+    block = context_block([*hits, hits[0]], token_budget=60)
+    lines = block.splitlines()
+    assert lines[0].startswith("- [memory:1] (preference, since ") and lines[0].endswith("short replies")
+    assert "[memory:2]" not in block and block.count("[memory:1]") == 1
+    assert "- [memory:3] (fact, work, since " in block
+    assert "[memory:4]" not in block  # too long for what is left of the budget
+    assert sum(estimate_tokens(line) for line in lines) <= 60
+    assert context_block(hits, token_budget=0) == ""

@@ -196,3 +196,37 @@ def test_gmail_layout() -> None:
     assert stamp_position(email.trace, "mx.google.com") == 2
     assert verdict(read_stamp(email.trace, "mx.google.com", 2), "example.com")[0] is True
     assert verdict(read_stamp(email.trace, "mx.google.com", 0), "example.com")[0] is False  # fails closed
+
+
+# The parser on raw field values as they arrive (after the field name), one shape each.
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # Several results, one method twice (a mail signed twice): every one kept, in order.
+        (f"{OURS}; dkim=pass header.d=a.example; dkim=fail header.d=b.example; dmarc=pass header.from=example.com",
+         [("dkim", "pass", {"header.d": "a.example"}), ("dkim", "fail", {"header.d": "b.example"}),
+          ("dmarc", "pass", {"header.from": "example.com"})]),
+        # Folded over lines (RFC 5322 §2.2.3), a comment broken by the fold, as the parser gets it unfolded or not.
+        (f"{OURS};\r\n\tdkim=pass (2048-bit\r\n key) header.d=example.com;\r\n\tspf=pass smtp.mailfrom=a@example.com",
+         [("dkim", "pass", {"header.d": "example.com"}), ("spf", "pass", {"smtp.mailfrom": "a@example.com"})]),
+        # Comments everywhere RFC 8601 §2.2 allows CFWS, a version after the authserv-id and after the method.
+        (f"{OURS} 1 (our MX); (first) dkim/1=pass (good sig) header.d=example.com (the domain)",
+         [("dkim", "pass", {"header.d": "example.com"})]),
+        # A quoted value (RFC 2045 value := token / quoted-string).
+        (f'{OURS}; dkim=pass header.d="example.com"', [("dkim", "pass", {"header.d": "example.com"})]),
+    ],
+)  # fmt: skip
+def test_parser_on_raw_field_values(value: str, expected: list[tuple[str, str, dict[str, str]]]) -> None:
+    assert parse_authentication_results(value) == expected
+    assert parse_results_fallback(value) == expected
+    assert authserv_id(value) == OURS
+
+
+def test_a_field_without_an_authserv_id_is_never_ours() -> None:
+    """RFC 8601 §2.2 makes the authserv-id mandatory: without one there is nothing to read (";" first), or the
+    first result is taken for the id, which is never ours, so the field is ignored either way."""
+    assert authserv_id("; dkim=pass header.d=example.com") == ""
+    assert parse_authentication_results("; dkim=pass header.d=example.com") is None
+    assert parse_results_fallback("; dkim=pass header.d=example.com") is None
+    assert authserv_id("dkim=pass header.d=example.com") != OURS
+    assert judged(raw("Authentication-Results: dmarc=pass header.from=example.com", OUR_RECEIVED))[0] is False

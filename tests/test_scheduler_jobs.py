@@ -11,10 +11,12 @@ from datetime import timedelta
 
 import pytest
 
+from quinn.agent.extract import extract_memories
 from quinn.clock import iso, utcnow
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
+from quinn.memory.filters import CURRENT
 from quinn.memory.graph import linked_memories
 from quinn.memory.passages import index_message
 from quinn.memory.retrievals import record_retrievals
@@ -28,6 +30,7 @@ REVIEW = "You review a finished email conversation"
 MERGE = "Merge these memories about"
 REFLECT = "These are similar episodes"
 ENTITIES = "list the named entities"
+EXTRACT = "You maintain the long-term memory of an email assistant"
 
 
 @pytest.fixture
@@ -41,7 +44,7 @@ def prompts_with(llm_server, marker: str) -> list[RecordedRequest]:
 
 
 def memories(bench, user: str, *, current: bool = True) -> list[tuple]:
-    where = " AND active = 1 AND superseded_by IS NULL AND valid_to IS NULL" if current else ""
+    where = f" AND {CURRENT}" if current else ""
     return bench.db.query(
         "SELECT id, type, scope, content, importance, tags, metadata FROM memories"
         f" WHERE user_id = ?{where} ORDER BY id",
@@ -219,6 +222,32 @@ async def test_session_close_reviews_a_quiet_session_once(bench, llm_server):
                                      "<late@example.test>", in_reply_to=thread.message_ids[-1]))  # fmt: skip
     Sessions(bench.db).assign(email, user, now=bench.clock.now())
     assert bench.db.query_value("SELECT status FROM sessions") == "open"
+
+
+async def test_both_extractors_apply_memories_through_apply_extraction_and_its_near_duplicate_rule(bench, llm_server):
+    """The same near-duplicate in other words from both callers of ``apply_extraction``: the session review
+    (``restate=False``) skips it, it repeats what the per-mail extraction stored; the per-mail extraction
+    (``restate=True``) writes it as a new version, the person's latest wording."""
+    user = "carol@example.test"
+    start = bench.clock.now()
+    write_thread(bench.db, user, QUINN, "Tea", ["I drink green tea every morning.", "Noted, green tea it is."], start)
+    known = bench.store.add(user, "Carol drinks green tea every morning.", scope="profile", type="preference")
+    reworded = {"new": [{"content": "Every morning Carol drinks green tea.", "type": "preference"}]}
+    llm_server.responder = lambda r: (
+        Json(review(memories=reworded)) if REVIEW in r.text else Json(reworded) if EXTRACT in r.text else None
+    )
+
+    bench.clock.set(start + timedelta(hours=3))
+    outcome = await bench.runner(session_close_after_min=60).run_job("session_close", force=True)
+    assert (outcome.counts["skipped"], outcome.counts.get("created", 0), outcome.counts.get("updated", 0)) == (1, 0, 0)
+    assert bench.store.get(known).current  # the review left the stored wording alone
+
+    email = parse_email(inbound_mail(user, QUINN, "Tea", "Every morning I drink green tea.", "<tea@example.test>"))
+    extracted = await extract_memories(bench.llm, bench.prompts, bench.store, user, email, bench.db.run)
+    assert extracted.created == [] and len(extracted.updated) == 1
+    assert bench.store.get(known).superseded_by == extracted.updated[0]
+    assert [m[3] for m in memories(bench, user)] == ["Every morning Carol drinks green tea."]
+    assert len(prompts_with(llm_server, REVIEW)) == len(prompts_with(llm_server, EXTRACT)) == 1
 
 
 async def test_session_close_leaves_a_session_open_when_mail_arrives_during_the_review(bench, llm_server):

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from quinn.clock import iso
-from quinn.memory.db import Database
+from quinn.memory.db import Database, Transaction
 
 Action = Literal["purge", "export"]
 TTL = timedelta(hours=24)
@@ -61,3 +61,8 @@ def redeem(db: Database, user_id: str, codes: list[str], message_id: str, now: d
                        (iso(now), message_id, _hash(code)))  # fmt: skip
             return row[0][0]  # type: ignore[no-any-return]
     return None
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The user's confirmation codes, in a purge (the one that confirmed it included)."""
+    return {"confirmations": tx.delete("confirmations", "user_id = ?", (user,))}

@@ -10,6 +10,7 @@ retrieved memories are kept to those domains, to memories without a domain, and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +20,6 @@ from quinn.clock import iso
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.models import Memory, SearchHit
 from quinn.memory.passages import PassageHit
-from quinn.memory.search import context_block, estimate_tokens
 
 PROFILE_SHARE = 0.4  # at most this share of the memory budget goes to the always-present profile
 
@@ -184,3 +184,34 @@ def email_variables(email: InboundEmail) -> dict[str, Any]:
         "to": [str(a) for a in email.to],
         "cc": [str(a) for a in email.cc],
     }
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap token estimate (about four characters a token) for budgeting, no tokenizer needed."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
+    """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    shown: set[int] = set()
+    used = 0
+    for hit in hits:
+        memory = hit.memory
+        key = " ".join(memory.content.lower().split())
+        if key in seen or memory.id in shown:
+            continue
+        date = memory.valid_from[:10]
+        where = f"{memory.type}, {memory.domain}" if memory.domain else memory.type
+        # A fact the extraction was unsure of is not presented as certain (issue 15).
+        unsure = ", unsure" if memory.metadata.get("confidence") == "low" else ""
+        line = f"- [memory:{memory.id}] ({where}, since {date}{unsure}) {memory.content}"
+        cost = estimate_tokens(line)
+        if used + cost > token_budget:
+            continue
+        seen.add(key)
+        shown.add(memory.id)
+        lines.append(line)
+        used += cost
+    return "\n".join(lines)

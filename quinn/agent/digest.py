@@ -29,7 +29,7 @@ from email.utils import format_datetime, formataddr
 
 from quinn.clock import iso
 from quinn.mailbox.smtp import LOOP_HEADER, Reply, html_alternative
-from quinn.memory.db import Database
+from quinn.memory.db import Database, Transaction
 from quinn.memory.filters import CURRENT
 from quinn.memory.models import Memory
 from quinn.memory.store import MemoryStore
@@ -189,3 +189,8 @@ def current_version(store: MemoryStore, memory_id: int, user_id: str) -> Memory 
             break
         memory = store.get(memory.superseded_by, user_id=user_id)
     return memory if memory is not None and memory.current else None
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The user's digests, in a purge."""
+    return {"digests": tx.delete("digests", "user_id = ?", (user,))}

@@ -1,7 +1,9 @@
 """Memory extraction: after a reply, one structured call finds what is worth remembering; we store it.
 
-New memories are deduplicated against the user's current ones (``find_similar`` above 0.85 updates the
-existing memory instead); updates and contradictions write a new version valid from the email's Date, and the
+``apply_extraction`` stores what any extraction found, this one or the session review's
+(scheduler/session_close.py): it is the one function that applies extracted memories, and its docstring
+states the near-duplicate rule (cosine >= ``DUPLICATE_SIMILARITY``: restated as a new version from a mail,
+skipped from a review). Updates and contradictions write a new version valid from the email's Date, and the
 old version is closed at that moment (``valid_to``), so it never reaches a prompt again but stays in history.
 Only the mail's own text is used: quoted replies (other people's words) and the signature were stripped by
 the parser, and a mail with no text of its own teaches nothing. The caller only extracts from authenticated

@@ -25,6 +25,7 @@ from quinn.agent.extract import ExtractionOutcome, extract_memories
 from quinn.agent.gate import sensory_gate
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
+from quinn.agent.purge import purge
 from quinn.agent.state import user_state
 from quinn.agent.tools import MEMORY_TOOLS, MemoryChange, MemoryDeps
 from quinn.agent.usage import record_usage
@@ -384,7 +385,7 @@ class Agent:
                       private=True)  # fmt: skip
 
     async def _purge(self, email: InboundEmail, user: str) -> Answer:
-        counts = await self._db(self.store.purge, user)
+        counts = await self._db(purge, self.store, user)
         log.info("mail %s: purge confirmed by %s: %s", email.message_id, user, counts)
         return Answer(memory_mail.purge_report(counts), memory_mail.PURGE_DONE_TEMPLATE, "", purged=True,
                       private=True)  # fmt: skip

@@ -7,7 +7,7 @@ the last conversation's summary, their goal and its status, and what Quinn must 
 
 from __future__ import annotations
 
-from quinn.memory.db import Database
+from quinn.memory.db import Database, Transaction
 
 #: What the session-close review may change (null leaves a field as it was).
 STATE_FIELDS = ("user_info", "recent_goal_and_status", "important_context", "agent_beliefs", "agent_info")
@@ -20,3 +20,12 @@ def user_state(db: Database, user_id: str) -> dict[str, str]:
     """The user's short-term state (empty strings when none was written yet)."""
     row = db.query_one(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
     return dict(zip(ALL_STATE_FIELDS, row or ("",) * len(ALL_STATE_FIELDS), strict=True))
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """What session reviews left of the user, in a purge: their state and the conversation summaries (both
+    written by scheduler/session_close.py)."""
+    return {
+        "user_state": tx.delete("user_state", "user_id = ?", (user,)),
+        "conversation_summaries": tx.delete("conversation_summaries", "user_id = ?", (user,)),
+    }

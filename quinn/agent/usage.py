@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from quinn.agent.llm import Usage
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database
+from quinn.memory.db import Database, Transaction
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,15 @@ class UsageTotal:
 
 
 def record_usage(
-    db: Database, purpose: str, usage: Usage, *, user_id: str | None = None, message_id: str | None = None
-) -> None:
-    """Write one row to ``llm_usage``. ``purpose`` is ``reply``, ``extract``, ``digest``, ``job:<name>``, …"""
+    db: Database, purpose: str, usage: Usage, *, user_id: str | None = None, message_id: str | None = None,
+    at: datetime | None = None,
+) -> None:  # fmt: skip
+    """Write one row to ``llm_usage``, the only place that does. ``purpose`` is ``reply``, ``extract``,
+    ``digest``, ``job:<name>``, …; ``at`` (default now) is a job's clock."""
     db.execute(
         "INSERT INTO llm_usage (at, model, purpose, user_id, message_id, input_tokens, output_tokens, calls)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (iso(utcnow()), usage.model, purpose, user_id, message_id, usage.input_tokens, usage.output_tokens,
+        (iso(at or utcnow()), usage.model, purpose, user_id, message_id, usage.input_tokens, usage.output_tokens,
          usage.calls),
     )  # fmt: skip
 
@@ -40,3 +43,8 @@ def usage_totals(db: Database, by: str = "user_id") -> list[UsageTotal]:
         " ORDER BY sum(input_tokens) + sum(output_tokens) DESC"
     )
     return [UsageTotal(key, int(i or 0), int(o or 0), int(c or 0)) for key, i, o, c in rows]
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The user's token usage rows, in a purge."""
+    return {"llm_usage": tx.delete("llm_usage", "user_id = ?", (user,))}

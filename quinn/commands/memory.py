@@ -229,8 +229,10 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     user = args.user.strip().lower()
     if args.mailbox:  # checked first: a missing password must fail before anything is deleted
         resolve_secrets(config, os.environ, ("imap",))
+    from quinn.agent.purge import purge  # the agent's modules own tables too; a fast `quinn --help` without them
+
     with open_store(config) as store:
-        counts = store.purge(user)
+        counts = purge(store, user)
     if args.mailbox:
 
         mailbox = parts.mailbox(config)

@@ -9,6 +9,8 @@ from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, table
 from quinn.config import Config
 from quinn.memory.db import Database
+from quinn.memory.filters import current
+from quinn.users import USER_IDS
 
 COLUMNS = ["user", "memories", "sessions", "messages", "mails", "last_seen"]
 
@@ -22,17 +24,12 @@ def register(sub: Any, with_config: Any) -> None:
 
 
 def list_users(db: Database) -> list[dict[str, Any]]:
-    """One row per user id seen in memories, sessions or the mail ledger, most recently seen first."""
+    """One row per user Quinn knows (``quinn.users``), most recently seen first."""
     rows = db.query(
-        """
-        WITH ids AS (
-            SELECT user_id FROM memories WHERE user_id IS NOT NULL
-            UNION SELECT user_id FROM sessions
-            UNION SELECT user_id FROM mail_state WHERE user_id IS NOT NULL
-        )
+        f"""
+        WITH ids AS ({USER_IDS})
         SELECT ids.user_id,
-            (SELECT count(*) FROM memories m WHERE m.user_id = ids.user_id AND m.active = 1
-                AND m.superseded_by IS NULL),
+            (SELECT count(*) FROM memories m WHERE m.user_id = ids.user_id AND {current("m")}),
             (SELECT count(*) FROM sessions s WHERE s.user_id = ids.user_id AND s.merged_into IS NULL),
             (SELECT count(*) FROM messages g WHERE g.user_id = ids.user_id),
             (SELECT count(*) FROM mail_state l WHERE l.user_id = ids.user_id),

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database
+from quinn.mailbox.policy import UNVERIFIED_PREFIX
+from quinn.memory.db import Database, Transaction
 
 FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed"})
 REPLIED_STATES = ("replied", "drafted")
@@ -280,3 +281,14 @@ class MailLedger:
     def counts(self) -> dict[str, int]:
         """Mails per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM mail_state GROUP BY 1")}
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The ledger in a purge (``MemoryStore.purge``): it keeps no text, but its user column names the person and
+    the Message-IDs of their mail (and the thread roots) are theirs too, as is unverified mail from their address:
+    the rows are unlinked and their ids blanked. They stay, so the counts per state still add up; a copy of the
+    same mail seen again would now be answered again."""
+    count = int(tx.query("SELECT count(*) FROM mail_state WHERE user_id = ?", (user,))[0][0])
+    tx.execute("UPDATE mail_state SET user_id = NULL, session_id = NULL, message_id = '', thread_key = NULL,"
+               " sender_key = NULL WHERE user_id = ? OR sender_key = ?", (user, UNVERIFIED_PREFIX + user))  # fmt: skip
+    return {"mail_state": count}

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database
+from quinn.memory.db import Database, Transaction
 
 
 @dataclass(frozen=True)
@@ -116,3 +116,8 @@ class Outbox:
     def counts(self) -> dict[str, int]:
         """Items per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM outbox GROUP BY 1")}
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The user's replies, raw copies included, in a purge (``MemoryStore.purge``)."""
+    return {"outbox": tx.delete("outbox", "user_id = ?", (user,))}

@@ -193,3 +193,13 @@ def _stored(row: tuple) -> StoredMessage:  # type: ignore[type-arg]
     except ValueError:
         recipients = ()
     return StoredMessage(*fields, to_addrs=recipients)
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The mailbox's conversations in a purge (``MemoryStore.purge``): the user's stored messages, sessions and the
+    Message-IDs that joined mail to them."""
+    return {
+        "messages": tx.delete("messages", "user_id = ?", (user,)),
+        "session_ids": tx.delete("session_ids", "session_id IN (SELECT id FROM sessions WHERE user_id = ?)", (user,)),
+        "sessions": tx.delete("sessions", "user_id = ?", (user,)),
+    }

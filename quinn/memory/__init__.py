@@ -3,7 +3,7 @@
 from quinn.memory.db import Database
 from quinn.memory.filters import memory_filter
 from quinn.memory.models import Change, Memory, NewMemory, SearchHit
-from quinn.memory.search import context_block, find_similar, hybrid_search
+from quinn.memory.search import find_similar, hybrid_search
 from quinn.memory.store import MemoryStore
 
 __all__ = [
@@ -13,7 +13,6 @@ __all__ = [
     "MemoryStore",
     "NewMemory",
     "SearchHit",
-    "context_block",
     "find_similar",
     "hybrid_search",
     "memory_filter",

@@ -303,6 +303,13 @@ class Transaction:
         cursor = self._conn.execute(sql, tuple(params))
         return int(cursor.lastrowid or 0)
 
+    def delete(self, table: str, where: str, params: Sequence[Any] = ()) -> int:
+        """Delete the rows of ``table`` matching ``where`` (SQL of the caller's, never user text); returns how
+        many, counted first (the driver's rowcount is not relied upon)."""
+        count = int(self.query(f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0])
+        self.execute(f"DELETE FROM {table} WHERE {where}", params)
+        return count
+
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run one statement for many parameter rows."""
         self._conn.executemany(sql, [tuple(r) for r in rows])

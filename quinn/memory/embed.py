@@ -15,6 +15,7 @@ import numpy as np
 
 from quinn.config import EmbeddingsConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
+from quinn.memory.bert import BertEncoder
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,6 @@ class LocalEmbedder:
     """
 
     def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, threads: int | None = None) -> None:
-        from quinn.memory.bert import BertEncoder
-
         directory = model_directory(model)
         try:
             self._encoder = BertEncoder(directory, expected_sha256=MINILM_SHA256 if is_default_model(model) else None)

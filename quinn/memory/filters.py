@@ -63,10 +63,7 @@ def memory_filter(
         if not include_inactive:
             clauses.append(f"{a}.active = 1")
     elif not include_inactive:
-        clauses.append(
-            f"{a}.active = 1 AND {a}.superseded_by IS NULL AND {a}.valid_to IS NULL"
-            f" AND ({a}.expires_at IS NULL OR {a}.expires_at > ?)"
-        )
+        clauses.append(f"{current(a)} AND ({a}.expires_at IS NULL OR {a}.expires_at > ?)")
         params.append(iso(utcnow()))
     if scope is not None and scope not in SCOPES:
         raise StoreError(f"filter scope {scope!r} is not one of {', '.join(SCOPES)}")
@@ -110,9 +107,22 @@ def _moment(name: str, value: datetime | str) -> str:
     return moment
 
 
+def current(alias: str = "") -> str:
+    """The one rule of a current memory, for a query that names the table ``alias`` (see ``CURRENT``)."""
+    p = f"{alias}." if alias else ""
+    return f"{p}active = 1 AND {p}superseded_by IS NULL AND {p}valid_to IS NULL"
+
+
 #: The current version of a memory: not forgotten or archived, not replaced by an update, not ended (expiry is a
-#: clock's question, asked by the caller). ``memory_filter`` writes the same rule with its options.
-CURRENT = "active = 1 AND superseded_by IS NULL AND valid_to IS NULL"
+#: clock's question, asked by the caller). Every query for current memories uses it (``memory_filter`` too).
+CURRENT = current()
+
+#: Rows out of use: forgotten or archived, an old version, or ended; a memory that merely expired is not.
+NOT_CURRENT = f"NOT ({CURRENT})"
+
+#: The condition of the partial index ``memories_retracted`` (migration 0008), word for word: SQLite uses a
+#: partial index only for a query that repeats its condition. No longer current, or may expire.
+MAY_BE_RETRACTED = "(active = 0 OR superseded_by IS NOT NULL OR valid_to IS NOT NULL OR expires_at IS NOT NULL)"
 
 #: Where a memory's age is counted from, everywhere (search's effective importance, decay, cleanup): its last use,
 #: or when Quinn learnt it. Not ``valid_from``: a fact from an old mail processed today is new to Quinn.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from quinn.memory.db import Database
-from quinn.memory.filters import normalise_user
+from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
 from quinn.memory.lexical import CANDIDATES, idf, owner_token, query_terms, within_budget
 from quinn.memory.models import iso, utcnow
 from quinn.memory.search import CHUNK_WEIGHT_DECAY, VECTOR_WEIGHT, query_chunks
@@ -245,8 +245,7 @@ def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) 
     # The first condition is the partial index's (migration 0008), so only such rows are read.
     rows = db.query(
         "SELECT DISTINCT json_extract(metadata, '$.source.message_id') FROM memories WHERE user_id = ?"
-        " AND (active = 0 OR superseded_by IS NOT NULL OR valid_to IS NOT NULL OR expires_at IS NOT NULL)"
-        " AND (active = 0 OR superseded_by IS NOT NULL OR valid_to IS NOT NULL OR expires_at <= ?)",
+        f" AND {MAY_BE_RETRACTED} AND ({NOT_CURRENT} OR expires_at <= ?)",
         (user, iso(utcnow())),
     )
     if domains:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import date, datetime
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 import yaml
@@ -23,10 +23,8 @@ import yaml
 from quinn.errors import StoreError
 from quinn.memory.filters import normalise_user
 from quinn.memory.models import RECORD_SCHEMA_VERSION, content_text, iso, utcnow
+from quinn.memory.parts import StoreParts
 from quinn.memory.rows import INSERT_CHUNK, insert_rows, log_changes, metadata_text, update_rows
-
-if TYPE_CHECKING:
-    from quinn.memory.store import MemoryStore
 
 FORMATS = ("json", "yaml")
 EMBED_BATCH = 64  # records embedded per call on import (and per progress report)
@@ -73,7 +71,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
 # -- export ------------------------------------------------------------------------------------------------
 
 
-def export_document(store: MemoryStore, user_id: str) -> dict[str, Any]:
+def export_document(store: StoreParts, user_id: str) -> dict[str, Any]:
     """Every memory row of ``user_id`` as an export document, validated against the schema."""
     user = normalise_user(user_id)
     if not user:
@@ -133,7 +131,7 @@ def _dates_as_text(node: Any) -> Any:
 
 
 def import_document(
-    store: MemoryStore, document: Any, *, user_id: str | None = None,
+    store: StoreParts, document: Any, *, user_id: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, int]:  # fmt: skip
     """Write the records of a parsed document (or a bare list of records); see ``MemoryStore.import_``."""

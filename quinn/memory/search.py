@@ -24,18 +24,15 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from quinn.memory.db import Row
-from quinn.memory.filters import memory_filter, normalise_user
+from quinn.memory.filters import CURRENT, memory_filter, normalise_user
 from quinn.memory.lexical import CANDIDATES, content_words, lexical_scores
 from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit, utcnow
-from quinn.memory.store import run_now
-
-if TYPE_CHECKING:
-    from quinn.memory.store import MemoryStore
+from quinn.memory.parts import StoreParts, run_now
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +125,7 @@ def _weight(row: Row, now: datetime) -> float:
 
 
 def hybrid_search(
-    store: MemoryStore,
+    store: StoreParts,
     user_id: str | None,
     query: str,
     *,
@@ -206,7 +203,7 @@ def hybrid_search(
     return hits
 
 
-def _memories(store: MemoryStore, memory_ids: Sequence[int]) -> dict[int, Memory]:
+def _memories(store: StoreParts, memory_ids: Sequence[int]) -> dict[int, Memory]:
     """The given memories, whole, by id (one statement on the primary key)."""
     if not memory_ids:
         return {}
@@ -217,13 +214,12 @@ def _memories(store: MemoryStore, memory_ids: Sequence[int]) -> dict[int, Memory
     return {int(row[0]): Memory.from_row(row) for row in rows}
 
 
-def _say_stale_vectors_once(store: MemoryStore) -> None:
+def _say_stale_vectors_once(store: StoreParts) -> None:
     """Warn once per store when current memories carry no vector of the configured model (found by FTS only)."""
     if store.embedder is None or not store.first_time("stale-vectors"):
         return
     stale = store.db.query_value(
-        "SELECT count(*) FROM memories WHERE active = 1 AND superseded_by IS NULL"
-        " AND (embedding_model IS NOT ? OR embedding IS NULL)",
+        f"SELECT count(*) FROM memories WHERE {CURRENT} AND (embedding_model IS NOT ? OR embedding IS NULL)",
         (store.embedder.model_id,),
     )
     if stale:
@@ -236,7 +232,7 @@ def _say_stale_vectors_once(store: MemoryStore) -> None:
 Matrix = tuple[np.ndarray, np.ndarray]  # (memory ids, unit vectors)
 
 
-def _cached_matrix(store: MemoryStore, owners: Sequence[str | None]) -> Matrix | None:
+def _cached_matrix(store: StoreParts, owners: Sequence[str | None]) -> Matrix | None:
     """The owners' cached (ids, vectors), or None when there is no cache or they do not fit in it."""
     if store.vector_cache is None or store.embedder is None:
         return None
@@ -251,7 +247,7 @@ def _cached_matrix(store: MemoryStore, owners: Sequence[str | None]) -> Matrix |
 
 
 def _vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
+    store: StoreParts, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
     owners: Sequence[str | None], cached: Matrix | None = None,
 ) -> dict[int, tuple[int, float]]:  # fmt: skip
     """Rank by best (priority-weighted) cosine similarity over the query chunks; the reported similarity is the
@@ -301,7 +297,7 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
 
 
 def _vector_leg(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
+    store: StoreParts, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
     cached: Matrix | None, closeness: dict[int, float],
 ) -> tuple[dict[int, tuple[int, float]], Centre | None]:  # fmt: skip
     """The vector leg of a hybrid search and the centre it was measured from: centred cosine over the cached
@@ -319,7 +315,7 @@ def _vector_leg(
 
 
 def _cached_vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
+    store: StoreParts, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
     cached: Matrix, centre: Centre | None = None, closeness: dict[int, float] | None = None,
 ) -> dict[int, tuple[int, float]]:  # fmt: skip
     """The same ranking from numpy over the cached matrices; the filters are applied in SQL to the best
@@ -370,7 +366,7 @@ def _cached_vector_ranks(
 
 
 def _similarities(
-    store: MemoryStore, vectors: np.ndarray, memory_ids: Sequence[int], cached: Matrix | None,
+    store: StoreParts, vectors: np.ndarray, memory_ids: Sequence[int], cached: Matrix | None,
     centre: Centre | None = None, closeness: dict[int, float] | None = None,
 ) -> dict[int, float]:  # fmt: skip
     """The best cosine over the query chunks of each given memory that has a vector of the store's model (and,
@@ -411,7 +407,7 @@ def _similarities(
 
 
 def _sql_vector_ranks(
-    store: MemoryStore, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row]
+    store: StoreParts, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row]
 ) -> dict[int, tuple[int, float]]:
     """The ranking as an exact scan in SQL, one query per chunk."""
     assert store.embedder is not None
@@ -438,13 +434,13 @@ def _sql_vector_ranks(
     return {mid: (rank, best[mid]) for rank, mid in enumerate(ordered, start=1)}
 
 
-def strengthen(store: MemoryStore, memory_ids: Sequence[int], now: datetime | None = None) -> None:
+def strengthen(store: StoreParts, memory_ids: Sequence[int], now: datetime | None = None) -> None:
     """Retrieval strengthens memory: count the access and grow stability (written in batches by the store)."""
     if memory_ids:
         store.record_access(memory_ids, now)
 
 
-def find_similar(store: MemoryStore, user_id: str, content: str, threshold: float = 0.85) -> list[SearchHit]:
+def find_similar(store: StoreParts, user_id: str, content: str, threshold: float = 0.85) -> list[SearchHit]:
     """Current memories of the user whose cosine similarity to ``content`` is at least ``threshold``, most
     similar first (score = similarity). Empty without an embedder: near-duplicates need vectors."""
     if store.embedder is None:
@@ -457,34 +453,3 @@ def find_similar(store: MemoryStore, user_id: str, content: str, threshold: floa
     memories = _memories(store, list(close))
     hits = [SearchHit(memories[mid], sim, sim, None) for mid, sim in close.items() if mid in memories]
     return sorted(hits, key=lambda h: (-h.score, h.memory.id))
-
-
-def estimate_tokens(text: str) -> int:
-    """A cheap token estimate (about four characters a token) for budgeting, no tokenizer needed."""
-    return max(1, math.ceil(len(text) / 4))
-
-
-def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
-    """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``."""
-    lines: list[str] = []
-    seen: set[str] = set()
-    shown: set[int] = set()
-    used = 0
-    for hit in hits:
-        memory = hit.memory
-        key = " ".join(memory.content.lower().split())
-        if key in seen or memory.id in shown:
-            continue
-        date = memory.valid_from[:10]
-        where = f"{memory.type}, {memory.domain}" if memory.domain else memory.type
-        # A fact the extraction was unsure of is not presented as certain (issue 15).
-        unsure = ", unsure" if memory.metadata.get("confidence") == "low" else ""
-        line = f"- [memory:{memory.id}] ({where}, since {date}{unsure}) {memory.content}"
-        cost = estimate_tokens(line)
-        if used + cost > token_budget:
-            continue
-        seen.add(key)
-        shown.add(memory.id)
-        lines.append(line)
-        used += cost
-    return "\n".join(lines)

@@ -24,7 +24,7 @@ import numpy as np
 
 from quinn.errors import StoreError
 from quinn.memory.db import Database, Transaction
-from quinn.memory.embed import Embedder
+from quinn.memory.embed import Embedder, default_embedder
 from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import (
     MEMORY_COLUMNS,
@@ -37,6 +37,8 @@ from quinn.memory.models import (
     iso,
     utcnow,
 )
+from quinn.memory.parts import run_now
+from quinn.memory.records import dump_document, export_document, import_document, load_document
 from quinn.memory.rows import (
     INSERT_CHUNK,
     insert_rows,
@@ -46,15 +48,17 @@ from quinn.memory.rows import (
     row_for,
     update_rows,
 )
+from quinn.memory.search import find_similar, hybrid_search
 from quinn.memory.vectors import VECTOR_CACHE_MB, PassageVectors, VectorCache
+from quinn.users import user_ids
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MemoryStore", "memory_filter"]
 
-#: mail_state.sender_key of mail nobody vouched for, "unverified:<address>" (mailbox/policy.py writes it; a
-#: test keeps the two in step: the memory layer imports nothing of the mailbox).
-UNVERIFIED = "unverified:"
+#: Another owner's part of a purge: deletes (or unlinks) a user's rows of its own tables inside the purge's
+#: transaction and returns the count per table (``quinn.agent.purge`` hands them to ``MemoryStore.purge``).
+PurgeUser = Callable[[Transaction, str], dict[str, int]]
 ACCESS_FLUSH_IDS = 64  # pending retrieval counts are written once this many memories wait...
 ACCESS_FLUSH_S = 30.0  # ...or the oldest waited this long (checked at the next retrieval), and at close
 STABILITY_GROWTH = 1.2  # each retrieval multiplies a memory's stability (hours of decay) by this
@@ -62,16 +66,6 @@ STABILITY_CAP_H = 1000.0  # the design's cap: even a memory used every day fades
 REEMBED_BATCH = 64
 DEFAULT = "default"
 T = TypeVar("T")
-
-
-def run_now(fn: Callable[..., T], *args: Any) -> Future[T]:
-    """``fn(*args)`` run on this thread, as a finished future (the shape ``MemoryStore.in_background`` returns)."""
-    done: Future[T] = Future()
-    try:
-        done.set_result(fn(*args))
-    except Exception as exc:
-        done.set_exception(exc)
-    return done
 
 
 class MemoryStore:
@@ -105,8 +99,6 @@ class MemoryStore:
         if isinstance(embedder, str):
             if embedder != DEFAULT:
                 raise StoreError(f"embedder {embedder!r} is not an Embedder", "pass an Embedder, None or 'default'")
-            from quinn.memory.embed import default_embedder
-
             embedder = default_embedder()
         return cls(Database.open(database_url, auth_token), embedder, vector_cache_mb=vector_cache_mb)
 
@@ -357,22 +349,15 @@ class MemoryStore:
         return [Change(int(r[0]), int(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
     def users(self) -> list[str]:
-        """Every user with at least one memory or message."""
-        rows = self.db.query(
-            "SELECT user_id FROM memories WHERE user_id IS NOT NULL UNION SELECT user_id FROM messages ORDER BY 1"
-        )
-        return [r[0] for r in rows]
+        """Every user Quinn knows (the one definition, ``quinn.users``)."""
+        return user_ids(self.db)
 
     def search(self, user_id: str | None, query: str, *, k: int = 10, **filters: Any) -> list[SearchHit]:
         """Hybrid retrieval for one user (see ``quinn.memory.search.hybrid_search``)."""
-        from quinn.memory.search import hybrid_search
-
         return hybrid_search(self, user_id, query, k=k, **filters)
 
     def find_similar(self, user_id: str, content: Content, threshold: float = 0.85) -> list[SearchHit]:
         """The user's current memories at least ``threshold`` cosine-similar to ``content`` (dedupe on extraction)."""
-        from quinn.memory.search import find_similar
-
         return find_similar(self, user_id, content_text(content)[0], threshold)
 
     def record_access(self, memory_ids: Sequence[int], now: datetime | str | None = None) -> None:
@@ -438,8 +423,6 @@ class MemoryStore:
     def export(self, user_id: str, *, format: str = "json") -> str:
         """Every memory row of the user (all versions, forgotten ones too) as a JSON or YAML document that
         validates against ``memory.schema.json``."""
-        from quinn.memory.records import dump_document, export_document
-
         self.flush_access()
         return dump_document(export_document(self, user_id), format)
 
@@ -451,8 +434,6 @@ class MemoryStore:
         present are skipped, so importing a file twice adds nothing. ``user_id`` moves every record to that user.
         Invalid records raise ``StoreError`` naming the record index and the field. ``progress(done, total)``
         follows the embedding, the long part. Returns counts: imported, skipped."""
-        from quinn.memory.records import import_document, load_document
-
         document = load_document(data, format) if isinstance(data, str | bytes) else data
         return import_document(self, document, user_id=user_id, progress=progress)
 
@@ -492,60 +473,37 @@ class MemoryStore:
 
     # -- purge -----------------------------------------------------------------------------------------
 
-    def purge(self, user_id: str) -> dict[str, int]:
-        """Delete every trace of a user: memories, history, retrievals, messages and their passages, sessions,
-        state, summaries, outbox, graph, token usage, confirmation codes; the ledger rows of their mail (and of
-        unverified mail from their address) lose their user and Message-IDs.
+    def purge(self, user_id: str, *, others: Sequence[PurgeUser] = ()) -> dict[str, int]:
+        """Delete a user's memories, history, retrievals, passages and graph (``purge_user``), and with them, in
+        the same transaction, the other owners' rows (``others``; ``quinn.agent.purge`` passes all of them).
 
-        Full-text indexes are merged and a local file is vacuumed, so the user's text leaves the file's bytes.
-        Returns the number of rows removed per table.
+        Then every full-text index is merged and a local file is vacuumed, so the user's text leaves the file's
+        bytes. Returns the number of rows removed per table.
         """
         user = normalise_user(user_id)
         if not user:
             raise StoreError("purge needs a user id", "name the user's address")
-        counts: dict[str, int] = {}
         with self.db.transaction() as tx:
-            sessions = [r[0] for r in tx.query("SELECT id FROM sessions WHERE user_id = ?", (user,))]
-            in_sessions = f"session_id IN ({marks(sessions) or 'NULL'})"
-            for table, where, params in (
-                # Before the memories: which of them a session retrieved (ids only, but they are the user's).
-                (
-                    "memory_retrievals",
-                    f"memory_id IN (SELECT id FROM memories WHERE user_id = ?) OR {in_sessions}",
-                    (user, *sessions),
-                ),
-                ("memories", "user_id = ?", (user,)),
-                ("memory_versions", "user_id = ?", (user,)),
-                ("passages", "user_id = ?", (user,)),  # conversation recall (passages.py), before their messages
-                ("messages", "user_id = ?", (user,)),
-                ("session_ids", in_sessions, tuple(sessions)),
-                ("sessions", "user_id = ?", (user,)),
-                ("user_state", "user_id = ?", (user,)),
-                ("conversation_summaries", "user_id = ?", (user,)),
-                ("relationships", "user_id = ?", (user,)),
-                ("entities", "user_id = ?", (user,)),
-                ("outbox", "user_id = ?", (user,)),
-                ("llm_usage", "user_id = ?", (user,)),
-                ("confirmations", "user_id = ?", (user,)),
-                ("digests", "user_id = ?", (user,)),
-            ):
-                counts[table] = int(tx.query(f"SELECT count(*) FROM {table} WHERE {where}", params)[0][0])
-                tx.execute(f"DELETE FROM {table} WHERE {where}", params)
-            # The ledger keeps no text, but its user column names the person and the Message-IDs of their mail
-            # (and the thread roots) are theirs too: unlink the rows and blank the ids. The rows stay, so the
-            # counts per state still add up; a copy of the same mail seen again would now be answered again.
-            counts["mail_state"] = int(tx.query("SELECT count(*) FROM mail_state WHERE user_id = ?", (user,))[0][0])
-            tx.execute("UPDATE mail_state SET user_id = NULL, session_id = NULL, message_id = '', thread_key = NULL,"
-                       " sender_key = NULL WHERE user_id = ? OR sender_key = ?", (user, UNVERIFIED + user))  # fmt: skip
+            counts = purge_user(tx, user)  # first: which memories a session retrieved is found by its session
+            for other in others:
+                counts |= other(tx, user)
         # FTS5 keeps deleted terms in its segments until they are merged: optimize rewrites them.
-        self.db.executescript(
-            "INSERT INTO memories_fts (memories_fts) VALUES ('optimize');"
-            "INSERT INTO messages_fts (messages_fts) VALUES ('optimize');"
-            "INSERT INTO passages_fts (passages_fts) VALUES ('optimize');"
-        )
+        indexes = self.db.query("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'")
+        self.db.executescript("".join(f"INSERT INTO {name} ({name}) VALUES ('optimize');" for (name,) in indexes))
         self.db.vacuum()
         for cache in (self.vector_cache, self.passage_cache):
             if cache is not None:
                 cache.forget(user)
         log.info("purged user %s: %s", user, counts)
         return counts
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """Memory's part of a purge: the user's memories and their history, which of them (or which of the user's
+    sessions) retrievals recorded, passages (before their messages go), entities and relations."""
+    mine = "memory_id IN (SELECT id FROM memories WHERE user_id = ?)"
+    their_sessions = "session_id IN (SELECT id FROM sessions WHERE user_id = ?)"
+    counts = {"memory_retrievals": tx.delete("memory_retrievals", f"{mine} OR {their_sessions}", (user, user))}
+    for table in ("memories", "memory_versions", "passages", "relationships", "entities"):
+        counts[table] = tx.delete(table, "user_id = ?", (user,))
+    return counts

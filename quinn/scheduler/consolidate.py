@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from quinn.errors import RetryLater, StoreError
 from quinn.memory.clusters import current_with_vectors, similar_groups
+from quinn.memory.filters import CURRENT
 from quinn.memory.models import Memory, NewMemory
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
@@ -105,8 +106,7 @@ def merge(store: MemoryStore, group: Group, content: str, valid_from: str, reaso
 def users_with_memories(store: MemoryStore) -> list[str]:
     """Users who have current memories."""
     rows = store.db.query(
-        "SELECT DISTINCT user_id FROM memories WHERE user_id IS NOT NULL AND active = 1 AND superseded_by IS NULL"
-        " ORDER BY user_id"
+        f"SELECT DISTINCT user_id FROM memories WHERE user_id IS NOT NULL AND {CURRENT} ORDER BY user_id"
     )
     return [r[0] for r in rows]
 

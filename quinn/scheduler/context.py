@@ -10,7 +10,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
-from quinn.clock import Clock, iso
+from quinn.agent.usage import record_usage
+from quinn.clock import Clock
 from quinn.config import RetentionConfig, SchedulerConfig
 from quinn.errors import ConfigError, RetryLater
 from quinn.memory.store import MemoryStore
@@ -93,10 +94,4 @@ class JobContext:
 
     async def record_usage(self, usage: Usage, user_id: str | None) -> None:
         """Book the tokens of a model call on this job (``llm_usage.purpose`` = ``job:<name>``)."""
-        await self.db(
-            self.store.db.execute,
-            "INSERT INTO llm_usage (at, model, purpose, user_id, message_id, input_tokens, output_tokens, calls)"
-            " VALUES (?, ?, ?, ?, NULL, ?, ?, ?)",
-            (iso(self.now()), usage.model, f"job:{self.job}", user_id, usage.input_tokens, usage.output_tokens,
-             usage.calls),
-        )  # fmt: skip
+        await self.db(record_usage, self.store.db, f"job:{self.job}", usage, user_id=user_id, at=self.now())

@@ -15,7 +15,7 @@ import math
 from datetime import datetime
 
 from quinn.clock import iso
-from quinn.memory.filters import AGE_ANCHOR
+from quinn.memory.filters import AGE_ANCHOR, CURRENT
 from quinn.memory.retrievals import apply_spacing
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
@@ -27,7 +27,7 @@ def count_faded(store: MemoryStore, now: datetime) -> int:
     """Current memories whose effective importance fell under ``FADED_SHARE`` of their importance."""
     # exp(-h/s) < share  <=>  h > s * ln(1/share): no exp() needed in SQL.
     value = store.db.query_value(
-        "SELECT count(*) FROM memories WHERE active = 1 AND superseded_by IS NULL AND valid_to IS NULL"
+        f"SELECT count(*) FROM memories WHERE {CURRENT}"
         f" AND (julianday(?) - julianday({AGE_ANCHOR})) * 24.0 > max(stability, 1.0) * ?",
         (iso(now), math.log(1 / FADED_SHARE)),
     )

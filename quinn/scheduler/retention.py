@@ -20,8 +20,9 @@ from datetime import datetime, timedelta
 from quinn.clock import iso
 from quinn.config import RetentionConfig
 from quinn.memory.db import Database
+from quinn.memory.filters import NOT_CURRENT
 
-_GONE = "(active = 0 OR valid_to IS NOT NULL OR superseded_by IS NOT NULL)"
+_GONE = f"({NOT_CURRENT})"
 
 
 def expire(db: Database, retention: RetentionConfig, now: datetime) -> dict[str, int]:

@@ -17,11 +17,12 @@ import logging
 import re
 from dataclasses import dataclass
 
+from quinn.agent.context import estimate_tokens
 from quinn.agent.llm import Usage
 from quinn.agent.respond import Answer
 from quinn.errors import RetryLater
 from quinn.memory.db import Database
-from quinn.memory.search import estimate_tokens
+from quinn.memory.filters import CURRENT
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext
 
@@ -257,7 +258,7 @@ async def summarize_on_request(ctx: JobContext, session_id: str) -> RequestedSum
     memory_id = await ctx.db(
         ctx.store.db.query_value,
         "SELECT id FROM memories WHERE type = 'summary' AND json_extract(metadata, '$.session_id') = ?"
-        " AND active = 1 AND superseded_by IS NULL ORDER BY id DESC LIMIT 1",
+        f" AND {CURRENT} ORDER BY id DESC LIMIT 1",
         (session_id,),
     )
     return RequestedSummary(outcome.summary, memory_id, outcome.usage, outcome.prompt_version or "")

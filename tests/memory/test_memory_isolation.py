@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quinn.memory import MemoryStore, NewMemory, context_block
+from quinn.agent.context import context_block
+from quinn.agent.purge import purge
+from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.embed import LocalEmbedder
 from quinn.memory.passages import index_message
 
@@ -176,7 +178,7 @@ def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
         local = not store.db.remote
         if local:
             assert b"qzalicemark" in _file_bytes(Path(database_url))  # the check below can see text at all
-        counts = store.purge("Alice@Example.test")
+        counts = purge(store, "Alice@Example.test")
         assert counts == {
             "memories": 3, "memory_versions": 5, "messages": 1, "session_ids": 1, "sessions": 1, "user_state": 1,
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from quinn.errors import StoreError
-from quinn.memory import MemoryStore, NewMemory, SearchHit, context_block
+from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder
-from quinn.memory.search import Centre, estimate_tokens, query_chunks
+from quinn.memory.search import Centre, query_chunks
 from tests.lab.llm_server import ScriptedLLM
 
 ALICE = "alice@example.test"
@@ -71,24 +71,6 @@ def test_a_long_email_finds_the_memory_its_one_question_is_about(store: MemorySt
     ])  # fmt: skip
     hits = store.search(ALICE, long_email(), k=3)
     assert hits[0].id == target
-
-
-def test_context_block_cites_dedupes_and_respects_the_budget(store: MemoryStore):
-    ids = store.add_many([
-        NewMemory(ALICE, "Alice prefers short replies", type="preference"),
-        NewMemory(ALICE, "alice  prefers SHORT replies", type="preference"),  # the same words: shown once
-        NewMemory(ALICE, "Alice works on Project Alpha", scope="domain", domain="work"),
-        NewMemory(ALICE, "A very long memory " + "with many words " * 40, type="context"),
-    ])  # fmt: skip
-    hits = [SearchHit(store.get(i), 1.0) for i in ids]  # type: ignore[arg-type]
-    block = context_block([*hits, hits[0]], token_budget=60)
-    lines = block.splitlines()
-    assert lines[0].startswith(f"- [memory:{ids[0]}] (preference, since ") and lines[0].endswith("short replies")
-    assert f"[memory:{ids[1]}]" not in block and block.count(f"[memory:{ids[0]}]") == 1
-    assert f"- [memory:{ids[2]}] (fact, work, since " in block
-    assert f"[memory:{ids[3]}]" not in block  # too long for what is left of the budget
-    assert sum(estimate_tokens(line) for line in lines) <= 60
-    assert context_block(hits, token_budget=0) == ""
 
 
 def test_without_an_embedder_search_is_full_text_and_says_so_once(
