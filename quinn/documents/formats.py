@@ -1,0 +1,208 @@
+"""One reader per file format: bytes in, sections with their page/heading/row reference and notes out.
+
+A reader raises ``Unreadable`` with a reason the sender can act on ("it is encrypted"); any other exception
+is caught by ``extract.extract``. Each checks the ``Deadline`` between its units of work.
+
+Libraries: pypdf (PDF; pure Python, no external binaries, own limits on decompressed stream sizes), python-docx
+(DOCX; on lxml), icalendar (.ics); HTML goes through the mail body's own hardened html2text path, .eml through
+Quinn's own mail parser, CSV and ODT through the standard library (ODT's XML via lxml with entities and network
+off).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import re
+import zipfile
+from io import BytesIO, StringIO
+
+from quinn.documents.extract import Deadline, Limits, Reader, Section, Unreadable, check_zip
+
+ROWS_PER_SECTION = 40  # a CSV section: a screenful of rows, each section repeating the header line
+_MD_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
+
+
+def decode_text(data: bytes) -> str:
+    """Bytes of a text file as text: UTF-8 (with or without BOM), UTF-16 with a BOM, else Windows-1252."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
+
+
+def read_pdf(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """Text page by page, cited ``p.N``. An encrypted PDF is read only when it opens without a password."""
+    import pypdf
+    from pypdf.errors import FileNotDecryptedError, PdfReadError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings on damaged files are ours to summarise
+    try:
+        reader = pypdf.PdfReader(BytesIO(data), strict=False)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise Unreadable("it is encrypted (protected by a password)")
+        pages = reader.pages
+        count = len(pages)
+    except FileNotDecryptedError as exc:
+        raise Unreadable("it is encrypted (protected by a password)") from exc
+    except PdfReadError as exc:
+        raise Unreadable(f"the PDF is damaged ({exc})") from exc
+    notes = [f"only the first {limits.max_pages} of {count} pages read"] if count > limits.max_pages else []
+    sections = []
+    for number in range(min(count, limits.max_pages)):
+        deadline.check()
+        sections.append(Section(f"p.{number + 1}", pages[number].extract_text() or ""))
+    return sections, notes
+
+
+def read_docx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """Paragraphs and tables in order, each section under the heading it follows."""
+    import docx
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
+    check_zip(data, limits)
+    document = docx.Document(BytesIO(data))
+    sections: list[Section] = []
+    heading, lines = "", []
+    for block in document.iter_inner_content():
+        deadline.check()
+        if isinstance(block, Paragraph):
+            style = (block.style.name if block.style is not None else "") or ""
+            if style.lower().startswith(("heading", "title")) and block.text.strip():
+                sections.append(Section(heading, "\n".join(lines)))
+                heading, lines = block.text.strip()[:80], [block.text]
+                continue
+            lines.append(block.text)
+        elif isinstance(block, Table):
+            lines += [" | ".join(cell.text.strip() for cell in row.cells) for row in block.rows]
+    sections.append(Section(heading, "\n".join(lines)))
+    return sections, []
+
+
+def read_odt(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """OpenDocument text: the paragraphs and headings of content.xml, sections under headings."""
+    from lxml import etree
+
+    check_zip(data, limits)
+    with zipfile.ZipFile(BytesIO(data)) as archive:
+        xml = archive.read("content.xml")
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False)
+    root = etree.fromstring(xml, parser)
+    text_ns = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+    sections: list[Section] = []
+    heading, lines = "", []
+    for element in root.iter(f"{{{text_ns}}}h", f"{{{text_ns}}}p"):
+        deadline.check()
+        text = "".join(element.itertext())
+        if element.tag == f"{{{text_ns}}}h" and text.strip():
+            sections.append(Section(heading, "\n".join(lines)))
+            heading, lines = text.strip()[:80], [text]
+        else:
+            lines.append(text)
+    sections.append(Section(heading, "\n".join(lines)))
+    return sections, []
+
+
+def read_text(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """A plain text file: one section."""
+    return [Section("", decode_text(data))], []
+
+
+def read_markdown(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """Markdown: sections under their ``#`` headings."""
+    sections: list[Section] = []
+    heading, lines = "", []
+    for line in decode_text(data).splitlines():
+        match = _MD_HEADING.match(line)
+        if match:
+            sections.append(Section(heading, "\n".join(lines)))
+            heading, lines = match.group(1)[:80], [line]
+        else:
+            lines.append(line)
+    sections.append(Section(heading, "\n".join(lines)))
+    return sections, []
+
+
+def read_html(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """HTML through the mail body's converter (its cost bounded the same way)."""
+    from quinn.mailbox.parse import html_to_text
+
+    cut: list[str] = []
+    return [Section("", html_to_text(decode_text(data), cut))], cut
+
+
+def read_csv(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """Rows as ``a | b | c`` lines, ``ROWS_PER_SECTION`` to a section cited ``rows 2-41``, each section
+    starting with the header row so a passage keeps its column names."""
+    text = decode_text(data)
+    try:
+        dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
+    except csv.Error:
+        dialect = csv.excel
+    rows = csv.reader(StringIO(text), dialect)
+    header = " | ".join(next(rows, []))
+    sections: list[Section] = []
+    chunk: list[str] = []
+    first = 2
+    for number, row in enumerate(rows, start=2):
+        if number % ROWS_PER_SECTION == 0:
+            deadline.check()
+        chunk.append(" | ".join(row))
+        if len(chunk) == ROWS_PER_SECTION:
+            sections.append(Section(f"rows {first}-{number}", "\n".join([header, *chunk])))
+            chunk, first = [], number + 1
+    if chunk or not sections:
+        sections.append(Section(f"rows {first}-{first + len(chunk) - 1}" if chunk else "", "\n".join([header, *chunk])))
+    return sections, []
+
+
+def read_ics(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """A calendar: one section per event (what, when, where, who, description), cited ``event N``."""
+    import icalendar
+
+    try:
+        calendar = icalendar.Calendar.from_ical(decode_text(data))
+    except ValueError as exc:
+        raise Unreadable(f"the calendar file is damaged ({exc})") from exc
+    sections = []
+    for number, event in enumerate(calendar.walk("VEVENT"), start=1):
+        deadline.check()
+        lines = []
+        for key, label in (("SUMMARY", "Event"), ("DTSTART", "Starts"), ("DTEND", "Ends"), ("LOCATION", "Where"),
+                           ("ORGANIZER", "Organizer"), ("DESCRIPTION", "Description")):  # fmt: skip
+            value = event.get(key)
+            if value is None:
+                continue
+            shown = value.dt.isoformat() if hasattr(value, "dt") else str(value)
+            lines.append(f"{label}: {shown.removeprefix('mailto:') if key == 'ORGANIZER' else shown}")
+        attendees = event.get("ATTENDEE")
+        if attendees:
+            listed = attendees if isinstance(attendees, list) else [attendees]
+            lines.append("Attendees: " + ", ".join(str(a).removeprefix("mailto:") for a in listed))
+        sections.append(Section(f"event {number}", "\n".join(lines)))
+    return sections, []
+
+
+def read_eml(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """A forwarded mail: its headers and text through Quinn's own parser; files inside it are named, not read."""
+    from quinn.errors import MailParseError
+    from quinn.mailbox.parse import parse_email
+
+    try:
+        inner = parse_email(data, max_bytes=limits.max_file_bytes)
+    except MailParseError as exc:
+        raise Unreadable(f"the attached mail cannot be read ({exc.message})") from exc
+    head = [f"From: {inner.from_ or ''}", f"To: {', '.join(str(a) for a in inner.to)}",
+            f"Date: {inner.date.isoformat() if inner.date else ''}", f"Subject: {inner.subject}"]  # fmt: skip
+    notes = [f"files inside the attached mail not read: {', '.join(a.filename for a in inner.attachments)}"] if (
+        inner.attachments) else []  # fmt: skip
+    return [Section("", "\n".join(head) + "\n\n" + inner.full_text)], notes
+
+
+READERS: dict[str, Reader] = {
+    "pdf": read_pdf, "docx": read_docx, "odt": read_odt, "text": read_text, "markdown": read_markdown,
+    "html": read_html, "csv": read_csv, "ics": read_ics, "eml": read_eml,
+}  # fmt: skip

@@ -1,0 +1,118 @@
+"""Reading attached files (quinn/documents/extract.py, issue 18): text by page or section per format, and bad
+input (damaged, encrypted, too big, zip bombs, lying names and types) as a reason, never an exception.
+Files are made in code (tests/lab/documents.py) and read by the real libraries."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import pytest
+
+from quinn.documents.extract import Deadline, Limits, display_name, extract, kind_of
+from quinn.mailbox.parse import parse_email
+from tests.lab.documents import encrypted_pdf, make_docx, make_pdf
+from tests.lab.inprocess import build_mail
+
+ICS = (b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\nBEGIN:VEVENT\r\nUID:1@test\r\n"
+       b"SUMMARY:Board meeting\r\nDTSTART:20261201T100000Z\r\nDTEND:20261201T110000Z\r\nLOCATION:Room 4\r\n"
+       b"ORGANIZER:mailto:carol@example.org\r\nATTENDEE:mailto:alice@example.org\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n")  # fmt: skip
+
+
+def test_a_pdf_is_read_page_by_page_with_its_page_numbers() -> None:
+    data = make_pdf(["Lease agreement", "The deposit is 1,850 euros.\nPaid by transfer."])
+    read = extract("lease.pdf", "application/pdf", data)
+    assert read.error is None and read.kind == "pdf" and read.size == len(data)
+    assert [(s.ref, s.text) for s in read.sections] == [
+        ("p.1", "Lease agreement"), ("p.2", "The deposit is 1,850 euros.\nPaid by transfer.")]  # fmt: skip
+
+
+def test_pages_past_the_limit_are_left_out_and_said() -> None:
+    read = extract("long.pdf", "application/pdf", make_pdf([f"page {n}" for n in range(1, 6)]), Limits(max_pages=2))
+    assert [s.ref for s in read.sections] == ["p.1", "p.2"]
+    assert read.notes == ("only the first 2 of 5 pages read",)
+
+
+def test_an_encrypted_pdf_is_a_reason_not_an_error() -> None:
+    read = extract("secret.pdf", "application/pdf", encrypted_pdf(["hidden"]))
+    assert read.sections == () and read.error == "it is encrypted (protected by a password)"
+
+
+@pytest.mark.parametrize("data", [b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog", b"%PDF-1.7\n\x00\xff" * 50])
+def test_a_damaged_pdf_is_a_reason(data: bytes) -> None:
+    read = extract("broken.pdf", "application/pdf", data)
+    assert read.sections == () and read.error is not None and "damaged" in read.error
+
+
+def test_a_pdf_sent_as_text_is_read_as_a_pdf() -> None:
+    assert extract("scan", "text/plain", make_pdf(["Invoice 42"])).sections[0].text == "Invoice 42"
+
+
+def test_docx_sections_follow_headings_and_keep_tables() -> None:
+    data = make_docx([("p", "Preface."), ("h1", "Terms"), ("p", "Rent is due on the 3rd."),
+                      ("row", "Item | Price"), ("row", "Desk | 120")])  # fmt: skip
+    read = extract("contract.docx", "application/octet-stream", data)
+    assert read.kind == "docx" and read.error is None
+    assert [(s.ref, s.text) for s in read.sections] == [
+        ("", "Preface."), ("Terms", "Terms\nRent is due on the 3rd.\nItem | Price\nDesk | 120")]  # fmt: skip
+
+
+def test_a_zip_bomb_is_refused_before_it_is_unpacked() -> None:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/document.xml", b"<w/>")
+        archive.writestr("word/huge.bin", b"\0" * (3 * 1024 * 1024))  # 3 MB of zeros: a few kB packed
+    read = extract("bomb.docx", "application/vnd.openxmlformats", out.getvalue(), Limits(max_unzipped_bytes=2_000_000))
+    assert read.error is not None and "zip bomb" in read.error and len(out.getvalue()) < 10_000
+
+
+def test_text_markdown_html_csv_ics_and_forwarded_mail() -> None:
+    assert extract("a.txt", "text/plain", "Grüße\n".encode("cp1252")).text == "Grüße"
+    markdown = extract("notes.md", "text/markdown", b"intro\n# Budget\nTotal 30k\n")
+    assert [(s.ref, s.text) for s in markdown.sections] == [("", "intro"), ("Budget", "# Budget\nTotal 30k")]
+    html = extract("page.html", "text/html", b"<p>Hello <b>there</b></p><script>steal()</script>")
+    assert "Hello" in html.text and "steal" not in html.text
+    rows = "\n".join(["name;amount", *(f"p{i};{i}" for i in range(50))]).encode()
+    table = extract("sheet.csv", "text/csv", rows)
+    assert [s.ref for s in table.sections] == ["rows 2-41", "rows 42-51"]
+    assert table.sections[1].text.startswith("name | amount\np40 | 40")  # every section keeps the header
+    invite = extract("invite.ics", "text/calendar", ICS)
+    assert invite.sections[0].ref == "event 1"
+    assert invite.sections[0].text.splitlines() == [
+        "Event: Board meeting", "Starts: 2026-12-01T10:00:00+00:00", "Ends: 2026-12-01T11:00:00+00:00",
+        "Where: Room 4", "Organizer: carol@example.org", "Attendees: alice@example.org"]  # fmt: skip
+    _mid, raw = build_mail("bob@example.org", "alice@example.org", "Quote", "The price is 99 euros.")
+    forwarded = extract("fwd.eml", "message/rfc822", raw)
+    assert "Subject: Quote" in forwarded.text and "The price is 99 euros." in forwarded.text
+
+
+@pytest.mark.parametrize(("name", "shown"), [
+    ("../../etc/passwd", "passwd"), ("C:\\Users\\x\\evil.pdf", "evil.pdf"), ("a]\n[doc:other p.1", "a doc:other p.1"),
+    ("\x00\x1b[31m.pdf", "31m.pdf"), ("", "attachment-3"), ("..", "attachment-3"), ("x" * 300 + ".pdf", "x" * 75 + "~.pdf"),
+])  # fmt: skip
+def test_a_file_name_is_only_ever_a_label(name: str, shown: str) -> None:
+    assert display_name(name, 3) == shown
+
+
+def test_unknown_oversize_empty_and_slow_files_are_reasons() -> None:
+    assert extract("tool.exe", "application/x-msdownload", b"MZ\x90\x00").error == (
+        '"application/x-msdownload" is not a kind of file Quinn can read')  # fmt: skip
+    big = extract("big.txt", "text/plain", b"a" * 5000, Limits(max_file_bytes=4096))
+    assert big.error == "it is 4 kB, more than the limit of 4 kB" and big.sections == ()
+    assert extract("empty.pdf", "application/pdf", b"").error is not None
+    slow = extract("a.pdf", "application/pdf", make_pdf(["x"]), deadline=Deadline(-1.0))
+    assert slow.error is not None and "longer than" in slow.error
+    assert extract("photo.png", "image/png", b"\x89PNG\r\n\x1a\n" + b"\0" * 20).notes[0].startswith("a picture")
+    assert kind_of("notes.txt", "application/pdf", b"plain words") == "text"  # the name, then the declared type
+
+
+def test_the_parser_keeps_an_attachments_bytes() -> None:
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "a@example.org", "b@example.org", "File"
+    msg.set_content("see attached")
+    pdf = make_pdf(["hello"])
+    msg.add_attachment(pdf, maintype="application", subtype="pdf", filename="x.pdf")
+    [attachment] = parse_email(msg.as_bytes()).attachments
+    assert attachment.data == pdf and attachment.size == len(pdf)
