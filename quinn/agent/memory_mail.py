@@ -241,6 +241,7 @@ PURGED_AS = {
     "sessions": ("conversation", "conversations"),
     "messages": ("message of our conversations", "messages of our conversations"),
     "passages": ("searchable passage of them", "searchable passages of them"),
+    "documents": ("file you sent me", "files you sent me"),
     "conversation_summaries": ("conversation summary", "conversation summaries"),
     "user_state": ("setting", "settings"),
     "entities": ("person, place or thing I knew of", "people, places and things I knew of"),

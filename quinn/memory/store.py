@@ -493,9 +493,9 @@ class MemoryStore:
     # -- purge -----------------------------------------------------------------------------------------
 
     def purge(self, user_id: str) -> dict[str, int]:
-        """Delete every trace of a user: memories, history, retrievals, messages and their passages, sessions,
-        state, summaries, outbox, graph, token usage, confirmation codes; the ledger rows of their mail (and of
-        unverified mail from their address) lose their user and Message-IDs.
+        """Delete every trace of a user: memories, history, retrievals, messages and their passages, their files,
+        sessions, state, summaries, outbox, graph, token usage, confirmation codes; the ledger rows of their mail
+        (and of unverified mail from their address) lose their user and Message-IDs.
 
         Full-text indexes are merged and a local file is vacuumed, so the user's text leaves the file's bytes.
         Returns the number of rows removed per table.
@@ -517,6 +517,10 @@ class MemoryStore:
                 ("memories", "user_id = ?", (user,)),
                 ("memory_versions", "user_id = ?", (user,)),
                 ("passages", "user_id = ?", (user,)),  # conversation recall (passages.py), before their messages
+                # Their files (migration 0013): the links, then the bytes. The triggers would drop a file with its
+                # last message, but a file is the user's even if a link was ever missing.
+                ("message_documents", "user_id = ?", (user,)),
+                ("documents", "user_id = ?", (user,)),
                 ("messages", "user_id = ?", (user,)),
                 ("session_ids", in_sessions, tuple(sessions)),
                 ("sessions", "user_id = ?", (user,)),
