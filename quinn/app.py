@@ -28,6 +28,8 @@ from quinn.agent.respond import Agent, Answer, recallable
 from quinn.agent.samples import sample_variables
 from quinn.clock import Clock, iso, utcnow
 from quinn.config import Config
+from quinn.documents.extract import Extracted
+from quinn.documents.library import take_documents
 from quinn.errors import ConfigError, ConnectError, MailParseError, QuinnError, RetryLater
 from quinn.faults import fault_point
 from quinn.hardening import fit_torch_to_sandbox
@@ -510,13 +512,16 @@ class Quinn:
         # A purge receipt waiting to be sent again: the person is gone, so the mail is not stored again either.
         receipt = item is not None and await self._db(outbox.template_of, message_id) == PURGE_DONE_TEMPLATE
         session_id = None
+        documents: list[Extracted] = []
         with self.metrics.stage("thread"):  # the session, the stored message and the thread buffer
             if decision.use_memory and not receipt:
                 session_id = await self._join_session(email, decision, user)
             if item is None:
                 thread, summary = await self._db(self._thread, email, user, session_id)
+        if item is None and session_id is not None:  # files are read and kept for memory mail only
+            documents = await self._documents(email, user, session_id)
         if item is None:
-            answer = await self._answer(email, decision, user, session_id, thread, summary)
+            answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
             fault_point("after_llm")
             receipt = answer.purged
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
@@ -547,9 +552,16 @@ class Quinn:
             await self._db(index_message, self.store, user, email.message_id, "in")
         return session_id
 
+    async def _documents(self, email: InboundEmail, user: str, session_id: str) -> list[Extracted]:
+        """The mail's attachments read, kept for the user and (when the mail joins recall) searchable."""
+        assert self.store is not None
+        with self.metrics.stage("documents"):
+            return await take_documents(self.store, self.config.documents, email, user, session_id,
+                                        searchable=await self._recallable(email, user))  # fmt: skip
+
     async def _answer(
         self, email: InboundEmail, decision: Decision, user: str, session_id: str | None,
-        thread: list[ThreadMessage], summary: str | None,
+        thread: list[ThreadMessage], summary: str | None, documents: Sequence[Extracted] = (),
     ) -> Answer:  # fmt: skip
         """The answer to one mail (a summary asked for, or the agent's reply), its token cost recorded."""
         assert self.agent is not None and self.store is not None
@@ -560,7 +572,8 @@ class Quinn:
         if answer is None:
             with self.metrics.llm_call(self.llm.model_id, "reply"):
                 answer = await self.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
-                                                 session_id=session_id, withheld=decision.withheld)  # fmt: skip
+                                                 session_id=session_id, withheld=decision.withheld,
+                                                 documents=documents)  # fmt: skip
         # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
         counted = decision.user_id if decision.trusted and not answer.purged else None
         await self.agent.record(answer.template, answer.usage, counted, email.message_id)
@@ -599,7 +612,8 @@ class Quinn:
                             sender=user, rate_key=user)  # fmt: skip
         session_id = await self._join_session(email, decision, user)
         thread, summary = await self._db(self._thread, email, user, session_id)
-        answer = await self._answer(email, decision, user, session_id, thread, summary)
+        documents = await self._documents(email, user, session_id)
+        answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
         if not answer.purged:
             await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
         outcome = None if answer.purged else await self._learn(user, email, template=answer.template)

@@ -188,8 +188,9 @@ async def forget_memory(ctx: llm.Context[MemoryDeps], id: int) -> str:
 
 @llm.tool
 async def search_conversations(ctx: llm.Context[MemoryDeps], query: str) -> str:
-    """Search your earlier emails with this person (what they wrote and what you replied), e.g. "what did they
-    tell me about the landlord?". Returns passages with the date of their email."""
+    """Search your earlier emails with this person (what they wrote and what you replied, and the files they
+    attached), e.g. "what did they tell me about the landlord?". Returns passages with the date of their email,
+    or the file and page they are from."""
     deps = ctx.deps
     hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others)
     lines = [h.passage.line() for h in hits]

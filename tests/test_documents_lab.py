@@ -1,0 +1,94 @@
+"""Attached files through the real pipeline (issue 18), in-process against the lab (Dovecot, aiosmtpd, libSQL, the
+real embedding model, the scripted model over HTTP): what the reply prompt shows of the new mail's files, what is
+stored, and that bad files never cost the mail its answer. The daemon-level acceptance is test_documents_e2e.py."""
+
+from __future__ import annotations
+
+import re
+
+from tests.lab.brain import Brain
+from tests.lab.documents import encrypted_pdf, make_pdf
+from tests.lab.inprocess import LabQuinn, build_mail
+
+LEASE = make_pdf(
+    [
+        "Lease agreement, Rua Augusta 12, Lisbon.",
+        "The deposit is 1,850 euros, paid to account PT50-0001-7777.\nKeys are handed over on 1 March.",
+    ]
+)
+
+
+def files_block(prompt: str) -> str:
+    """The attached-files part of a reply prompt."""
+    match = re.search(r"Files attached to this email\..*?=== end of attached files ===", prompt, re.S)
+    return match.group(0) if match else ""
+
+
+async def test_good_and_bad_files_reach_the_prompt_and_the_mail_is_answered(make_quinn, mail_lab, brain: Brain):
+    alice = mail_lab.new_user("alice")
+    quinn: LabQuinn = await make_quinn("[documents]\nmax_file_kb = 64\n")
+    files = (
+        ("lease.pdf", "application/pdf", LEASE),
+        ("locked.pdf", "application/pdf", encrypted_pdf(["hidden text"])),
+        ("broken.pdf", "application/pdf", b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog"),
+        ("../../etc/passwd.pdf", "text/plain", make_pdf(["Not a password file."])),  # path trick, lying type
+        ("huge.txt", "text/plain", b"x" * (70 * 1024)),
+        ("tool.exe", "application/x-msdownload", b"MZ\x90\x00payload"),
+    )
+    await quinn.send(alice, "Flat", "Here is the lease and some other files. What is the deposit?", attachments=files)
+    assert len(quinn.replies(alice, 1)) == 1  # answered, whatever the files were
+
+    block = files_block(brain.prompt("What is the deposit?"))
+    assert '=== file 1: "lease.pdf" (pdf, ' in block
+    assert "[doc:lease.pdf p.2]\nThe deposit is 1,850 euros, paid to account PT50-0001-7777." in block
+    assert '"locked.pdf"' in block and "Could not be read: it is encrypted (protected by a password)" in block
+    assert '"broken.pdf"' in block and "Could not be read: the PDF is damaged" in block
+    assert '=== file 4: "passwd.pdf" (pdf, ' in block and "Not a password file." in block and "../" not in block
+    assert '"huge.txt"' in block and "Could not be read: it is 70 kB, more than the limit of 64 kB" in block
+    assert '"tool.exe"' in block and 'Could not be read: "application/x-msdownload" is not a kind of file' in block
+
+    kept = quinn.query("SELECT d.kind, m.name, d.size, d.error IS NULL FROM message_documents m JOIN documents d"
+                       " ON d.id = m.document_id WHERE m.user_id = ? ORDER BY m.position", (alice,))  # fmt: skip
+    # The oversize file is refused, not kept; the unreadable ones are kept with their reason.
+    assert [(kind, name, ok) for kind, name, _size, ok in kept] == [
+        ("pdf", "lease.pdf", 1), ("pdf", "locked.pdf", 0), ("pdf", "broken.pdf", 0), ("pdf", "passwd.pdf", 1),
+        ("unknown", "tool.exe", 0)]  # fmt: skip
+    [(stored,)] = quinn.query("SELECT content FROM documents WHERE user_id = ? AND kind = 'pdf' AND size = ?",
+                              (alice, len(LEASE)))  # fmt: skip
+    assert bytes(stored) == LEASE
+    cited = quinn.query("SELECT document, ref FROM passages WHERE user_id = ? AND document_id IS NOT NULL"
+                        " ORDER BY position", (alice,))  # fmt: skip
+    assert cited == [("lease.pdf", "p.1"), ("lease.pdf", "p.2"), ("passwd.pdf", "p.1")]
+
+
+async def test_a_file_is_kept_once_and_found_only_by_its_owner(make_quinn, mail_lab, brain: Brain):
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    quinn: LabQuinn = await make_quinn()
+    attached = (("lease.pdf", "application/pdf", LEASE),)
+    await quinn.send(alice, "Flat", "The lease, for your records.", attachments=attached)
+    await quinn.send(alice, "Flat again", "Sending the lease once more.", attachments=attached)
+    await quinn.send(bob, "Deposit", "What is the deposit for the flat on Rua Augusta?", name="Bob")
+    await quinn.send(alice, "Question", "What is the deposit for the flat on Rua Augusta?")
+    quinn.replies(alice, 3)
+    quinn.replies(bob, 1)
+
+    assert quinn.query("SELECT count(*) FROM documents") == [(1,)]  # once by content hash
+    assert quinn.query("SELECT count(*) FROM message_documents WHERE user_id = ?", (alice,)) == [(2,)]
+    bobs, alices = brain.prompts("What is the deposit for the flat on Rua Augusta?")
+    assert "1,850" not in bobs and "lease.pdf" not in bobs  # alice's file never reaches bob
+    assert "[doc:lease.pdf p.2] (a file they sent on " in alices and "The deposit is 1,850 euros" in alices
+
+
+async def test_an_unverified_senders_files_are_neither_read_nor_kept(make_quinn, mail_lab, brain: Brain):
+    mallory = mail_lab.new_user("mallory")
+    quinn: LabQuinn = await make_quinn()
+    _mid, raw = build_mail(mallory, quinn.address, "Invoice", "Please read the invoice.",
+                           attachments=(("invoice.pdf", "application/pdf", LEASE),))  # fmt: skip
+    mail_lab.dovecot.append(quinn.address, raw)  # not through the MX: no Authentication-Results stamp
+    await quinn.process()
+    assert len(quinn.replies(mallory, 1)) == 1
+    block = files_block(brain.prompt("Please read the invoice."))
+    assert '"invoice.pdf"' in block and "Could not be read: files are read only for mail that may use memory" in block
+    assert "1,850" not in block
+    assert quinn.query("SELECT count(*) FROM documents") == [(0,)]
+    assert quinn.query("SELECT count(*) FROM passages WHERE document_id IS NOT NULL") == [(0,)]
