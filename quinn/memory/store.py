@@ -517,10 +517,10 @@ class MemoryStore:
                 ("memories", "user_id = ?", (user,)),
                 ("memory_versions", "user_id = ?", (user,)),
                 ("passages", "user_id = ?", (user,)),  # conversation recall (passages.py), before their messages
-                # Their files (migration 0013): the links, then the bytes. The triggers would drop a file with its
-                # last message, but a file is the user's even if a link was ever missing.
-                ("message_documents", "user_id = ?", (user,)),
+                # Their files (migration 0013), counted before their links go (a trigger drops a file with its
+                # last link), and deleted by owner: a file is the user's even if a link was ever missing.
                 ("documents", "user_id = ?", (user,)),
+                ("message_documents", "user_id = ?", (user,)),
                 ("messages", "user_id = ?", (user,)),
                 ("session_ids", in_sessions, tuple(sessions)),
                 ("sessions", "user_id = ?", (user,)),
