@@ -16,7 +16,8 @@ from tests.lab.inprocess import build_mail
 
 ICS = (b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\nBEGIN:VEVENT\r\nUID:1@test\r\n"
        b"SUMMARY:Board meeting\r\nDTSTART:20261201T100000Z\r\nDTEND:20261201T110000Z\r\nLOCATION:Room 4\r\n"
-       b"ORGANIZER:mailto:carol@example.org\r\nATTENDEE:mailto:alice@example.org\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n")  # fmt: skip
+       b"ORGANIZER:mailto:carol@example.org\r\nATTENDEE:mailto:alice@example.org\r\n"
+       b"END:VEVENT\r\nEND:VCALENDAR\r\n")  # fmt: skip
 
 
 def test_a_pdf_is_read_page_by_page_with_its_page_numbers() -> None:
@@ -88,7 +89,8 @@ def test_text_markdown_html_csv_ics_and_forwarded_mail() -> None:
 
 @pytest.mark.parametrize(("name", "shown"), [
     ("../../etc/passwd", "passwd"), ("C:\\Users\\x\\evil.pdf", "evil.pdf"), ("a]\n[doc:other p.1", "a doc:other p.1"),
-    ("\x00\x1b[31m.pdf", "31m.pdf"), ("", "attachment-3"), ("..", "attachment-3"), ("x" * 300 + ".pdf", "x" * 75 + "~.pdf"),
+    ("\x00\x1b[31m.pdf", "31m.pdf"), ("", "attachment-3"), ("..", "attachment-3"),
+    ("x" * 300 + ".pdf", "x" * 75 + "~.pdf"),
 ])  # fmt: skip
 def test_a_file_name_is_only_ever_a_label(name: str, shown: str) -> None:
     assert display_name(name, 3) == shown
