@@ -92,3 +92,15 @@ async def test_an_unverified_senders_files_are_neither_read_nor_kept(make_quinn,
     assert "1,850" not in block
     assert quinn.query("SELECT count(*) FROM documents") == [(0,)]
     assert quinn.query("SELECT count(*) FROM passages WHERE document_id IS NOT NULL") == [(0,)]
+
+
+async def test_files_of_someone_who_asked_not_to_be_remembered_are_shown_not_kept(make_quinn, mail_lab, brain):
+    alice = mail_lab.new_user("alice")
+    quinn: LabQuinn = await make_quinn()
+    await quinn.send(alice, "Privacy", "Please stop remembering me.")
+    await quinn.send(alice, "Flat", "What is the deposit in this lease?", attachments=(("lease.pdf", "application/pdf",
+                                                                                        LEASE),))  # fmt: skip
+    quinn.replies(alice, 2)
+    assert "The deposit is 1,850 euros" in files_block(brain.prompt("What is the deposit in this lease?"))
+    assert quinn.query("SELECT count(*) FROM documents") == [(0,)]
+    assert quinn.query("SELECT count(*) FROM message_documents") == [(0,)]

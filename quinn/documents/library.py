@@ -36,9 +36,9 @@ async def take_documents(
     store: MemoryStore, config: DocumentsConfig, email: InboundEmail, user: str, session_id: str | None, *,
     searchable: bool,
 ) -> list[Extracted]:  # fmt: skip
-    """The authenticated user's mail's attachments: read (in a worker thread, within the limits), kept and, with
-    ``searchable``, indexed for recall. Returns them as read, for the reply prompt; a file that could not be read
-    is one with its reason, never a failed mail."""
+    """The authenticated user's mail's attachments: read (in a worker thread, within the limits) and, when the
+    mail joins conversation recall (``searchable``), kept and indexed. Returns them as read, for the reply
+    prompt; a file that could not be read is one with its reason, never a failed mail."""
     files = email.attachments
     if not files:
         return []
@@ -54,8 +54,9 @@ async def take_documents(
         if document.error:
             log.info("mail %s: file %r (%s, %d bytes) not read: %s", email.message_id, document.name,
                      document.content_type, document.size, document.error)  # fmt: skip
-    await store.db.run(keep_documents, store, user, email.message_id, session_id, documents, files,
-                       searchable=searchable, max_file_bytes=config.max_file_kb * 1024)  # fmt: skip
+    if searchable:  # else a memory command, or someone who asked not to be remembered: shown, never kept
+        await store.db.run(keep_documents, store, user, email.message_id, session_id, documents, files,
+                           max_file_bytes=config.max_file_kb * 1024)  # fmt: skip
     return documents
 
 
@@ -97,12 +98,12 @@ def document_pieces(document: Extracted) -> list[tuple[str, str]]:
 
 def keep_documents(
     store: MemoryStore, user_id: str, message_id: str, session_id: str | None, documents: Sequence[Extracted],
-    attachments: Sequence[Attachment], *, searchable: bool, max_file_bytes: int,
+    attachments: Sequence[Attachment], *, max_file_bytes: int,
 ) -> int:  # fmt: skip
-    """Store the mail's files (``attachments``, as read in ``documents``) for the user and link them to the stored
-    mail and its session; with ``searchable``, index the text of each newly linked file as passages of the
-    mail. Files over the size limit, empty or not read for the mail's limit are not kept. Idempotent (a retried
-    mail adds nothing). Runs on the DB thread; returns the passages written."""
+    """Store the mail's files (``attachments``, as read in ``documents``) for the user, link them to the stored
+    mail and its session, and index the text of each file not yet indexed for the mail as its passages. Files
+    over the size limit, empty or not read for the mail's limit are not kept. Idempotent (a retried mail adds
+    nothing). Runs on the DB thread; returns the passages written."""
     db = store.db
     user = normalise_user(user_id)
     message = stored_message(db, user, message_id, "in")
@@ -127,7 +128,7 @@ def keep_documents(
             )
         indexed = db.query_value("SELECT 1 FROM passages WHERE message_row = ? AND document_id = ? LIMIT 1",
                                  (message.row, document_id))  # fmt: skip
-        if searchable and document.error is None and not indexed:
+        if document.error is None and not indexed:
             written += write_passages(store, user, message, document_pieces(document), document_id=document_id,
                                       document=document.name)  # fmt: skip
     if documents:
