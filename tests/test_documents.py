@@ -118,3 +118,36 @@ def test_the_parser_keeps_an_attachments_bytes() -> None:
     msg.add_attachment(pdf, maintype="application", subtype="pdf", filename="x.pdf")
     [attachment] = parse_email(msg.as_bytes()).attachments
     assert attachment.data == pdf and attachment.size == len(pdf)
+
+
+def test_a_reader_stuck_inside_one_library_call_is_killed_at_the_deadline() -> None:
+    """One page of 4 MB of text operators: pypdf spends seconds inside one extract_text call, where no deadline
+    check can run. The child process reading it is killed at timeout_s + the grace; the files get the reason."""
+    import time
+
+    from quinn.config import DocumentsConfig
+    from quinn.documents.reading import STUCK_GRACE_S, read_in_child
+    from quinn.mailbox.message import Attachment
+
+    data = make_pdf(["\n".join(["word " * 20] * 60_000)])  # about 9 s of extract_text on page 1 (measured)
+    start = time.monotonic()
+    # 1.5 s: time to start the child and open the PDF, so the deadline passes inside the page, not before it.
+    read = read_in_child([Attachment("slow.pdf", "application/pdf", len(data), data)], DocumentsConfig(timeout_s=1.5))
+    assert read == "reading the attached files took longer than the 1.5 s limit"
+    assert time.monotonic() - start < 1.5 + STUCK_GRACE_S + 2  # killed, not waited for
+
+
+def test_files_are_read_in_a_child_process_and_come_back_whole() -> None:
+    from quinn.config import DocumentsConfig
+    from quinn.documents.reading import read_in_child
+    from quinn.mailbox.message import Attachment
+
+    pdf, text = make_pdf(["one", "two"]), b"plain words " * 10
+    assert len(pdf) + len(text) <= 1024 < len(pdf) + 2 * len(text)  # the third file passes the mail's 1 kB
+    files = [Attachment("a.pdf", "application/pdf", len(pdf), pdf), Attachment("b.txt", "text/plain", 120, text),
+             Attachment("c.txt", "text/plain", 120, text)]  # fmt: skip
+    read = read_in_child(files, DocumentsConfig(max_mail_kb=1))
+    assert not isinstance(read, str)
+    assert [(d.name, d.error) for d in read] == [("a.pdf", None), ("b.txt", None), ("c.txt", (
+        "the mail's files together pass the limit of 1 kB; this one was not read"))]  # fmt: skip
+    assert [s.text for s in read[0].sections] == ["one", "two"]

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from quinn.config import DocumentsConfig
-from quinn.documents.extract import Deadline, Extracted, Limits, display_name, extract
+from quinn.documents.extract import Extracted
+from quinn.documents.reading import read_in_child, unread
 from quinn.mailbox.message import Attachment, InboundEmail
 from quinn.memory.filters import normalise_user
 from quinn.memory.models import iso, utcnow
@@ -29,14 +30,13 @@ log = logging.getLogger(__name__)
 # by full-text search, and the overlap starts the next passage with them.
 DOCUMENT_PASSAGE_CHARS = 1200
 DOCUMENT_OVERLAP_CHARS = 200
-STUCK_GRACE_S = 2.0  # past the deadline, a reader stuck inside one library call is given up on (its thread runs on)
 
 
 async def take_documents(
     store: MemoryStore, config: DocumentsConfig, email: InboundEmail, user: str, session_id: str | None, *,
     searchable: bool,
 ) -> list[Extracted]:  # fmt: skip
-    """The authenticated user's mail's attachments: read (in a worker thread, within the limits) and, when the
+    """The authenticated user's mail's attachments: read (in a child process, within the limits) and, when the
     mail joins conversation recall (``searchable``), kept and indexed. Returns them as read, for the reply
     prompt; a file that could not be read is one with its reason, never a failed mail."""
     files = email.attachments
@@ -44,12 +44,8 @@ async def take_documents(
         return []
     if not config.enabled:
         return [unread(a, i, "reading attached files is turned off here") for i, a in enumerate(files, start=1)]
-    try:
-        documents = await asyncio.wait_for(asyncio.to_thread(read_attachments, files, config),
-                                           config.timeout_s + STUCK_GRACE_S)  # fmt: skip
-    except TimeoutError:
-        reason = f"reading the attached files took longer than the {config.timeout_s:g} s limit"
-        documents = [unread(a, i, reason) for i, a in enumerate(files, start=1)]
+    read = await asyncio.to_thread(read_in_child, files, config)
+    documents = read if isinstance(read, list) else [unread(a, i, read) for i, a in enumerate(files, start=1)]
     for document in documents:
         if document.error:
             log.info("mail %s: file %r (%s, %d bytes) not read: %s", email.message_id, document.name,
@@ -58,36 +54,6 @@ async def take_documents(
         await store.db.run(keep_documents, store, user, email.message_id, session_id, documents, files,
                            max_file_bytes=config.max_file_kb * 1024)  # fmt: skip
     return documents
-
-
-def limits_of(config: DocumentsConfig) -> Limits:
-    """The per-file limits of the ``[documents]`` settings."""
-    return Limits(max_file_bytes=config.max_file_kb * 1024, max_pages=config.max_pages,
-                  max_text_chars=config.max_text_kb * 1024, timeout_s=config.timeout_s)  # fmt: skip
-
-
-def read_attachments(attachments: Sequence[Attachment], config: DocumentsConfig) -> list[Extracted]:
-    """Every attachment of one mail read (``extract``), in order; once their sizes together pass
-    ``max_mail_kb``, the rest are reported unread, not read. Pure; never raises."""
-    limits = limits_of(config)
-    deadline = Deadline(config.timeout_s)  # one for the whole mail
-    budget = config.max_mail_kb * 1024
-    read: list[Extracted] = []
-    used = 0
-    for index, attachment in enumerate(attachments, start=1):
-        used += attachment.size
-        if used > budget:
-            reason = f"the mail's files together pass the limit of {config.max_mail_kb} kB; this one was not read"
-            read.append(unread(attachment, index, reason))
-            continue
-        read.append(extract(attachment.filename, attachment.content_type, attachment.data, limits, index, deadline))
-    return read
-
-
-def unread(attachment: Attachment, index: int, reason: str) -> Extracted:
-    """An attachment reported as not read, for ``reason``."""
-    return Extracted(display_name(attachment.filename, index), attachment.content_type, "unknown", attachment.size,
-                     "", error=reason)  # fmt: skip
 
 
 def document_pieces(document: Extracted) -> list[tuple[str, str]]:
