@@ -11,7 +11,7 @@ import pytest
 
 from quinn.documents.extract import Deadline, Limits, display_name, extract, kind_of
 from quinn.mailbox.parse import parse_email
-from tests.lab.documents import encrypted_pdf, make_docx, make_pdf
+from tests.lab.documents import encrypted_pdf, make_docx, make_pdf, make_pptx, make_xlsx
 from tests.lab.inprocess import build_mail
 
 ICS = (b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\nBEGIN:VEVENT\r\nUID:1@test\r\n"
@@ -56,6 +56,18 @@ def test_docx_sections_follow_headings_and_keep_tables() -> None:
     assert read.kind == "docx" and read.error is None
     assert [(s.ref, s.text) for s in read.sections] == [
         ("", "Preface."), ("Terms", "Terms\nRent is due on the 3rd.\nItem | Price\nDesk | 120")]  # fmt: skip
+
+
+def test_xlsx_sheets_and_pptx_slides_keep_their_names_and_numbers() -> None:
+    rows = [["Item", "Cost", "Total"], *([f"line {i}", i, f"=B{i + 2}*2"] for i in range(45))]
+    book = extract("budget.xlsx", "application/octet-stream", make_xlsx({"Budget": rows, "Notes": [["ok"]]}))
+    assert book.kind == "xlsx" and book.error is None
+    assert [s.ref for s in book.sections] == ["sheet Budget rows 2-41", "sheet Budget rows 42-46", "sheet Notes"]
+    # The values a spreadsheet last computed; openpyxl saved the formula uncomputed, so that cell is blank.
+    assert book.sections[1].text.splitlines()[:2] == ["Item | Cost | Total", "line 40 | 40"]
+    deck = extract("plan.pptx", "application/vnd.ms-powerpoint", make_pptx([["Roadmap"], ["Q1: hire", "Q2: ship"]]))
+    assert deck.kind == "pptx" and [(s.ref, s.text) for s in deck.sections] == [
+        ("slide 1", "Roadmap"), ("slide 2", "Q1: hire\nQ2: ship")]  # fmt: skip
 
 
 def test_a_zip_bomb_is_refused_before_it_is_unpacked() -> None:

@@ -52,7 +52,7 @@ class Extracted:
 
     name: str  # display_name of the sender's file name: safe to show and cite
     content_type: str  # as declared by the sender
-    kind: str  # what it really is: pdf, docx, odt, text, markdown, html, csv, ics, eml, image, unknown
+    kind: str  # what it really is: pdf, docx, odt, xlsx, pptx, text, markdown, html, csv, ics, eml, image, unknown
     size: int
     sha256: str
     sections: tuple[Section, ...] = ()
@@ -125,6 +125,10 @@ def _zip_kind(data: bytes) -> str:
             names = set(archive.namelist())
             if "word/document.xml" in names:
                 return "docx"
+            if "xl/workbook.xml" in names:
+                return "xlsx"
+            if "ppt/presentation.xml" in names:
+                return "pptx"
             if "content.xml" in names and "mimetype" in names:
                 return "odt" if archive.read("mimetype")[:60].endswith(b"opendocument.text") else "zip"
     except (zipfile.BadZipFile, OSError, ValueError, RuntimeError):

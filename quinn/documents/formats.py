@@ -4,9 +4,9 @@ A reader raises ``Unreadable`` with a reason the sender can act on ("it is encry
 is caught by ``extract.extract``. Each checks the ``Deadline`` between its units of work.
 
 Libraries: pypdf (PDF; pure Python, no external binaries, own limits on decompressed stream sizes), python-docx
-(DOCX; on lxml), icalendar (.ics); HTML goes through the mail body's own hardened html2text path, .eml through
-Quinn's own mail parser, CSV and ODT through the standard library (ODT's XML via lxml with entities and network
-off).
+(DOCX; on lxml), openpyxl (XLSX, read-only streaming), icalendar (.ics); HTML goes through the mail body's own
+hardened html2text path, .eml through Quinn's own mail parser, CSV through the standard library, and ODT's and
+PPTX's XML through lxml with entities and network off.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from __future__ import annotations
 import csv
 import logging
 import re
+import warnings
 import zipfile
+from collections.abc import Iterator, Sequence
 from io import BytesIO, StringIO
 
 from quinn.documents.extract import Deadline, Limits, Reader, Section, Unreadable, check_zip
@@ -135,27 +137,77 @@ def read_html(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sec
 
 
 def read_csv(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
-    """Rows as ``a | b | c`` lines, ``ROWS_PER_SECTION`` to a section cited ``rows 2-41``, each section
-    starting with the header row so a passage keeps its column names."""
+    """Rows as ``a | b | c`` lines in sections of ``table_sections``, cited ``rows 2-41``."""
     text = decode_text(data)
     try:
         dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
     except csv.Error:
         dialect = csv.excel
-    rows = csv.reader(StringIO(text), dialect)
-    header = " | ".join(next(rows, []))
+    return table_sections(csv.reader(StringIO(text), dialect), "", deadline), []
+
+
+def table_sections(rows: Iterator[Sequence[object]], where: str, deadline: Deadline) -> list[Section]:
+    """A table's rows as ``a | b | c`` lines, ``ROWS_PER_SECTION`` to a section cited ``rows 2-41`` (after
+    ``where``, e.g. ``sheet Budget``), each section starting with the header row so a passage keeps its column
+    names. Empty cells are blank, trailing empty rows dropped."""
+
+    def line(row: Sequence[object]) -> str:
+        return " | ".join("" if cell is None else str(cell) for cell in row).rstrip(" |")
+
+    header = line(next(rows, []))
     sections: list[Section] = []
     chunk: list[str] = []
     first = 2
+    prefix = f"{where} " if where else ""
     for number, row in enumerate(rows, start=2):
         if number % ROWS_PER_SECTION == 0:
             deadline.check()
-        chunk.append(" | ".join(row))
+        chunk.append(line(row))
         if len(chunk) == ROWS_PER_SECTION:
-            sections.append(Section(f"rows {first}-{number}", "\n".join([header, *chunk])))
+            sections.append(Section(f"{prefix}rows {first}-{number}", "\n".join([header, *chunk])))
             chunk, first = [], number + 1
+    while chunk and not chunk[-1]:
+        chunk.pop()
     if chunk or not sections:
-        sections.append(Section(f"rows {first}-{first + len(chunk) - 1}" if chunk else "", "\n".join([header, *chunk])))
+        ref = f"{prefix}rows {first}-{first + len(chunk) - 1}" if chunk else where
+        sections.append(Section(ref, "\n".join([header, *chunk])))
+    return sections
+
+
+def read_xlsx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """Each sheet's rows (the values last computed, not formulas) in sections cited ``sheet NAME rows 2-41``."""
+    import openpyxl
+
+    check_zip(data, limits)
+    with warnings.catch_warnings():  # openpyxl warns about styles and extensions it skips: not the reader's business
+        warnings.simplefilter("ignore")
+        book = openpyxl.load_workbook(BytesIO(data), read_only=True, data_only=True)
+        try:
+            sections = []
+            for sheet in book.worksheets:
+                deadline.check()
+                sections += table_sections(sheet.iter_rows(values_only=True), f"sheet {sheet.title[:40]}", deadline)
+        finally:
+            book.close()
+    return sections, []
+
+
+def read_pptx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
+    """Each slide's text, paragraph by paragraph, cited ``slide N`` (slides in their files' numbering)."""
+    from lxml import etree
+
+    check_zip(data, limits)
+    drawing = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False)
+    sections = []
+    with zipfile.ZipFile(BytesIO(data)) as archive:
+        slides = sorted((int(m.group(1)), name) for name in archive.namelist()
+                        if (m := re.fullmatch(r"ppt/slides/slide(\d+)\.xml", name)))  # fmt: skip
+        for number, name in slides:
+            deadline.check()
+            root = etree.fromstring(archive.read(name), parser)
+            paragraphs = ["".join(t.text or "" for t in p.iter(f"{drawing}t")) for p in root.iter(f"{drawing}p")]
+            sections.append(Section(f"slide {number}", "\n".join(p for p in paragraphs if p.strip())))
     return sections, []
 
 
@@ -203,6 +255,6 @@ def read_eml(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sect
 
 
 READERS: dict[str, Reader] = {
-    "pdf": read_pdf, "docx": read_docx, "odt": read_odt, "text": read_text, "markdown": read_markdown,
-    "html": read_html, "csv": read_csv, "ics": read_ics, "eml": read_eml,
+    "pdf": read_pdf, "docx": read_docx, "odt": read_odt, "xlsx": read_xlsx, "pptx": read_pptx, "text": read_text,
+    "markdown": read_markdown, "html": read_html, "csv": read_csv, "ics": read_ics, "eml": read_eml,
 }  # fmt: skip

@@ -67,3 +67,37 @@ def make_docx(blocks: list[tuple[str, str]]) -> bytes:
     out = BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+def make_xlsx(sheets: dict[str, list[list[object]]]) -> bytes:
+    """An XLSX workbook through openpyxl, one sheet per entry (rows of cell values; a str starting "=" a formula)."""
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    for title, rows in sheets.items():
+        sheet = book.create_sheet(title)
+        for row in rows:
+            sheet.append(row)
+    out = BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def make_pptx(slides: list[list[str]]) -> bytes:
+    """A minimal PPTX package (no library writes one without Pillow): the parts a reader needs, each slide's
+    paragraphs as DrawingML text runs in a shape tree, as PowerPoint writes them."""
+    import zipfile
+
+    ns = ('xmlns:a="http://schemas.openxmlformats.org/drawingml/2006/main" '
+          'xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main"')  # fmt: skip
+    out = BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.'
+                         'org/package/2006/content-types"/>')  # fmt: skip
+        archive.writestr("ppt/presentation.xml", f'<?xml version="1.0"?><p:presentation {ns}/>')
+        for number, paragraphs in enumerate(slides, start=1):
+            runs = "".join(f"<a:p><a:r><a:t>{text}</a:t></a:r></a:p>" for text in paragraphs)
+            archive.writestr(f"ppt/slides/slide{number}.xml", f'<?xml version="1.0"?><p:sld {ns}><p:cSld><p:spTree>'
+                             f"<p:sp><p:txBody>{runs}</p:txBody></p:sp></p:spTree></p:cSld></p:sld>")  # fmt: skip
+    return out.getvalue()
