@@ -120,6 +120,23 @@ def test_unknown_oversize_empty_and_slow_files_are_reasons() -> None:
     assert kind_of("notes.txt", "application/pdf", b"plain words") == "text"  # the name, then the declared type
 
 
+def test_a_forwarded_mail_attached_as_message_rfc822_is_read_as_a_mail() -> None:
+    import email as email_lib
+    import email.policy
+    from email.message import EmailMessage
+
+    _mid, inner = build_mail("bob@example.org", "alice@example.org", "Quote", "The price is 99 euros.")
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "alice@example.org", "quinn@example.org", "Fwd: Quote"
+    msg.set_content("See the forwarded quote.")
+    msg.add_attachment(email_lib.message_from_bytes(inner, policy=email.policy.default))
+    [attachment] = parse_email(msg.as_bytes()).attachments
+    assert (attachment.filename, attachment.content_type) == ("forwarded-1.eml", "message/rfc822")
+    read = extract(attachment.filename, attachment.content_type, attachment.data)
+    assert read.kind == "eml" and read.text.startswith("From: Alice Example <bob@example.org>\nTo: alice@example.org")
+    assert "Subject: Quote\n\nThe price is 99 euros." in read.text
+
+
 def test_the_parser_keeps_an_attachments_bytes() -> None:
     from email.message import EmailMessage
 

@@ -407,9 +407,12 @@ def _attachments(items: list[dict[str, Any]]) -> tuple[Attachment, ...]:
     for index, item in enumerate(items, start=1):
         name = _clean(str(item.get("filename") or ""))
         disposition = str(item.get("content-disposition") or "").lower()
+        content_type = str(item.get("mail_content_type") or "application/octet-stream").lower()
         if not item.get("content-id") and "name" not in disposition and _INVENTED_NAME.match(name):
-            # mail-parser invents a random name for unnamed parts; keep parsing deterministic.
-            name = f"unnamed-{index}.{name.rsplit('.', 1)[1]}"
+            # mail-parser invents a random name for unnamed parts; keep parsing deterministic. A forwarded
+            # mail (message/rfc822, RFC 2046 §5.2.1) is named as one, not as the .txt it is invented as.
+            name = (f"forwarded-{index}.eml" if content_type == "message/rfc822"
+                    else f"unnamed-{index}.{name.rsplit('.', 1)[1]}")  # fmt: skip
         payload = str(item.get("payload") or "")
         if item.get("binary"):
             try:
@@ -418,6 +421,5 @@ def _attachments(items: list[dict[str, Any]]) -> tuple[Attachment, ...]:
                 data = b""
         else:
             data = payload.encode("utf-8", "replace")
-        content_type = str(item.get("mail_content_type") or "application/octet-stream").lower()
         result.append(Attachment(filename=name, content_type=content_type, size=len(data), data=data))
     return tuple(result)
