@@ -116,7 +116,12 @@ def test_unknown_oversize_empty_and_slow_files_are_reasons() -> None:
     assert extract("empty.pdf", "application/pdf", b"").error is not None
     slow = extract("a.pdf", "application/pdf", make_pdf(["x"]), deadline=Deadline(-1.0))
     assert slow.error is not None and "longer than" in slow.error
-    assert extract("photo.png", "image/png", b"\x89PNG\r\n\x1a\n" + b"\0" * 20).notes[0].startswith("a picture")
+    png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + (640).to_bytes(4, "big") + (480).to_bytes(4, "big") + b"\0" * 20
+    photo = extract("photo.png", "image/png", png)
+    assert (photo.kind, photo.error) == ("image", None)
+    assert photo.notes == ("a picture (PNG, 640x480 pixels): Quinn does not see pictures, only knows it was attached",)
+    jpeg = b"\xff\xd8\xff\xe0\x00\x04ab\xff\xc0\x00\x11\x08" + (300).to_bytes(2, "big") + (200).to_bytes(2, "big")
+    assert "(JPEG, 200x300 pixels)" in extract("p.jpg", "image/jpeg", jpeg + b"\0" * 20).notes[0]
     assert kind_of("notes.txt", "application/pdf", b"plain words") == "text"  # the name, then the declared type
 
 

@@ -104,3 +104,20 @@ async def test_files_of_someone_who_asked_not_to_be_remembered_are_shown_not_kep
     assert "The deposit is 1,850 euros" in files_block(brain.prompt("What is the deposit in this lease?"))
     assert quinn.query("SELECT count(*) FROM documents") == [(0,)]
     assert quinn.query("SELECT count(*) FROM message_documents") == [(0,)]
+
+
+async def test_a_mail_that_is_only_a_file_and_a_picture_is_answered_and_kept(make_quinn, mail_lab, brain: Brain):
+    alice = mail_lab.new_user("alice")
+    quinn: LabQuinn = await make_quinn()
+    png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + (64).to_bytes(4, "big") + (32).to_bytes(4, "big") + b"\0" * 40
+    await quinn.send(alice, "Lease", "", attachments=(("lease.pdf", "application/pdf", LEASE),
+                                                      ("keys.png", "image/png", png)))  # fmt: skip
+    assert len(quinn.replies(alice, 1)) == 1
+    block = files_block(brain.prompt('subject "Lease"'))
+    assert "[doc:lease.pdf p.2]\nThe deposit is 1,850 euros" in block
+    assert '"keys.png" (image, 64 bytes) ===\n(a picture (PNG, 64x32 pixels): Quinn does not see pictures' in block
+    kept = quinn.query("SELECT kind, length(content) FROM documents WHERE user_id = ? ORDER BY id", (alice,))
+    assert kept == [("pdf", len(LEASE)), ("image", len(png))]  # a picture is kept, described by its metadata
+    cited = quinn.query("SELECT document, ref, position FROM passages WHERE user_id = ? AND direction = 'in'"
+                        " ORDER BY position", (alice,))  # fmt: skip
+    assert cited == [("lease.pdf", "p.1", 0), ("lease.pdf", "p.2", 1)]  # the empty body has no passage of its own

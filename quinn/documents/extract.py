@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 import time
 import unicodedata
 import zipfile
@@ -175,8 +176,8 @@ def extract(
     if len(data) > limits.max_file_bytes:
         return failed(f"it is {len(data) // 1024} kB, more than the limit of {limits.max_file_bytes // 1024} kB")
     if kind == "image":
-        return Extracted(base.name, content_type, kind, base.size, base.sha256,
-                         notes=("a picture: Quinn does not read pictures, only knows it was attached",))  # fmt: skip
+        note = f"a picture{picture_facts(data)}: Quinn does not see pictures, only knows it was attached"
+        return Extracted(base.name, content_type, kind, base.size, base.sha256, notes=(note,))
     reader = READERS.get(kind)
     if reader is None:
         what = "a zip archive" if kind == "zip" else f'"{content_type}"'
@@ -199,6 +200,35 @@ def extract(
         reason = "no text found in it (a scanned PDF is pictures of pages, which Quinn cannot read)"
         return Extracted(base.name, content_type, kind, base.size, base.sha256, error=reason, notes=tuple(notes))
     return Extracted(base.name, content_type, kind, base.size, base.sha256, tuple(sections), None, tuple(notes))
+
+
+def picture_facts(data: bytes) -> str:
+    """`` (PNG, 640x480)``: the picture's format and size in pixels from its header, as far as it says."""
+    fmt, size = "", None
+    if data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) >= 24:
+        fmt, size = "PNG", struct.unpack(">II", data[16:24])
+    elif data.startswith(b"GIF8") and len(data) >= 10:
+        fmt, size = "GIF", struct.unpack("<HH", data[6:10])
+    elif data.startswith(b"\xff\xd8"):
+        fmt, size = "JPEG", _jpeg_size(data)
+    elif data[8:12] == b"WEBP":
+        fmt = "WebP"
+    elif data[4:8] == b"ftyp":
+        fmt = "HEIC" if data[8:12] in (b"heic", b"heix", b"mif1") else ""
+    facts = [f for f in (fmt, f"{size[0]}x{size[1]} pixels" if size else "") if f]
+    return f" ({', '.join(facts)})" if facts else ""
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's start-of-frame segment (ITU T.81 §B.2.2), or None."""
+    at = 2
+    while at + 9 <= len(data) and data[at] == 0xFF:
+        marker, length = data[at + 1], int.from_bytes(data[at + 2 : at + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height, width = struct.unpack(">HH", data[at + 5 : at + 9])
+            return width, height
+        at += 2 + length
+    return None
 
 
 def _within(sections: list[Section], max_chars: int) -> tuple[list[Section], bool]:
