@@ -114,6 +114,8 @@ def test_unknown_oversize_empty_and_slow_files_are_reasons() -> None:
     big = extract("big.txt", "text/plain", b"a" * 5000, Limits(max_file_bytes=4096))
     assert big.error == "it is 4 kB, more than the limit of 4 kB" and big.sections == ()
     assert extract("empty.pdf", "application/pdf", b"").error is not None
+    ole = extract("budget.xlsx", "application/vnd.ms-excel", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 100)
+    assert ole.error is not None and ole.error.startswith("it is a password-protected or old-format")
     slow = extract("a.pdf", "application/pdf", make_pdf(["x"]), deadline=Deadline(-1.0))
     assert slow.error is not None and "longer than" in slow.error
     png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + (640).to_bytes(4, "big") + (480).to_bytes(4, "big") + b"\0" * 20

@@ -103,6 +103,8 @@ def kind_of(name: str, content_type: str, data: bytes) -> str:
         return "pdf"
     if head.startswith(b"PK\x03\x04"):
         return _zip_kind(data)
+    if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):  # OLE2: .doc/.xls/.ppt, or an encrypted .docx/.xlsx
+        return "ole"
     if head.startswith((b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF")) or head[4:8] == b"ftyp":
         return "image"
     ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
@@ -179,6 +181,10 @@ def extract(
         note = f"a picture{picture_facts(data)}: Quinn does not see pictures, only knows it was attached"
         return Extracted(base.name, content_type, kind, base.size, base.sha256, notes=(note,))
     reader = READERS.get(kind)
+    if kind == "ole":
+        return failed(
+            "it is a password-protected or old-format (.doc, .xls, .ppt) Office file, which Quinn cannot read"
+        )
     if reader is None:
         what = "a zip archive" if kind == "zip" else f'"{content_type}"'
         return failed(f"{what} is not a kind of file Quinn can read")
