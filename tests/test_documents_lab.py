@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from quinn.documents.library import document_bytes
 from tests.lab.brain import Brain
 from tests.lab.documents import encrypted_pdf, make_pdf
 from tests.lab.inprocess import LabQuinn, build_mail
@@ -53,9 +54,8 @@ async def test_good_and_bad_files_reach_the_prompt_and_the_mail_is_answered(make
     assert [(kind, name, ok) for kind, name, _size, ok in kept] == [
         ("pdf", "lease.pdf", 1), ("pdf", "locked.pdf", 0), ("pdf", "broken.pdf", 0), ("pdf", "passwd.pdf", 1),
         ("unknown", "tool.exe", 0)]  # fmt: skip
-    [(stored,)] = quinn.query("SELECT content FROM documents WHERE user_id = ? AND kind = 'pdf' AND size = ?",
-                              (alice, len(LEASE)))  # fmt: skip
-    assert bytes(stored) == LEASE
+    [(lease_id,)] = quinn.query("SELECT id FROM documents WHERE user_id = ? AND size = ?", (alice, len(LEASE)))
+    assert quinn.app.store is not None and document_bytes(quinn.app.store.db, alice, lease_id) == LEASE
     cited = quinn.query("SELECT document, ref FROM passages WHERE user_id = ? AND document_id IS NOT NULL"
                         " ORDER BY position", (alice,))  # fmt: skip
     assert cited == [("lease.pdf", "p.1"), ("lease.pdf", "p.2"), ("passwd.pdf", "p.1")]
@@ -116,8 +116,36 @@ async def test_a_mail_that_is_only_a_file_and_a_picture_is_answered_and_kept(mak
     block = files_block(brain.prompt('subject "Lease"'))
     assert "[doc:lease.pdf p.2]\nThe deposit is 1,850 euros" in block
     assert '"keys.png" (image, 64 bytes) ===\n(a picture (PNG, 64x32 pixels): Quinn does not see pictures' in block
-    kept = quinn.query("SELECT kind, length(content) FROM documents WHERE user_id = ? ORDER BY id", (alice,))
+    kept = quinn.query("SELECT kind, size FROM documents WHERE user_id = ? ORDER BY id", (alice,))
     assert kept == [("pdf", len(LEASE)), ("image", len(png))]  # a picture is kept, described by its metadata
     cited = quinn.query("SELECT document, ref, position FROM passages WHERE user_id = ? AND direction = 'in'"
                         " ORDER BY position", (alice,))  # fmt: skip
     assert cited == [("lease.pdf", "p.1", 0), ("lease.pdf", "p.2", 1)]  # the empty body has no passage of its own
+
+
+async def test_files_are_kept_whole_on_a_libsql_server(sqld, lab_config, mail_lab, llm_server) -> None:
+    """The bytes live in the database for a remote libSQL server too: a 7 MB file (about the most a mail within
+    the default 10 MB [imap] max_message_kb can carry, base64 costing a third) goes to sqld and back intact."""
+    from tests.lab.mails import plain_model
+
+    llm_server.responder = plain_model
+    alice = mail_lab.new_user("alice")
+    quinn = LabQuinn(lab_config(extra='[embeddings]\nbackend = "none"\n', db_path=sqld.url), mail_lab)
+    await quinn.start()
+    try:
+        picture = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256)) * (7 * 4096)
+        await quinn.send(alice, "Files", "The lease and a photo.", attachments=(
+            ("lease.pdf", "application/pdf", LEASE), ("flat.png", "image/png", picture)))  # fmt: skip
+        quinn.replies(alice, 1)
+        kept = quinn.query("SELECT name, document_id FROM message_documents WHERE user_id = ? ORDER BY position",
+                           (alice,))  # fmt: skip
+        assert quinn.app.store is not None
+        assert [(name, document_bytes(quinn.app.store.db, alice, d)) for name, d in kept] == [
+            ("lease.pdf", LEASE), ("flat.png", picture)]  # fmt: skip
+        parts = quinn.query("SELECT count(*) FROM document_parts WHERE document_id = ?", (kept[1][1],))
+        assert parts == [(8,)]  # 1 MiB each: 7 MiB and the 24 bytes of the header
+        cited = quinn.query("SELECT document, ref FROM passages WHERE user_id = ? AND document_id IS NOT NULL",
+                            (alice,))  # fmt: skip
+        assert sorted(cited) == [("lease.pdf", "p.1"), ("lease.pdf", "p.2")]
+    finally:
+        await quinn.close()

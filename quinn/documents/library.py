@@ -21,6 +21,7 @@ from quinn.memory.models import iso, utcnow
 from quinn.memory.passages import split_passages, stored_message, write_passages
 
 if TYPE_CHECKING:
+    from quinn.memory.db import Database
     from quinn.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 # by full-text search, and the overlap starts the next passage with them.
 DOCUMENT_PASSAGE_CHARS = 1200
 DOCUMENT_OVERLAP_CHARS = 200
+PART_BYTES = 1 << 20  # a file's bytes are stored in parts of this size: sqld refuses one argument of ~5 MB
 
 
 async def take_documents(
@@ -62,6 +64,38 @@ def document_pieces(document: Extracted) -> list[tuple[str, str]]:
             for piece in split_passages(section.text, DOCUMENT_PASSAGE_CHARS, DOCUMENT_OVERLAP_CHARS)]  # fmt: skip
 
 
+def _store(
+    db: Database, user: str, message_row: int, position: int, session_id: str | None, document: Extracted,
+    data: bytes,
+) -> int:  # fmt: skip
+    """One file and its link to the mail in one transaction (its bytes in parts, once per user); its id."""
+    with db.transaction() as tx:
+        known = tx.query("SELECT id FROM documents WHERE user_id = ? AND sha256 = ?", (user, document.sha256))
+        if known:
+            document_id = int(known[0][0])
+        else:
+            document_id = tx.execute(
+                "INSERT INTO documents (user_id, sha256, kind, size, error, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (user, document.sha256, document.kind, document.size, document.error, iso(utcnow())),
+            )
+            for part, start in enumerate(range(0, len(data), PART_BYTES)):
+                tx.execute("INSERT INTO document_parts (document_id, part, user_id, bytes) VALUES (?, ?, ?, ?)",
+                           (document_id, part, user, data[start : start + PART_BYTES]))  # fmt: skip
+        tx.execute(
+            "INSERT OR IGNORE INTO message_documents (message_row, position, document_id, user_id, session_id,"
+            " name, content_type) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (message_row, position, document_id, user, session_id, document.name, document.content_type[:200]),
+        )
+    return document_id
+
+
+def document_bytes(db: Database, user_id: str, document_id: int) -> bytes | None:
+    """A kept file's bytes, reassembled; None when the user has no such file."""
+    rows = db.query("SELECT bytes FROM document_parts WHERE document_id = ? AND user_id = ? ORDER BY part",
+                    (document_id, normalise_user(user_id)))  # fmt: skip
+    return b"".join(bytes(r[0]) for r in rows) if rows else None
+
+
 def keep_documents(
     store: MemoryStore, user_id: str, message_id: str, session_id: str | None, documents: Sequence[Extracted],
     attachments: Sequence[Attachment], *, max_file_bytes: int,
@@ -79,19 +113,11 @@ def keep_documents(
     for position, (document, attachment) in enumerate(zip(documents, attachments, strict=True), start=1):
         if not document.sha256 or not attachment.data or len(attachment.data) > max_file_bytes:
             continue  # not read for the mail's limit, empty, or too big: refused, not kept
-        with db.transaction() as tx:
-            tx.execute(
-                "INSERT OR IGNORE INTO documents (user_id, sha256, kind, size, content, error, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (user, document.sha256, document.kind, document.size, attachment.data, document.error, iso(utcnow())),
-            )
-            document_id = int(tx.query("SELECT id FROM documents WHERE user_id = ? AND sha256 = ?",
-                                       (user, document.sha256))[0][0])  # fmt: skip
-            tx.execute(
-                "INSERT OR IGNORE INTO message_documents (message_row, position, document_id, user_id, session_id,"
-                " name, content_type) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (message.row, position, document_id, user, session_id, document.name, document.content_type[:200]),
-            )
+        try:
+            document_id = _store(db, user, message.row, position, session_id, document, attachment.data)
+        except Exception as exc:  # a file that cannot be stored is not kept; the mail is still answered
+            log.warning("mail %s: file %r not kept: %s: %s", message_id, document.name, type(exc).__name__, exc)
+            continue
         indexed = db.query_value("SELECT 1 FROM passages WHERE message_row = ? AND document_id = ? LIMIT 1",
                                  (message.row, document_id))  # fmt: skip
         if document.error is None and not indexed:

@@ -520,6 +520,7 @@ class MemoryStore:
                 # Their files (migration 0013), counted before their links go (a trigger drops a file with its
                 # last link), and deleted by owner: a file is the user's even if a link was ever missing.
                 ("documents", "user_id = ?", (user,)),
+                ("document_parts", "user_id = ?", (user,)),
                 ("message_documents", "user_id = ?", (user,)),
                 ("messages", "user_id = ?", (user,)),
                 ("session_ids", in_sessions, tuple(sessions)),

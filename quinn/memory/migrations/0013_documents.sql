@@ -1,7 +1,7 @@
 -- Quinn schema, version 13: the files people attach (issue 18, "documents and knowledge").
 --
--- documents: each file once per owner, by the sha256 of its bytes, the bytes themselves in `content`. In the
--- database rather than a directory under the state dir: with a remote libSQL server (sqld) the daemon's host may
+-- documents: each file once per owner, by the sha256 of its bytes, the bytes themselves in `document_parts`. In
+-- the database rather than a directory under the state dir: with a remote libSQL server (sqld) the daemon's host may
 -- keep no state of its own, and one store means one backup, one transaction tying a file to its message and its
 -- passages, and one purge (rows deleted, full-text indexes merged, a local file vacuumed) that leaves no byte of
 -- it. Per owner, not shared across users: the same file mailed by two people is stored twice, so one person's
@@ -13,7 +13,6 @@ CREATE TABLE IF NOT EXISTS documents (
     sha256       TEXT NOT NULL,
     kind         TEXT NOT NULL,             -- what the bytes are: pdf, docx, csv, ... (documents/extract.py)
     size         INTEGER NOT NULL,
-    content      BLOB NOT NULL,
     error        TEXT,
     created_at   TEXT NOT NULL,
     UNIQUE (user_id, sha256)
@@ -31,6 +30,19 @@ CREATE TABLE IF NOT EXISTS message_documents (
     PRIMARY KEY (message_row, position)
 );
 CREATE INDEX IF NOT EXISTS message_documents_document ON message_documents (document_id);
+
+-- The file's bytes in parts of 1 MiB (documents/library.py PART_BYTES): a libSQL server refuses a single
+-- argument of about 5 MB ("string or blob too big", measured on sqld), well within the per-file limit.
+CREATE TABLE IF NOT EXISTS document_parts (
+    document_id  INTEGER NOT NULL,          -- documents.id
+    part         INTEGER NOT NULL,          -- 0, 1, ...
+    user_id      TEXT NOT NULL,
+    bytes        BLOB NOT NULL,
+    PRIMARY KEY (document_id, part)
+);
+CREATE TRIGGER IF NOT EXISTS documents_parts_ad AFTER DELETE ON documents BEGIN
+    DELETE FROM document_parts WHERE document_id = old.id;
+END;
 CREATE INDEX IF NOT EXISTS documents_user ON documents (user_id);
 
 -- A document's passages live with the conversation's (memory/passages.py): the same hybrid search, owner token,
