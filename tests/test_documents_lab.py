@@ -5,12 +5,16 @@ stored, and that bad files never cost the mail its answer. The daemon-level acce
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from quinn.documents.library import document_bytes
 from tests.lab.brain import Brain
 from tests.lab.documents import encrypted_pdf, make_pdf
 from tests.lab.inprocess import LabQuinn, build_mail
 
+DAY0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 LEASE = make_pdf(
     [
         "Lease agreement, Rua Augusta 12, Lisbon.",
@@ -149,3 +153,18 @@ async def test_files_are_kept_whole_on_a_libsql_server(sqld, lab_config, mail_la
         assert sorted(cited) == [("lease.pdf", "p.1"), ("lease.pdf", "p.2")]
     finally:
         await quinn.close()
+
+
+@pytest.mark.parametrize("cc_seen", [False, True])
+async def test_a_file_sent_one_to_one_never_reaches_a_mail_with_others(make_quinn, mail_lab, brain, cc_seen):
+    """A file's passages carry the audience of the mail that brought it, as the mail's own passages do."""
+    alice, carol = mail_lab.new_user("alice"), mail_lab.new_user("carol")
+    quinn: LabQuinn = await make_quinn()
+    await quinn.send(alice, "Flat", "The lease.", date=DAY0, cc=(carol,) if cc_seen else (),
+                     attachments=(("lease.pdf", "application/pdf", LEASE),))  # fmt: skip
+    await quinn.send(alice, "Deposit", "What is the deposit for the flat on Rua Augusta?",
+                     date=DAY0 + timedelta(days=1), cc=(carol,))  # fmt: skip
+    quinn.replies(alice, 2)
+    prompt = brain.prompt("What is the deposit for the flat on Rua Augusta?")
+    assert ("[doc:lease.pdf p.2]" in prompt) is cc_seen
+    assert ("1,850" in prompt) is cc_seen
