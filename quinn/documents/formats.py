@@ -68,7 +68,7 @@ def read_docx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sec
     check_zip(data, limits)
     document = docx.Document(BytesIO(data))
     sections: list[Section] = []
-    heading, lines = "", []
+    heading, lines = "", list[str]()
     for block in document.iter_inner_content():
         deadline.check()
         if isinstance(block, Paragraph):
@@ -95,7 +95,7 @@ def read_odt(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sect
     root = etree.fromstring(xml, parser)
     text_ns = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
     sections: list[Section] = []
-    heading, lines = "", []
+    heading, lines = "", list[str]()
     for element in root.iter(f"{{{text_ns}}}h", f"{{{text_ns}}}p"):
         deadline.check()
         text = "".join(element.itertext())
@@ -116,7 +116,7 @@ def read_text(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sec
 def read_markdown(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """Markdown: sections under their ``#`` headings."""
     sections: list[Section] = []
-    heading, lines = "", []
+    heading, lines = "", list[str]()
     for line in decode_text(data).splitlines():
         match = _MD_HEADING.match(line)
         if match:

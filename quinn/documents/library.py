@@ -106,8 +106,8 @@ def keep_documents(
     nothing). Runs on the DB thread; returns the passages written."""
     db = store.db
     user = normalise_user(user_id)
-    message = stored_message(db, user, message_id, "in")
-    if message is None:
+    message = stored_message(db, user, message_id, "in") if user else None
+    if user is None or message is None:
         return 0
     written = 0
     for position, (document, attachment) in enumerate(zip(documents, attachments, strict=True), start=1):

@@ -171,12 +171,14 @@ def stored_message(db: Database, user_id: str, message_id: str, direction: str) 
 def index_message(store: MemoryStore, user_id: str, message_id: str, direction: str) -> int:
     """Cut the stored message (``messages``) into passages, embed them in one batch and store them; returns how
     many were written. Idempotent: a message already indexed is left alone (a retried mail costs nothing)."""
-    message = stored_message(store.db, user_id, message_id, direction)
-    if message is None or store.db.query_value(
-        "SELECT 1 FROM passages WHERE message_row = ? AND document_id IS NULL LIMIT 1", (message.row,)
-    ):
+    user = normalise_user(user_id)
+    message = stored_message(store.db, user, message_id, direction) if user else None
+    if user is None or message is None:
         return 0
-    return write_passages(store, normalise_user(user_id), message, [("", p) for p in split_passages(message.body)])
+    if store.db.query_value("SELECT 1 FROM passages WHERE message_row = ? AND document_id IS NULL LIMIT 1",
+                            (message.row,)):  # fmt: skip
+        return 0
+    return write_passages(store, user, message, [("", p) for p in split_passages(message.body)])
 
 
 def write_passages(
