@@ -168,3 +168,33 @@ async def test_a_file_sent_one_to_one_never_reaches_a_mail_with_others(make_quin
     prompt = brain.prompt("What is the deposit for the flat on Rua Augusta?")
     assert ("[doc:lease.pdf p.2]" in prompt) is cc_seen
     assert ("1,850" in prompt) is cc_seen
+
+
+async def test_the_search_documents_tool_finds_only_the_users_files(make_quinn, mail_lab, llm_server, brain):
+    from tests.lab.llm_server import Text, ToolCall
+
+    alice, bob = mail_lab.new_user("alice"), mail_lab.new_user("bob")
+    quinn: LabQuinn = await make_quinn()
+    await quinn.send(alice, "Flat", "The lease.", date=DAY0, attachments=(("lease.pdf", "application/pdf", LEASE),))
+    await quinn.send(alice, "Old flat", "The deposit on my old flat was 900 euros.", date=DAY0 + timedelta(days=1))
+    called: set[str] = set()
+
+    def reply(request):  # each one's mail: one search_documents call, then the answer
+        who = alice if alice in request.text else bob
+        if "Check my files" in request.text.split("New email from", 1)[-1] and who not in called:
+            called.add(who)
+            return ToolCall("search_documents", {"query": "deposit for the flat"})
+        return Text("Here is what I found.")
+
+    brain.reply = reply
+    for who in (alice, bob):
+        await quinn.send(who, "Files", "Check my files: what is the deposit?", date=DAY0 + timedelta(days=2))
+    quinn.replies(alice, 3)
+    quinn.replies(bob, 1)
+    results = {who: {m["content"] for r in llm_server.requests if who in r.text
+                     for m in r.body_json.get("messages", []) if m.get("role") == "tool"}
+               for who in (alice, bob)}  # fmt: skip
+    [alices], [bobs] = results[alice], results[bob]
+    assert alices.startswith('[doc:lease.pdf p.2] (a file they sent on 2026-11-02, "Flat") The deposit is 1,850')
+    assert "900 euros" not in alices  # the mail about the old flat is not a file
+    assert bobs == "No attached file matches."

@@ -306,12 +306,13 @@ def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) 
 
 
 def passage_filter(
-    user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = ()
-) -> tuple[str, list[Any]]:
+    user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = (),
+    documents_only: bool = False,
+) -> tuple[str, list[Any]]:  # fmt: skip
     """The WHERE clause (alias ``p``) of the passages a search may see: the user's, not of the excluded messages
     (the thread buffer), not of a ``retracted`` mail or a reply to one, and with ``others`` on the mail only those
-    of messages each of them saw."""
-    clauses = ["p.user_id = ?"]
+    of messages each of them saw; with ``documents_only``, only passages of attached files."""
+    clauses = ["p.user_id = ?", "p.document_id IS NOT NULL"] if documents_only else ["p.user_id = ?"]
     params: list[Any] = [normalise_user(user_id)]
     if exclude_message_ids:
         clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
@@ -330,7 +331,7 @@ def passage_filter(
 
 def search_passages(
     store: MemoryStore, user_id: str, query: str, *, k: int = 10, exclude_message_ids: Sequence[str] = (),
-    others: Sequence[str] = (), domains: Sequence[str] = (),
+    others: Sequence[str] = (), domains: Sequence[str] = (), documents_only: bool = False,
 ) -> list[PassageHit]:  # fmt: skip
     """The user's ``k`` best conversation passages for ``query``, best first (``passage_filter`` says which are
     eligible, given what memory retracted and the mail's ``domains``: ``retracted_messages``). Vector and lexical
@@ -340,14 +341,14 @@ def search_passages(
     if not chunks or not user:
         return []
     retracted = retracted_messages(store.db, user, domains)
-    where, params = passage_filter(user, exclude_message_ids, others, retracted)
+    where, params = passage_filter(user, exclude_message_ids, others, retracted, documents_only)
     lexical = _lexical_scores(store.db, where, params, " ".join(chunks), user)
     similarities: dict[int, float] = {}
     embedder = store.embedder
     if embedder is not None:
         vectors = np.asarray(embedder.embed(chunks), dtype=np.float32)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        if others:  # narrow: the passages that pass, read whole (a few thousand ids at most)
+        if others or documents_only:  # narrow: the passages that pass, read whole (a few thousand ids at most)
             passing = store.db.query(f"SELECT p.id FROM passages p WHERE {where}", params)
             eligible: Eligible = (True, np.asarray([r[0] for r in passing], dtype=np.int64))
         else:  # the thread buffer and retracted mail: a few messages' passages, found by their indexes
