@@ -308,7 +308,10 @@ class DocumentsConfig(Section):
         default=25600, ge=1, description="Files of one mail are read until together they pass this size."
     )
     max_pages: int = Field(default=200, ge=1, description="Pages of a PDF read, at most; the rest is left out.")
-    max_text_kb: int = Field(default=1024, ge=1, description="Text kept of one file, at most (then it is cut).")
+    max_text_kb: int = Field(
+        default=256, ge=1,
+        description="Text kept and indexed of one file, at most (then it is cut); about 220 passages, each embedded.",
+    )  # fmt: skip
     timeout_s: float = Field(
         default=20.0, gt=0, description="Time to read one mail's files; a file not read by then is reported unread."
     )

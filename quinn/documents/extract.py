@@ -33,7 +33,7 @@ class Limits:
 
     max_file_bytes: int = 10 * 1024 * 1024
     max_pages: int = 200
-    max_text_chars: int = 1_000_000
+    max_text_chars: int = 256 * 1024
     timeout_s: float = 20.0
     max_zip_members: int = 2000
     max_unzipped_bytes: int = 100 * 1024 * 1024

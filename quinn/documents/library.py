@@ -109,7 +109,7 @@ def keep_documents(
     message = stored_message(db, user, message_id, "in") if user else None
     if user is None or message is None:
         return 0
-    written = 0
+    written = kept = 0
     for position, (document, attachment) in enumerate(zip(documents, attachments, strict=True), start=1):
         if not document.sha256 or not attachment.data or len(attachment.data) > max_file_bytes:
             continue  # not read for the mail's limit, empty, or too big: refused, not kept
@@ -118,11 +118,13 @@ def keep_documents(
         except Exception as exc:  # a file that cannot be stored is not kept; the mail is still answered
             log.warning("mail %s: file %r not kept: %s: %s", message_id, document.name, type(exc).__name__, exc)
             continue
+        kept += 1
         indexed = db.query_value("SELECT 1 FROM passages WHERE message_row = ? AND document_id = ? LIMIT 1",
                                  (message.row, document_id))  # fmt: skip
         if document.error is None and not indexed:
             written += write_passages(store, user, message, document_pieces(document), document_id=document_id,
                                       document=document.name)  # fmt: skip
     if documents:
-        log.info("mail %s: %d file(s) kept for %s, %d passage(s) indexed", message_id, len(documents), user, written)
+        log.info("mail %s: %d of %d file(s) kept for %s, %d passage(s) indexed", message_id, kept, len(documents),
+                 user, written)  # fmt: skip
     return written
