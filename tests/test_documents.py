@@ -187,3 +187,30 @@ def test_files_are_read_in_a_child_process_and_come_back_whole() -> None:
     assert [(d.name, d.error) for d in read] == [("a.pdf", None), ("b.txt", None), ("c.txt", (
         "the mail's files together pass the limit of 1 kB; this one was not read"))]  # fmt: skip
     assert [s.text for s in read[0].sections] == ["one", "two"]
+
+
+def test_a_file_goes_with_the_last_stored_mail_that_carried_it(tmp_path) -> None:
+    """Retention deletes old messages (scheduler/retention.py); migration 0013's triggers take their links, and
+    a file with its bytes once no message carries it."""
+    from quinn.memory.db import Database
+
+    db = Database.open(str(tmp_path / "q.db"))
+    try:
+        rows = [db.execute("INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr,"
+                           " to_addrs, sent_at, body, full_text, created_at) VALUES ('s', 'a@x', 'in', ?, '', 'a@x',"
+                           " '[]', '2026-01-01', 'b', 'b', '2026-01-01')", (f"<m{n}@x>",)) for n in (1, 2)]  # fmt: skip
+        db.execute("INSERT INTO documents (user_id, sha256, kind, size, created_at) VALUES ('a@x', 'h', 'pdf', 3, 't')")
+        db.execute("INSERT INTO document_parts VALUES (1, 0, 'a@x', x'010203')")
+        for row in rows:
+            db.execute("INSERT INTO message_documents VALUES (?, 1, 1, 'a@x', 's', 'a.pdf', 'application/pdf')", (row,))
+
+        def left() -> list[int]:
+            return [int(db.query_value(f"SELECT count(*) FROM {t}")) for t in ("message_documents", "documents",
+                                                                                "document_parts")]  # fmt: skip
+
+        db.execute("DELETE FROM messages WHERE id = ?", (rows[0],))
+        assert left() == [1, 1, 1]  # still carried by the second mail
+        db.execute("DELETE FROM messages WHERE id = ?", (rows[1],))
+        assert left() == [0, 0, 0]
+    finally:
+        db.close()
