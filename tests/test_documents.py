@@ -11,7 +11,7 @@ import pytest
 
 from quinn.documents.extract import Deadline, Limits, display_name, extract, kind_of
 from quinn.mailbox.parse import parse_email
-from tests.lab.documents import encrypted_pdf, make_docx, make_pdf, make_pptx, make_xlsx
+from tests.lab.documents import encrypted_pdf, make_docx, make_odt, make_pdf, make_pptx, make_xlsx
 from tests.lab.inprocess import build_mail
 
 ICS = (b"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\nBEGIN:VEVENT\r\nUID:1@test\r\n"
@@ -68,6 +68,16 @@ def test_xlsx_sheets_and_pptx_slides_keep_their_names_and_numbers() -> None:
     deck = extract("plan.pptx", "application/vnd.ms-powerpoint", make_pptx([["Roadmap"], ["Q1: hire", "Q2: ship"]]))
     assert deck.kind == "pptx" and [(s.ref, s.text) for s in deck.sections] == [
         ("slide 1", "Roadmap"), ("slide 2", "Q1: hire\nQ2: ship")]  # fmt: skip
+
+
+def test_odt_sections_follow_headings_and_its_xml_expands_no_entities() -> None:
+    read = extract("minutes.odt", "application/octet-stream", make_odt([("p", "Draft."), ("h", "Budget"),
+                                                                          ("p", "Total 30k.")]))  # fmt: skip
+    assert read.kind == "odt" and [(s.ref, s.text) for s in read.sections] == [
+        ("", "Draft."), ("Budget", "Budget\nTotal 30k.")]  # fmt: skip
+    laughs = '<!DOCTYPE d [<!ENTITY a "haha"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+    bomb = extract("laughs.odt", "application/vnd.oasis.opendocument.text", make_odt([("p", "x &b; y")], laughs))
+    assert bomb.text == "x &b; y"  # the reference is left as written: nothing expanded
 
 
 def test_a_zip_bomb_is_refused_before_it_is_unpacked() -> None:

@@ -16,8 +16,9 @@ import logging
 import re
 import warnings
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from io import BytesIO, StringIO
+from typing import Any
 
 from quinn.documents.extract import Deadline, Limits, Reader, Section, Unreadable, check_zip
 
@@ -59,6 +60,30 @@ def read_pdf(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sect
     return sections, notes
 
 
+def under_headings(blocks: Iterable[tuple[str | None, str]], deadline: Deadline) -> list[Section]:
+    """Sections of (heading, text) blocks in order: a block with a heading starts a section cited by it (the
+    heading's text is also its first line); the others join the current one."""
+    sections: list[Section] = []
+    heading, lines = "", list[str]()
+    for title, text in blocks:
+        deadline.check()
+        if title and title.strip():
+            sections.append(Section(heading, "\n".join(lines)))
+            heading, lines = title.strip()[:80], [text]
+        else:
+            lines.append(text)
+    sections.append(Section(heading, "\n".join(lines)))
+    return sections
+
+
+def safe_xml(data: bytes) -> Any:
+    """An lxml tree of ``data`` with entities, DTDs and network access off (no billion laughs, no XXE)."""
+    from lxml import etree
+
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False)
+    return etree.fromstring(data, parser)
+
+
 def read_docx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """Paragraphs and tables in order, each section under the heading it follows."""
     import docx
@@ -66,46 +91,27 @@ def read_docx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sec
     from docx.text.paragraph import Paragraph
 
     check_zip(data, limits)
-    document = docx.Document(BytesIO(data))
-    sections: list[Section] = []
-    heading, lines = "", list[str]()
-    for block in document.iter_inner_content():
-        deadline.check()
-        if isinstance(block, Paragraph):
-            style = (block.style.name if block.style is not None else "") or ""
-            if style.lower().startswith(("heading", "title")) and block.text.strip():
-                sections.append(Section(heading, "\n".join(lines)))
-                heading, lines = block.text.strip()[:80], [block.text]
-                continue
-            lines.append(block.text)
-        elif isinstance(block, Table):
-            lines += [" | ".join(cell.text.strip() for cell in row.cells) for row in block.rows]
-    sections.append(Section(heading, "\n".join(lines)))
-    return sections, []
+
+    def blocks() -> Iterator[tuple[str | None, str]]:
+        for block in docx.Document(BytesIO(data)).iter_inner_content():
+            if isinstance(block, Paragraph):
+                style = (block.style.name if block.style is not None else "") or ""
+                yield (block.text if style.lower().startswith(("heading", "title")) else None), block.text
+            elif isinstance(block, Table):
+                yield from ((None, " | ".join(cell.text.strip() for cell in row.cells)) for row in block.rows)
+
+    return under_headings(blocks(), deadline), []
 
 
 def read_odt(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """OpenDocument text: the paragraphs and headings of content.xml, sections under headings."""
-    from lxml import etree
-
     check_zip(data, limits)
     with zipfile.ZipFile(BytesIO(data)) as archive:
-        xml = archive.read("content.xml")
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False)
-    root = etree.fromstring(xml, parser)
-    text_ns = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
-    sections: list[Section] = []
-    heading, lines = "", list[str]()
-    for element in root.iter(f"{{{text_ns}}}h", f"{{{text_ns}}}p"):
-        deadline.check()
-        text = "".join(element.itertext())
-        if element.tag == f"{{{text_ns}}}h" and text.strip():
-            sections.append(Section(heading, "\n".join(lines)))
-            heading, lines = text.strip()[:80], [text]
-        else:
-            lines.append(text)
-    sections.append(Section(heading, "\n".join(lines)))
-    return sections, []
+        root = safe_xml(archive.read("content.xml"))
+    text = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
+    blocks = ((("".join(e.itertext()) if e.tag == f"{text}h" else None), "".join(e.itertext()))
+              for e in root.iter(f"{text}h", f"{text}p"))  # fmt: skip
+    return under_headings(blocks, deadline), []
 
 
 def read_text(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
@@ -115,17 +121,9 @@ def read_text(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sec
 
 def read_markdown(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """Markdown: sections under their ``#`` headings."""
-    sections: list[Section] = []
-    heading, lines = "", list[str]()
-    for line in decode_text(data).splitlines():
-        match = _MD_HEADING.match(line)
-        if match:
-            sections.append(Section(heading, "\n".join(lines)))
-            heading, lines = match.group(1)[:80], [line]
-        else:
-            lines.append(line)
-    sections.append(Section(heading, "\n".join(lines)))
-    return sections, []
+    lines = decode_text(data).splitlines()
+    return under_headings(((m.group(1) if (m := _MD_HEADING.match(line)) else None, line) for line in lines),
+                          deadline), []  # fmt: skip
 
 
 def read_html(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
@@ -194,18 +192,15 @@ def read_xlsx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sec
 
 def read_pptx(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """Each slide's text, paragraph by paragraph, cited ``slide N`` (slides in their files' numbering)."""
-    from lxml import etree
-
     check_zip(data, limits)
     drawing = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False)
     sections = []
     with zipfile.ZipFile(BytesIO(data)) as archive:
         slides = sorted((int(m.group(1)), name) for name in archive.namelist()
                         if (m := re.fullmatch(r"ppt/slides/slide(\d+)\.xml", name)))  # fmt: skip
         for number, name in slides:
             deadline.check()
-            root = etree.fromstring(archive.read(name), parser)
+            root = safe_xml(archive.read(name))
             paragraphs = ["".join(t.text or "" for t in p.iter(f"{drawing}t")) for p in root.iter(f"{drawing}p")]
             sections.append(Section(f"slide {number}", "\n".join(p for p in paragraphs if p.strip())))
     return sections, []

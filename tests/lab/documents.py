@@ -101,3 +101,20 @@ def make_pptx(slides: list[list[str]]) -> bytes:
             archive.writestr(f"ppt/slides/slide{number}.xml", f'<?xml version="1.0"?><p:sld {ns}><p:cSld><p:spTree>'
                              f"<p:sp><p:txBody>{runs}</p:txBody></p:sp></p:spTree></p:cSld></p:sld>")  # fmt: skip
     return out.getvalue()
+
+
+def make_odt(blocks: list[tuple[str, str]], doctype: str = "") -> bytes:
+    """A minimal ODT package (mimetype first, content.xml) of (style, text) blocks: "h" a heading, "p" a
+    paragraph; ``doctype`` is put before the root (to try entity tricks)."""
+    import zipfile
+
+    ns = 'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" ' \
+         'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"'  # fmt: skip
+    body = "".join(f"<text:{style}>{text}</text:{style}>" for style, text in blocks)
+    content = f'<?xml version="1.0"?>{doctype}<office:document-content {ns}><office:body><office:text>{body}' \
+              "</office:text></office:body></office:document-content>"  # fmt: skip
+    out = BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+        archive.writestr("content.xml", content)
+    return out.getvalue()
