@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from quinn.documents.library import document_bytes
+from quinn.documents.library import PART_BYTES, document_bytes
 from tests.lab.brain import Brain
 from tests.lab.documents import encrypted_pdf, make_pdf
 from tests.lab.inprocess import LabQuinn, build_mail
@@ -198,3 +198,32 @@ async def test_the_search_documents_tool_finds_only_the_users_files(make_quinn, 
     assert alices.startswith('[doc:lease.pdf p.2] (a file they sent on 2026-11-02, "Flat") The deposit is 1,850')
     assert "900 euros" not in alices  # the mail about the old flat is not a file
     assert bobs == "No attached file matches."
+
+
+def test_database_copy_moves_files_to_a_libsql_server_in_small_batches(tmp_path) -> None:
+    """`quinn database copy` reads a table a batch at a time; file parts are 1 MiB each, so they go 8 at a time
+    (BATCH_ROWS_OF), and arrive on a fresh sqld byte for byte."""
+    import os
+
+    from quinn.commands.database import copy_database
+    from quinn.memory.db import Database
+    from tests.lab.sqld import Sqld
+
+    data = os.urandom(20 * PART_BYTES + 5)  # 21 parts: three batches
+    source = Database.open(str(tmp_path / "q.db"))
+    try:
+        with source.transaction() as tx:
+            tx.execute("INSERT INTO documents (user_id, sha256, kind, size, created_at) VALUES ('a@x', 'h', 'pdf', ?,"
+                       " 't')", (len(data),))  # fmt: skip
+            for part, start in enumerate(range(0, len(data), PART_BYTES)):
+                piece = data[start : start + PART_BYTES]
+                tx.execute("INSERT INTO document_parts VALUES (1, ?, 'a@x', ?)", (part, piece))
+        with Sqld() as server:
+            target = Database.open(server.url)
+            try:
+                assert copy_database(source, target)["document_parts"] == 21
+                assert document_bytes(target, "a@x", 1) == data
+            finally:
+                target.close()
+    finally:
+        source.close()
