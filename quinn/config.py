@@ -295,6 +295,32 @@ class MemoryConfig(Section):
     )  # fmt: skip
 
 
+class DocumentsConfig(Section):
+    """Attached files (issue 18): read, kept once per owner by content hash, searchable; limits on what they cost."""
+
+    enabled: bool = Field(
+        default=True, description="Read the files attached to an authenticated user's mail and keep them searchable."
+    )
+    max_file_kb: int = Field(
+        default=10240, ge=1, description="A larger attached file is not read or kept; the reply says so."
+    )
+    max_mail_kb: int = Field(
+        default=25600, ge=1, description="Files of one mail are read until together they pass this size."
+    )
+    max_pages: int = Field(default=200, ge=1, description="Pages of a PDF read, at most; the rest is left out.")
+    max_text_kb: int = Field(
+        default=256, ge=1,
+        description="Text kept and indexed of one file, at most (then it is cut); about 220 passages, each embedded.",
+    )  # fmt: skip
+    timeout_s: float = Field(
+        default=20.0, gt=0, description="Time to read one mail's files; a file not read by then is reported unread."
+    )
+    prompt_tokens: int = Field(
+        default=2000, ge=0,
+        description="Tokens of the new mail's attachments' text in the reply prompt; the rest is found by search.",
+    )  # fmt: skip
+
+
 class DomainConfig(Section):
     """A subject area (work, health, a project): memories are tagged with it and retrieved within it."""
 
@@ -470,6 +496,7 @@ class Config(BaseModel):
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    documents: DocumentsConfig = Field(default_factory=DocumentsConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     domains: list[DomainConfig] = Field(default_factory=list, description="Subject areas, as [[domains]] tables.")

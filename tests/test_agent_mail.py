@@ -191,6 +191,7 @@ async def test_memory_tools_save_update_forget_and_refuse(make_quinn, mail_lab, 
         "update_memory",
         "forget_memory",
         "search_conversations",
+        "search_documents",
     }
     assert "user" not in json.dumps([t for t in request.body_json.get("tools", [])]).lower().replace("user_", "")
 

@@ -21,6 +21,7 @@ import pytest
 
 from quinn.config import CREDENTIAL_PREFIX, ServiceConfig, load_config, read_secret
 from quinn.errors import ConfigError
+from tests.lab.documents import make_pdf
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "deploy" / "quinn.service"
@@ -168,8 +169,9 @@ def test_the_embedder_works_under_memory_deny_write_execute():
 
 @pytest.mark.timeout(240)
 def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_config, llm_server, tmp_path):
-    """The whole daemon (real embedder, libSQL vectors, the SDKs) under the unit's syscall filter, W^X and
-    NoNewPrivileges (tests/lab/sandbox.py): what would make the hardened unit fail at run time."""
+    """The whole daemon (real embedder, libSQL vectors, the SDKs, the child process that reads attached files)
+    under the unit's syscall filter, W^X and NoNewPrivileges (tests/lab/sandbox.py): what would make the hardened
+    unit fail at run time."""
     from tests.lab.llm_server import Json, RecordedRequest, Text
     from tests.lab.sandbox import sandbox_missing, sandboxed
 
@@ -210,6 +212,10 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
         mail_lab.smtp.send(alice, config.address, bees_mail(alice, config.address))
         [reply] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
         assert b"Noted, Alice." in reply
+        # The attached PDF was read in the child process (spawned under the same filter, which refuses its
+        # setrlimit) and reached the reply prompt.
+        assert any("[doc:hive.pdf p.1]\nHive log: the queen was marked blue in May." in r.text
+                   for r in llm_server.requests)  # fmt: skip
         while "extraction for" not in log_path.read_text() and time.monotonic() < deadline + 60:
             time.sleep(0.1)
         assert f"extraction for {alice}: 1 new" in log_path.read_text()
@@ -236,6 +242,8 @@ def bees_mail(sender: str, to: str) -> bytes:
     msg["From"], msg["To"], msg["Subject"] = sender, to, "Bees"
     msg["Message-ID"], msg["Date"] = "<bees-1@x.test>", "Sat, 21 Nov 2026 09:00:00 +0000"
     msg.set_content("I keep bees in my garden.")
+    msg.add_attachment(make_pdf(["Hive log: the queen was marked blue in May."]), maintype="application",
+                       subtype="pdf", filename="hive.pdf")  # fmt: skip
     return msg.as_bytes()
 
 

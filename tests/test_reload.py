@@ -79,6 +79,17 @@ async def _prompts(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
     assert "Reloaded-template-marker-7731" in _replies(llm_server)[-1].text
 
 
+async def _documents(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
+    alice = mail_lab.new_user("alice")
+    notes = ("notes.txt", "text/plain", b"The locker code is 4471. " * 120)  # 3 kB
+    await quinn.send(alice, "Notes", "My notes are attached.", attachments=(notes,))
+    assert "The locker code is 4471." in _replies(llm_server)[-1].text
+    _edit(quinn, "[policy]\n", "[documents]\nmax_file_kb = 1\n\n[policy]\n")
+    await quinn.send(alice, "Notes again", "My notes, again.", attachments=(notes,))
+    prompt = _replies(llm_server)[-1].text
+    assert "more than the limit of 1 kB" in prompt and "The locker code is 4471." not in prompt.split("Notes again")[-1]
+
+
 async def _llm(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
     alice = mail_lab.new_user("alice")
     _edit(quinn, 'model = "openai/gpt-test"', 'model = "openai/gpt-reloaded"')
@@ -113,7 +124,7 @@ async def _max_message_kb(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
 
 
 CASES: dict[str, Callable[..., Any]] = {
-    "policy": _policy, "memory": _memory, "prompts": _prompts, "llm": _llm, "smtp": _smtp,
+    "policy": _policy, "memory": _memory, "documents": _documents, "prompts": _prompts, "llm": _llm, "smtp": _smtp,
     "log_level": _log_level, "imap.poll_interval_s": _poll_interval, "imap.max_message_kb": _max_message_kb,
 }  # fmt: skip
 

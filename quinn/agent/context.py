@@ -11,12 +11,14 @@ retrieved memories are kept to those domains, to memories without a domain, and 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from quinn.clock import iso
+from quinn.documents.extract import Extracted
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.models import Memory, SearchHit
 from quinn.memory.passages import PassageHit
@@ -55,6 +57,8 @@ class ReplyInputs:
     domains: Sequence[str] = ()
     now: datetime | None = None
     actions: Sequence[str] = ()
+    documents: Sequence[Extracted] = ()  # the email's attachments as read (issue 18); () when none were read
+    document_tokens: int = 2000  # their text's share of the prompt, all files together
 
 
 def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> list[str]:
@@ -136,7 +140,58 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
         "others_on_thread": not private_ok,
         "domains": list(inputs.domains),
         "actions": list(inputs.actions),
+        "attachments": attachment_variables(inputs),
     }
+
+
+UNREAD_UNVERIFIED = "files are read only for mail that may use memory (from a verified sender)"
+_FENCE = re.compile(r"={3,}")  # the prompt's file delimiters: a file's text cannot close its block and speak
+CUT_NOTE = "(cut here for length: the rest of the file is kept and search_conversations finds it)"
+
+
+def attachment_variables(inputs: ReplyInputs) -> list[dict[str, Any]]:
+    """The email's attachments as template data: name, kind, size, and the text within the budget (each
+    section led by its citation, ``[doc:NAME p.3]``), or why the file could not be read. Attachments that were
+    not read at all (memory off) are listed by name with the reason. Names and text are the sender's data."""
+    if not inputs.documents:
+        return [{"name": a.filename, "type": a.content_type, "size": _size(a.size), "text": "", "notes": [],
+                 "error": UNREAD_UNVERIFIED} for a in inputs.email.attachments]  # fmt: skip
+    readable = [d for d in inputs.documents if d.error is None and d.sections]
+    share = inputs.document_tokens // max(len(readable), 1)
+    files = []
+    for document in inputs.documents:
+        text, notes = "", list(document.notes)
+        if document.error is None and document.sections:
+            text = document_text(document, share)
+            if text.endswith(CUT_NOTE):
+                notes.append("only the start of its text is shown")
+        files.append({"name": document.name, "type": document.kind if document.kind != "unknown" else
+                      document.content_type, "size": _size(document.size), "text": text, "notes": notes,
+                      "error": document.error or ""})  # fmt: skip
+    return files
+
+
+def document_text(document: Extracted, token_budget: int) -> str:
+    """The document's sections, each led by its citation, cut at ``token_budget`` tokens with ``CUT_NOTE``."""
+    lines: list[str] = []
+    used = 0
+    for section in document.sections:
+        head = f"[doc:{document.name}{' ' + section.ref if section.ref else ''}]"
+        block = f"{head}\n{_FENCE.sub('= =', section.text)}"
+        cost = estimate_tokens(block)
+        if used + cost > token_budget:
+            room = (token_budget - used) * 4 - len(head) - 1
+            if room > 80:
+                lines.append(f"{head}\n{section.text[:room].rstrip()}")
+            lines.append(CUT_NOTE)
+            break
+        lines.append(block)
+        used += cost
+    return "\n".join(lines)
+
+
+def _size(size: int) -> str:
+    return f"{size} bytes" if size < 1024 else f"{size // 1024} kB"
 
 
 def share_budget(hits: Sequence[SearchHit], passages: Sequence[PassageHit], budget: int) -> tuple[str, str]:

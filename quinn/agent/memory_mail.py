@@ -178,12 +178,13 @@ def export_json(
     withheld_passages: int = 0,
 ) -> bytes:  # fmt: skip
     """The user's memories as a JSON document (the export form of ``Memory.to_record``), and the passages of
-    past mail that conversation recall holds (issue 14), oldest first."""
+    past mail that conversation recall holds (issue 14), oldest first; a passage of an attached file names the file
+    and where in it (issue 18)."""
     document = {
         "user": user_id, "exported_at": iso(utcnow()), "count": len(memories),
         "withheld_private": withheld, "memories": [m.to_record() for m in memories],
-        "conversation": [{"date": p.sent_at, "direction": p.direction, "subject": p.subject, "text": p.content}
-                         for p in passages],
+        "conversation": [{"date": p.sent_at, "direction": p.direction, "subject": p.subject, "text": p.content,
+                          **({"file": p.document, "where": p.ref} if p.document else {})} for p in passages],
         "withheld_conversation": withheld_passages,
     }  # fmt: skip
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
@@ -241,6 +242,7 @@ PURGED_AS = {
     "sessions": ("conversation", "conversations"),
     "messages": ("message of our conversations", "messages of our conversations"),
     "passages": ("searchable passage of them", "searchable passages of them"),
+    "documents": ("file you sent me", "files you sent me"),
     "conversation_summaries": ("conversation summary", "conversation summaries"),
     "user_state": ("setting", "settings"),
     "entities": ("person, place or thing I knew of", "people, places and things I knew of"),

@@ -31,6 +31,7 @@ from quinn.agent.tools import MEMORY_TOOLS, MemoryChange, MemoryDeps
 from quinn.agent.usage import record_usage
 from quinn.clock import utcnow
 from quinn.config import Config
+from quinn.documents.extract import Extracted
 from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox.message import InboundEmail
 from quinn.memory.graph import linked_hits
@@ -132,9 +133,10 @@ class Agent:
     def reply_inputs(
         self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage] = (),
         summary: str | None = None, actions: Sequence[str] = (), *, touch: bool = True,
-        session_id: str | None = None,
+        session_id: str | None = None, documents: Sequence[Extracted] = (),
     ) -> ReplyInputs:  # fmt: skip
-        """Persona, profile, domains and retrieved memories for ``email`` (runs on the DB thread).
+        """Persona, profile, domains and retrieved memories for ``email`` (runs on the DB thread), with its
+        attachments as read (``documents``).
 
         ``touch`` counts the retrieval as an access (strengthening the memories); a preview passes False.
         """
@@ -166,6 +168,7 @@ class Agent:
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
             hits=hits, passages=passages, thread=list(thread), thread_summary=summary,
             token_budget=c.memory.token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
+            documents=list(documents), document_tokens=c.documents.prompt_tokens,
         )  # fmt: skip
         if use_memory and touch:
             # Use is what reached the prompt: the profile shown and the hits that survived the domain, privacy
@@ -182,8 +185,10 @@ class Agent:
     async def answer(
         self, email: InboundEmail, user: str, use_memory: bool, *, thread: Sequence[ThreadMessage] = (),
         summary: str | None = None, session_id: str | None = None, withheld: str | None = None,
+        documents: Sequence[Extracted] = (),
     ) -> Answer:  # fmt: skip
         """The reply to ``email``: memory commands first, then the model (with memory tools when memory is on).
+        ``documents``: the mail's attachments as read (quinn/documents), shown to the model with the mail.
 
         Without memory (``use_memory`` false: the sender is not trusted, or the reply goes to someone else),
         memory commands are refused and the reply says why (``withheld``), without a model call for them.
@@ -193,7 +198,7 @@ class Agent:
         try:
             if not use_memory:
                 return await self._without_memory(email, user, thread, summary, withheld)
-            return await self._answer(email, user, thread, summary, session_id)
+            return await self._answer(email, user, thread, summary, session_id, documents)
         except TemplateError as exc:
             raise RetryLater(f"prompt template cannot render: {exc.message}", exc.hint) from exc
         except StoreError as exc:  # the memory store refused a command's change: retried, then quarantined
@@ -215,7 +220,7 @@ class Agent:
 
     async def _answer(
         self, email: InboundEmail, user: str, thread: Sequence[ThreadMessage], summary: str | None,
-        session_id: str | None = None,
+        session_id: str | None = None, documents: Sequence[Extracted] = (),
     ) -> Answer:  # fmt: skip
         private_ok = not others_on_thread(email, user, self.config.smtp.from_address)
         codes = confirm.codes_in(f"{email.subject}\n{email.full_text}")
@@ -246,7 +251,7 @@ class Agent:
             return await self._digest(email, user, private_ok, work)
         with self.stage("retrieve"):
             inputs = await self._db(self.reply_inputs, email, user, True, thread, summary, work.actions,
-                                    session_id=session_id)  # fmt: skip
+                                    session_id=session_id, documents=documents)  # fmt: skip
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
@@ -337,10 +342,10 @@ class Agent:
         with self.stage("render"):
             rendered = self.prompts.render("reply", reply_variables(inputs))
             # What a reply must not merely send back: the new email and the template's words around it, rendered
-            # without the thread, summary, memories and passages, which a reply may rightly repeat.
+            # without the thread, summary, memories, passages and attached files, which a reply may rightly repeat.
             bare = self.prompts.render("reply", reply_variables(dataclasses.replace(
                 inputs, persona=(), profile=(), hits=(), passages=(), state={}, thread=(), thread_summary=None,
-                domains=(), actions=())))  # fmt: skip
+                domains=(), actions=(), documents=())))  # fmt: skip
         await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
             echo_of = (bare.user,) if self.config.llm.hold_copies else None

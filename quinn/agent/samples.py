@@ -12,6 +12,7 @@ from typing import Any
 from quinn.agent.context import ReplyInputs, ThreadMessage, reply_variables
 from quinn.agent.extract import extract_variables
 from quinn.agent.memory_mail import digest_groups
+from quinn.documents.extract import Extracted, Section
 from quinn.mailbox.message import Address, InboundEmail
 from quinn.memory.models import Memory, SearchHit
 from quinn.memory.passages import Passage, PassageHit
@@ -56,6 +57,10 @@ def sample_variables() -> dict[str, dict[str, Any]]:
         state={"recent_goal_and_status": "ship Project Alpha"},
         thread=[ThreadMessage(SAMPLE_USER, _WHEN.isoformat(), "Earlier message.")], thread_summary="Summary.",
         domains=["work"], actions=["Saved, as asked: Alice asked to remember: the deadline [memory:3]"],
+        documents=[Extracted("brief.pdf", "application/pdf", "pdf", 48_213, "0" * 64,
+                             (Section("p.1", "Project Alpha kickoff: Lisbon, 3 March."),)),
+                   Extracted("budget.xlsx", "application/vnd.ms-excel", "xlsx", 20_480, "1" * 64,
+                             error="it is a password-protected or old-format (.doc, .xls, .ppt) Office file")],
     ))  # fmt: skip
     messages = [{"sender": SAMPLE_USER, "date": _WHEN.isoformat(), "body": "Earlier message."}]
     return {

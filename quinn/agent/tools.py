@@ -188,12 +188,24 @@ async def forget_memory(ctx: llm.Context[MemoryDeps], id: int) -> str:
 
 @llm.tool
 async def search_conversations(ctx: llm.Context[MemoryDeps], query: str) -> str:
-    """Search your earlier emails with this person (what they wrote and what you replied), e.g. "what did they
-    tell me about the landlord?". Returns passages with the date of their email."""
+    """Search your earlier emails with this person (what they wrote and what you replied, and the files they
+    attached), e.g. "what did they tell me about the landlord?". Returns passages with the date of their email,
+    or the file and page they are from."""
     deps = ctx.deps
     hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others)
     lines = [h.passage.line() for h in hits]
     return "\n".join(lines) if lines else "No earlier emails match."
 
 
-MEMORY_TOOLS = (search_memory, save_memory, update_memory, forget_memory, search_conversations)
+@llm.tool
+async def search_documents(ctx: llm.Context[MemoryDeps], query: str) -> str:
+    """Search only the files this person attached to their emails (PDFs, documents, spreadsheets, invites), e.g.
+    "the deposit in the lease". Returns passages citing the file and page, e.g. [doc:lease.pdf p.2]."""
+    deps = ctx.deps
+    hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others,
+                         documents_only=True)  # fmt: skip
+    lines = [h.passage.line() for h in hits]
+    return "\n".join(lines) if lines else "No attached file matches."
+
+
+MEMORY_TOOLS = (search_memory, save_memory, update_memory, forget_memory, search_conversations, search_documents)

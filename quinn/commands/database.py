@@ -25,6 +25,8 @@ from quinn.memory.db import Database, is_remote
 # Admin commands that only read the database resolve no other secrets (no IMAP password needed).
 DATABASE_ONLY = ("database",)
 BATCH_ROWS = 500
+# Rows of 1 MiB each (attached files' bytes, migration 0013): a batch of them is read whole, so fewer at a time.
+BATCH_ROWS_OF = {"document_parts": 8}
 # Tables that hold the conversation, memory or mail state: one of them with rows means "not empty".
 CONTENT_TABLES = ("memories", "messages", "mail_state", "outbox")
 
@@ -87,17 +89,17 @@ def copy_database(source: Database, target: Database) -> dict[str, int]:
         # OR REPLACE: content tables are checked empty above; bookkeeping rows a migration seeded (the vector stamp)
         # are taken from the source.
         insert = f"INSERT OR REPLACE INTO {name} ({column_list}) VALUES ({', '.join('?' * len(columns))})"
-        offset, count = 0, 0
+        offset, count, batch_rows = 0, 0, BATCH_ROWS_OF.get(name, BATCH_ROWS)
         while True:
             # rowid order keeps AUTOINCREMENT ids and the FTS rowids the triggers derive from them.
             batch = source.query(f"SELECT {column_list} FROM {name} ORDER BY rowid LIMIT ? OFFSET ?",
-                                 (BATCH_ROWS, offset))  # fmt: skip
+                                 (batch_rows, offset))  # fmt: skip
             if not batch:
                 break
             with target.transaction() as tx:
                 tx.executemany(insert, batch)
             count += len(batch)
-            offset += BATCH_ROWS
+            offset += batch_rows
         copied[name] = count
     for name, count in copied.items():
         landed = int(target.query_value(f"SELECT count(*) FROM {name}") or 0)

@@ -17,6 +17,8 @@ from quinn.agent.context import ThreadMessage, others_on_thread
 from quinn.agent.extract import ExtractionOutcome
 from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_DONE_TEMPLATE
 from quinn.agent.respond import Answer, recallable
+from quinn.documents.extract import Extracted
+from quinn.documents.library import take_documents
 from quinn.engine.parts import Parts
 from quinn.engine.purges import MailboxPurges
 from quinn.errors import QuinnError
@@ -69,13 +71,16 @@ class Conversation:
         # A purge receipt waiting to be sent again: the person is gone, so the mail is not stored again either.
         receipt = item is not None and await self._db(outbox.template_of, message_id) == PURGE_DONE_TEMPLATE
         session_id = None
+        documents: list[Extracted] = []
         with self.metrics.stage("thread"):  # the session, the stored message and the thread buffer
             if decision.use_memory and not receipt:
                 session_id = await self.join_session(email, decision, user)
             if item is None:
                 thread, summary = await self._db(self._thread, email, user, session_id)
+        if item is None and session_id is not None:  # files are read and kept for memory mail only
+            documents = await self._documents(email, user, session_id)
         if item is None:
-            answer = await self._answer(email, decision, user, session_id, thread, summary)
+            answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
             fault_point("after_llm")
             receipt = answer.purged
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
@@ -105,9 +110,17 @@ class Conversation:
             await self._db(index_message, p.store, user, email.message_id, "in")
         return session_id
 
+    async def _documents(self, email: InboundEmail, user: str, session_id: str) -> list[Extracted]:
+        """The mail's attachments read, kept for the user and (when the mail joins recall) searchable."""
+        p = self.parts
+        assert p.store is not None
+        with self.metrics.stage("documents"):
+            return await take_documents(p.store, p.config.documents, email, user, session_id,
+                                        searchable=await self._recallable(email, user))  # fmt: skip
+
     async def _answer(
         self, email: InboundEmail, decision: Decision, user: str, session_id: str | None,
-        thread: list[ThreadMessage], summary: str | None,
+        thread: list[ThreadMessage], summary: str | None, documents: Sequence[Extracted] = (),
     ) -> Answer:  # fmt: skip
         """The answer to one mail (a summary asked for, or the agent's reply), its token cost recorded."""
         p = self.parts
@@ -119,7 +132,8 @@ class Conversation:
         if answer is None:
             with self.metrics.llm_call(p.llm.model_id, "reply"):
                 answer = await p.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
-                                              session_id=session_id, withheld=decision.withheld)  # fmt: skip
+                                              session_id=session_id, withheld=decision.withheld,
+                                              documents=documents)  # fmt: skip
         # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
         counted = decision.user_id if decision.trusted and not answer.purged else None
         await p.agent.record(answer.template, answer.usage, counted, email.message_id)
@@ -159,7 +173,8 @@ class Conversation:
                             sender=user, rate_key=user)  # fmt: skip
         session_id = await self.join_session(email, decision, user)
         thread, summary = await self._db(self._thread, email, user, session_id)
-        answer = await self._answer(email, decision, user, session_id, thread, summary)
+        documents = await self._documents(email, user, session_id)
+        answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
         if not answer.purged:
             await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
         outcome = None if answer.purged else await self.learn(user, email, template=answer.template)

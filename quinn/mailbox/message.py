@@ -19,11 +19,13 @@ class Address:
 
 @dataclass(frozen=True)
 class Attachment:
-    """Attachment metadata; content is not kept."""
+    """An attached file as the sender named and typed it (both attacker-controlled), with its decoded bytes:
+    read by quinn/documents for the reply and kept only for an authenticated user (issue 18)."""
 
     filename: str
     content_type: str
     size: int
+    data: bytes = field(default=b"", repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ surrogates). Whatever goes wrong, the caller gets an ``InboundEmail`` or a ``Mai
 
 from __future__ import annotations
 
+import base64
 import binascii
 import email.utils
 import hashlib
@@ -303,8 +304,12 @@ def _body_text(parsed: Any, defects: list[str]) -> str:
     if plain:
         return _normalise_newlines("\n\n".join(plain))
     html = "\n".join(part for part in parsed.text_html if part.strip())
-    if not html:
-        return ""
+    return html_to_text(html, defects) if html else ""
+
+
+def html_to_text(html: str, defects: list[str]) -> str:
+    """HTML as plain text (script and style content dropped), its cost bounded: the head of a huge page only,
+    deep nesting flattened. What was cut is said in ``defects``."""
     if len(html) > MAX_HTML_CHARS:  # html2text converts 0.15 MB/s of tag soup: bound the cost (~3 s)
         html = html[:MAX_HTML_CHARS]
         defects.append(f"HTML longer than {MAX_HTML_CHARS} chars: converted the head only")
@@ -397,19 +402,24 @@ def _drop_trailing_quote(text: str) -> str:
 
 
 def _attachments(items: list[dict[str, Any]]) -> tuple[Attachment, ...]:
-    """Metadata of mail-parser's attachments: name, type and decoded size; the content is dropped."""
+    """mail-parser's attachments: name, type, decoded size and bytes (quinn/documents reads them)."""
     result: list[Attachment] = []
     for index, item in enumerate(items, start=1):
         name = _clean(str(item.get("filename") or ""))
         disposition = str(item.get("content-disposition") or "").lower()
+        content_type = str(item.get("mail_content_type") or "application/octet-stream").lower()
         if not item.get("content-id") and "name" not in disposition and _INVENTED_NAME.match(name):
-            # mail-parser invents a random name for unnamed parts; keep parsing deterministic.
-            name = f"unnamed-{index}.{name.rsplit('.', 1)[1]}"
+            # mail-parser invents a random name for unnamed parts; keep parsing deterministic. A forwarded
+            # mail (message/rfc822, RFC 2046 §5.2.1) is named as one, not as the .txt it is invented as.
+            name = (f"forwarded-{index}.eml" if content_type == "message/rfc822"
+                    else f"unnamed-{index}.{name.rsplit('.', 1)[1]}")  # fmt: skip
         payload = str(item.get("payload") or "")
         if item.get("binary"):
-            size = len("".join(payload.split()).rstrip("=")) * 3 // 4  # base64: 4 chars carry 3 bytes
+            try:
+                data = base64.b64decode("".join(payload.split()), validate=False)
+            except ValueError:  # broken base64: the part is kept as an unreadable file, not a lost mail
+                data = b""
         else:
-            size = len(payload.encode("utf-8", "replace"))
-        content_type = str(item.get("mail_content_type") or "application/octet-stream").lower()
-        result.append(Attachment(filename=name, content_type=content_type, size=size))
+            data = payload.encode("utf-8", "replace")
+        result.append(Attachment(filename=name, content_type=content_type, size=len(data), data=data))
     return tuple(result)

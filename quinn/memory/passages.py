@@ -42,7 +42,10 @@ log = logging.getLogger(__name__)
 
 PASSAGE_CHARS = 600  # about 150 tokens: a paragraph, small enough to cite, big enough to carry its context
 OVERLAP_CHARS = 120  # the last sentence or so of a passage starts the next one: a fact cut in two is found whole
-PASSAGE_COLUMNS = "p.id, p.user_id, p.message_id, p.direction, p.sent_at, p.subject, p.position, p.content, p.audience"
+PASSAGE_COLUMNS = (
+    "p.id, p.user_id, p.message_id, p.direction, p.sent_at, p.subject, p.position, p.content, p.audience,"
+    " p.document, p.ref"
+)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
 BM25 = "bm25(passages_fts, 1.0, 0.0)"  # content; the owner column weighs nothing
@@ -61,14 +64,21 @@ class Passage:
     position: int
     content: str
     audience: frozenset[str]  # everyone who saw the message
+    document: str = ""  # the attached file this passage is from (issue 18), by its display name; "": the mail
+    ref: str = ""  # where in the file: "p.3", a heading, "rows 2-41"
 
     @property
     def citation(self) -> str:
-        """``[mail:2026-03-14]``: where Quinn knows it from, the date of the mail."""
+        """``[mail:2026-03-14]``: where Quinn knows it from, the date of the mail; ``[doc:NAME p.3]`` for a file."""
+        if self.document:
+            return f"[doc:{self.document}{' ' + self.ref if self.ref else ''}]"
         return f"[mail:{self.sent_at[:10]}]"
 
     def line(self) -> str:
-        """How the model sees it: ``[mail:2026-03-14] (they wrote, "Subject") text`` (or "you replied")."""
+        """How the model sees it: ``[mail:2026-03-14] (they wrote, "Subject") text`` (or "you replied");
+        ``[doc:NAME p.3] (a file they sent on 2026-03-14, "Subject") text`` for an attached file."""
+        if self.document:
+            return f'{self.citation} (a file they sent on {self.sent_at[:10]}, "{self.subject}") {self.content}'
         who = "they wrote" if self.direction == "in" else "you replied"
         return f'{self.citation} ({who}, "{self.subject}") {self.content}'
 
@@ -79,12 +89,13 @@ class Passage:
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Passage:
         """From a row of ``PASSAGE_COLUMNS``."""
-        pid, user, message_id, direction, sent_at, subject, position, content, audience = row
+        pid, user, message_id, direction, sent_at, subject, position, content, audience, document, ref = row
         try:
             seen = frozenset(str(a) for a in json.loads(audience or "[]"))
         except ValueError:
             seen = frozenset()
-        return cls(int(pid), user, message_id, direction, sent_at, subject or "", int(position), content, seen)
+        return cls(int(pid), user, message_id, direction, sent_at, subject or "", int(position), content, seen,
+                   document or "", ref or "")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -125,41 +136,76 @@ def split_passages(text: str, size: int = PASSAGE_CHARS, overlap: int = OVERLAP_
     return passages
 
 
-def index_message(store: MemoryStore, user_id: str, message_id: str, direction: str) -> int:
-    """Cut the stored message (``messages``) into passages, embed them in one batch and store them; returns how
-    many were written. Idempotent: a message already indexed is left alone (a retried mail costs nothing)."""
-    db = store.db
-    user = normalise_user(user_id)
+@dataclass(frozen=True)
+class StoredMessage:
+    """What a passage repeats of its message (``messages``)."""
+
+    row: int  # messages.id
+    message_id: str
+    in_reply_to: str | None
+    direction: str
+    sent_at: str
+    subject: str
+    body: str
+    audience: tuple[str, ...]  # the sender and the recipients
+
+
+def stored_message(db: Database, user_id: str, message_id: str, direction: str) -> StoredMessage | None:
+    """The user's stored message by Message-ID and direction; None when there is none, or it is someone else's."""
     row = db.query_one(
         "SELECT id, user_id, subject, from_addr, to_addrs, sent_at, body, in_reply_to FROM messages"
         " WHERE message_id = ? AND direction = ?",
         (message_id, direction),
     )
-    if row is None or row[1] != user:
-        return 0
+    if row is None or row[1] != normalise_user(user_id):
+        return None
     message_row, _owner, subject, sender, recipients, sent_at, body, in_reply_to = row
-    if db.query_value("SELECT 1 FROM passages WHERE message_row = ? LIMIT 1", (message_row,)):
-        return 0
-    pieces = split_passages(body or "")
-    if not pieces:
-        return 0
     try:
         audience = sorted({sender, *json.loads(recipients or "[]")} - {""})
     except ValueError:
         audience = [sender]
+    return StoredMessage(message_row, message_id, in_reply_to, direction, sent_at, subject or "", body or "",
+                         tuple(audience))  # fmt: skip
+
+
+def index_message(store: MemoryStore, user_id: str, message_id: str, direction: str) -> int:
+    """Cut the stored message (``messages``) into passages, embed them in one batch and store them; returns how
+    many were written. Idempotent: a message already indexed is left alone (a retried mail costs nothing)."""
+    user = normalise_user(user_id)
+    message = stored_message(store.db, user, message_id, direction) if user else None
+    if user is None or message is None:
+        return 0
+    if store.db.query_value("SELECT 1 FROM passages WHERE message_row = ? AND document_id IS NULL LIMIT 1",
+                            (message.row,)):  # fmt: skip
+        return 0
+    return write_passages(store, user, message, [("", p) for p in split_passages(message.body)])
+
+
+def write_passages(
+    store: MemoryStore, user: str, message: StoredMessage, pieces: Sequence[tuple[str, str]], *,
+    document_id: int | None = None, document: str | None = None,
+) -> int:  # fmt: skip
+    """Embed ``pieces`` (ref, content) in one batch and store them as passages of ``message`` (of an attached
+    file when ``document_id`` is given), numbered after the message's passages so far; returns how many."""
+    if not pieces:
+        return 0
+    db = store.db
     embedder = store.embedder
-    texts = [_embedded_text(subject, piece) for piece in pieces]
+    texts = [_embedded_text(message.subject, content) for _ref, content in pieces]
     vectors = embedder.embed(texts) if embedder is not None else None
     now = iso(utcnow())
     with db.transaction() as tx:
-        for position, content in enumerate(pieces):
-            blob = np.asarray(vectors[position], dtype=np.float32).tobytes() if vectors is not None else None
+        start = int(tx.query("SELECT coalesce(max(position), -1) + 1 FROM passages WHERE message_row = ?",
+                             (message.row,))[0][0])  # fmt: skip
+        for i, (ref, content) in enumerate(pieces):
+            blob = np.asarray(vectors[i], dtype=np.float32).tobytes() if vectors is not None else None
             tx.execute(
                 "INSERT OR IGNORE INTO passages (user_id, message_row, message_id, in_reply_to, direction, sent_at,"
-                " subject, position, content, audience, embedding, embedding_model, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (user, message_row, message_id, in_reply_to, direction, sent_at, subject or "", position, content,
-                 json.dumps(audience), blob, embedder.model_id if embedder is not None else None, now),
+                " subject, position, content, audience, embedding, embedding_model, created_at, document_id,"
+                " document, ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (user, message.row, message.message_id, message.in_reply_to, message.direction, message.sent_at,
+                 message.subject, start + i, content, json.dumps(list(message.audience)), blob,
+                 embedder.model_id if embedder is not None else None, now, document_id, document, ref or None),
             )  # fmt: skip
     return len(pieces)
 
@@ -177,7 +223,7 @@ def backfill(
     pending = db.query(
         "SELECT m.message_id, m.direction, m.user_id, coalesce(m.subject, ''), coalesce(m.body, ''), m.in_reply_to"
         " FROM messages m WHERE m.user_id IS NOT NULL AND m.direction IN ('in', 'out')"
-        " AND NOT EXISTS (SELECT 1 FROM passages p WHERE p.message_row = m.id)"
+        " AND NOT EXISTS (SELECT 1 FROM passages p WHERE p.message_row = m.id AND p.document_id IS NULL)"
         " AND m.user_id NOT IN (SELECT user_id FROM memory_consent) ORDER BY m.direction, m.id"
     )
     written = 0
@@ -259,12 +305,13 @@ def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) 
 
 
 def passage_filter(
-    user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = ()
-) -> tuple[str, list[Any]]:
+    user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = (),
+    documents_only: bool = False,
+) -> tuple[str, list[Any]]:  # fmt: skip
     """The WHERE clause (alias ``p``) of the passages a search may see: the user's, not of the excluded messages
     (the thread buffer), not of a ``retracted`` mail or a reply to one, and with ``others`` on the mail only those
-    of messages each of them saw."""
-    clauses = ["p.user_id = ?"]
+    of messages each of them saw; with ``documents_only``, only passages of attached files."""
+    clauses = ["p.user_id = ?", "p.document_id IS NOT NULL"] if documents_only else ["p.user_id = ?"]
     params: list[Any] = [normalise_user(user_id)]
     if exclude_message_ids:
         clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
@@ -283,7 +330,7 @@ def passage_filter(
 
 def search_passages(
     store: MemoryStore, user_id: str, query: str, *, k: int = 10, exclude_message_ids: Sequence[str] = (),
-    others: Sequence[str] = (), domains: Sequence[str] = (),
+    others: Sequence[str] = (), domains: Sequence[str] = (), documents_only: bool = False,
 ) -> list[PassageHit]:  # fmt: skip
     """The user's ``k`` best conversation passages for ``query``, best first (``passage_filter`` says which are
     eligible, given what memory retracted and the mail's ``domains``: ``retracted_messages``). Vector and lexical
@@ -293,14 +340,14 @@ def search_passages(
     if not chunks or not user:
         return []
     retracted = retracted_messages(store.db, user, domains)
-    where, params = passage_filter(user, exclude_message_ids, others, retracted)
+    where, params = passage_filter(user, exclude_message_ids, others, retracted, documents_only)
     lexical = _lexical_scores(store.db, where, params, " ".join(chunks), user)
     similarities: dict[int, float] = {}
     embedder = store.embedder
     if embedder is not None:
         vectors = np.asarray(embedder.embed(chunks), dtype=np.float32)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        if others:  # narrow: the passages that pass, read whole (a few thousand ids at most)
+        if others or documents_only:  # narrow: the passages that pass, read whole (a few thousand ids at most)
             passing = store.db.query(f"SELECT p.id FROM passages p WHERE {where}", params)
             eligible: Eligible = (True, np.asarray([r[0] for r in passing], dtype=np.int64))
         else:  # the thread buffer and retracted mail: a few messages' passages, found by their indexes

@@ -29,9 +29,10 @@ _ids = itertools.count(1)
 def build_mail(
     sender: str, to: str, subject: str, body: str, *, name: str = "Alice Example", date: datetime | None = None,
     cc: tuple[str, ...] = (), in_reply_to: str | None = None, references: tuple[str, ...] = (),
-    message_id: str | None = None,
+    message_id: str | None = None, attachments: tuple[tuple[str, str, bytes], ...] = (),
 ) -> tuple[str, bytes]:  # fmt: skip
-    """A plain-text mail as a person would send it; returns (Message-ID, bytes)."""
+    """A plain-text mail as a person would send it, with ``attachments`` as (file name, MIME type, bytes);
+    returns (Message-ID, bytes)."""
     msg = EmailMessage()
     msg["From"] = f"{name} <{sender}>"
     msg["To"] = to
@@ -46,6 +47,9 @@ def build_mail(
         msg["In-Reply-To"] = in_reply_to
         msg["References"] = " ".join((*references, in_reply_to))
     msg.set_content(body)
+    for filename, content_type, data in attachments:
+        maintype, subtype = content_type.split("/", 1)
+        msg.add_attachment(data, maintype=maintype, subtype=subtype, filename=filename)
     return mid, msg.as_bytes()
 
 

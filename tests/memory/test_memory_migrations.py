@@ -186,3 +186,30 @@ def test_a_failing_migration_leaves_nothing_behind(database_url: str, monkeypatc
         assert db.query_value("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'") == 0
     finally:
         db.close()
+
+
+def test_version_12_with_passages_migrates_to_13(database_url: str):
+    """Migration 0013 adds the file columns to passages: a passage of a mail stored before it reads back as a
+    mail's, is found by search, and keeps its citation."""
+    from quinn.memory.passages import index_message, search_passages
+
+    db = Database.open(database_url, migrate=False)
+    assert db.migrate(target=12) == 12
+    when = "2026-05-01T00:00:00+00:00"
+    db.execute("INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr, to_addrs,"
+               " sent_at, body, full_text, created_at) VALUES ('s1', ?, 'in', '<m1@x>', 'Boat', ?, '[]', ?,"
+               " 'The mooring fee for the boat is 40 euros.', '', ?)", (ALICE, ALICE, when, when))  # fmt: skip
+    db.execute("INSERT INTO passages (user_id, message_row, message_id, direction, sent_at, subject, position,"
+               " content, audience, created_at) VALUES (?, 1, '<m1@x>', 'in', ?, 'Boat', 0,"
+               " 'The mooring fee for the boat is 40 euros.', ?, ?)", (ALICE, when, f'["{ALICE}"]', when))  # fmt: skip
+    db.close()
+
+    store = MemoryStore.open(database_url, embedder=None)
+    try:
+        assert store.db.query_value("PRAGMA user_version") == LATEST
+        [hit] = search_passages(store, ALICE, "mooring fee")
+        assert (hit.passage.document, hit.passage.ref, hit.passage.citation) == ("", "", "[mail:2026-05-01]")
+        assert index_message(store, ALICE, "<m1@x>", "in") == 0  # already indexed before the migration
+        assert store.db.query("SELECT count(*) FROM documents") == [(0,)]
+    finally:
+        store.close()

@@ -1,0 +1,90 @@
+"""Reading one mail's files: the per-mail size budget, and a child process that can be stopped (a hard deadline
+and a memory cap).
+
+The readers check their deadline between pages and rows, but a hostile file can keep a library busy inside one
+call (a PDF content stream crafted to make text extraction crawl) or make it allocate without bound. A thread
+cannot be stopped, so it would go on burning a core after the mail was answered. The files are read in a fresh
+child process instead (``spawn``: no copy of the daemon's threads, connections or secrets), capped at
+``MEMORY_CAP_BYTES`` of address space (where setrlimit is allowed: deploy/quinn.service's system call filter
+refuses it, so there only the deadline and the readers' own limits hold), and killed when it outlives the
+deadline by ``STUCK_GRACE_S``. Its result comes back over a pipe. Costs about half a second of start-up per mail
+with files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import resource
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+
+from quinn.config import DocumentsConfig
+from quinn.documents.extract import Deadline, Extracted, Limits, display_name, extract
+from quinn.mailbox.message import Attachment
+
+MEMORY_CAP_BYTES = 1024 * 1024 * 1024  # address space of the reading process: far above any file within limits
+STUCK_GRACE_S = 2.0  # past the deadline, the reader is given up on and killed
+
+
+def read_in_child(attachments: Sequence[Attachment], config: DocumentsConfig) -> list[Extracted] | str:
+    """The mail's files read by ``read_attachments`` in a child process; a string saying why when the
+    child was killed at the deadline or died. Blocks (call it from a worker thread)."""
+    context = multiprocessing.get_context("spawn")
+    receiving, sending = context.Pipe(duplex=False)
+    child = context.Process(target=_read, args=(sending, list(attachments), config), daemon=True)
+    child.start()
+    sending.close()  # the child's end: EOF here once it exits
+    try:
+        if not receiving.poll(config.timeout_s + STUCK_GRACE_S):
+            return f"reading the attached files took longer than the {config.timeout_s:g} s limit"
+        try:
+            return receiving.recv()  # type: ignore[no-any-return]
+        except EOFError:  # it died without an answer: the memory cap, or a crash in a library's C code
+            return "reading the attached files failed (it needed too much memory, or a reader crashed)"
+    finally:
+        receiving.close()
+        if child.is_alive():
+            child.kill()
+        child.join()
+
+
+def _read(sending: Connection, attachments: list[Attachment], config: DocumentsConfig) -> None:
+    """The child: cap the memory, read, send the result."""
+    # Refused under the unit's SystemCallFilter=~@resources: there the deadline and the readers' limits hold.
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
+    try:
+        sending.send(read_attachments(attachments, config))
+    finally:
+        sending.close()
+
+
+def limits_of(config: DocumentsConfig) -> Limits:
+    """The per-file limits of the ``[documents]`` settings."""
+    return Limits(max_file_bytes=config.max_file_kb * 1024, max_pages=config.max_pages,
+                  max_text_chars=config.max_text_kb * 1024, timeout_s=config.timeout_s)  # fmt: skip
+
+
+def read_attachments(attachments: Sequence[Attachment], config: DocumentsConfig) -> list[Extracted]:
+    """Every attachment of one mail read (``extract``), in order; once their sizes together pass
+    ``max_mail_kb``, the rest are reported unread, not read. Pure; never raises."""
+    limits = limits_of(config)
+    deadline = Deadline(config.timeout_s)  # one for the whole mail
+    budget = config.max_mail_kb * 1024
+    read: list[Extracted] = []
+    used = 0
+    for index, attachment in enumerate(attachments, start=1):
+        used += attachment.size
+        if used > budget:
+            reason = f"the mail's files together pass the limit of {config.max_mail_kb} kB; this one was not read"
+            read.append(unread(attachment, index, reason))
+            continue
+        read.append(extract(attachment.filename, attachment.content_type, attachment.data, limits, index, deadline))
+    return read
+
+
+def unread(attachment: Attachment, index: int, reason: str) -> Extracted:
+    """An attachment reported as not read, for ``reason``."""
+    return Extracted(display_name(attachment.filename, index), attachment.content_type, "unknown", attachment.size,
+                     "", error=reason)  # fmt: skip
