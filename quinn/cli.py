@@ -27,6 +27,7 @@ from quinn.commands import (
     sessions,
     users,
 )
+from quinn.commands import console as console_group  # `console` is the entry point below
 from quinn.config import Config, load_config
 from quinn.errors import ConfigError, QuinnError
 from quinn.logs import RedactingFilter, secret_values, setup_logging
@@ -34,7 +35,9 @@ from quinn.sdks import skip_unused
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [init, ask, demo, mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
+GROUPS: list[Any] = [
+    init, ask, demo, mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration, console_group,
+]  # fmt: skip
 DEFAULT_CONFIG = "quinn.toml"
 
 

@@ -45,6 +45,15 @@ class Section(BaseModel):
         value = self._secrets.get(key)
         return value.get_secret_value() if value is not None else None
 
+    def tables(self) -> list[tuple[str, Section]]:
+        """The arrays of tables inside this section, as (``key[i]``, table): ``[[console.admins]]``."""
+        found = []
+        for key in type(self).model_fields:
+            items = getattr(self, key)
+            if isinstance(items, list):
+                found += [(f"{key}[{i}]", item) for i, item in enumerate(items) if isinstance(item, Section)]
+        return found
+
 
 class ImapConfig(Section):
     """Where Quinn reads its mail."""
@@ -672,12 +681,8 @@ def resolve_secrets(config: Config, env: Mapping[str, str], sections: Collection
             continue
         section: Section = getattr(config, name)
         _resolve_section(section, name, env)
-        for field_name in type(section).model_fields:  # arrays of tables inside the section: [[console.admins]]
-            items = getattr(section, field_name)
-            if isinstance(items, list):
-                for i, item in enumerate(items):
-                    if isinstance(item, Section):
-                        _resolve_section(item, f"{name}.{field_name}[{i}]", env)
+        for where, table in section.tables():  # arrays of tables inside the section: [[console.admins]]
+            _resolve_section(table, f"{name}.{where}", env)
 
 
 def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> None:
