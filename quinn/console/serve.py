@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from quinn.config import Config
 from quinn.errors import ConfigError
 
 log = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXTRA_HINT = "install the console extra: pip install 'quinn-mail[console]'"
 
 
@@ -50,7 +52,16 @@ def serve(config: Config) -> int:
         server = build_server(build_app(console), config.console.host, config.console.port)
         log.info("console on http://%s:%s/ for %d admins", config.console.host, config.console.port,
                  len(console.admins))  # fmt: skip
-        asyncio.run(server.serve())
+        # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for the handler it found:
+        # a quiet one here, so a stop is exit 0 (as for `quinn run`), not death by SIGTERM.
+        stopped: list[int] = []
+        previous = {sig: signal.signal(sig, lambda number, _frame: stopped.append(number)) for sig in STOP_SIGNALS}
+        try:
+            asyncio.run(server.serve())
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("console stopped%s", f" by signal {stopped[0]}" if stopped else "")
     finally:
         store.close()
     return 0

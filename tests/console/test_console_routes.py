@@ -162,3 +162,12 @@ def test_mail_ledger_by_state_and_person(client):
     assert "smtp 550" in failed and "Dinner on Friday?" not in failed
     mine = client.get("/mail", params={"user": ALICE}).text
     assert "Dinner on Friday?" in mine and "smtp 550" not in mine
+
+
+def test_cookie_is_secure_behind_tls(world, app):
+    world.console.config.secure_cookies = True
+    with TestClient(app, base_url="https://127.0.0.1") as tls:  # as the proxy in front speaks to browsers
+        response = log_in(tls)
+        cookie = response.headers["set-cookie"].lower()
+        assert response.status_code == 303 and "secure" in cookie and "samesite=strict" in cookie
+        assert tls.get("/people").status_code == 200
