@@ -28,7 +28,7 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
 SCRYPT_MAXMEM = 64 * 1024 * 1024
 HASH_PREFIX = "scrypt"
 MAX_SESSIONS = 1000  # anonymous sessions are made by every login page view: the oldest go first
-ROLES = ("admin", "read-only")
+MAX_LIMITED_KEYS = 10_000  # names and addresses with failed logins kept before the stale ones are dropped
 
 
 def _b64(data: bytes) -> str:
@@ -190,5 +190,7 @@ class LoginLimiter:
     def failed(self, *keys: str) -> None:
         """Count a failed attempt against each key."""
         now = self.clock()
+        if len(self._failures) >= MAX_LIMITED_KEYS:  # many names or addresses: forget those whose window passed
+            self._failures = {k: t for k, t in self._failures.items() if t and t[-1] > now - self.window_s}
         for key in keys:
             self._failures.setdefault(key, deque()).append(now)

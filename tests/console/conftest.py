@@ -18,6 +18,7 @@ from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
 from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
+from tests.test_config import MINIMAL  # [imap], [smtp], [llm]; the database is quinn.db beside the file
 
 ALICE = "alice@example.org"
 BOB = "bob@example.org"
@@ -25,19 +26,7 @@ PASSWORDS = {"root": "correct horse battery", "viewer": "read only please"}
 # Cheapest scrypt the parser accepts: the tests log in often, and the cost is not what they test.
 TEST_COST = {"n": 2**14, "r": 8, "p": 1}
 
-CONFIG = """
-[imap]
-host = "imap.example.org"
-username = "quinn@example.org"
-password_env = "Q_IMAP"
-[smtp]
-host = "smtp.example.org"
-from_address = "quinn@example.org"
-[llm]
-model = "ollama/llama3.2"
-base_url = "http://localhost:11434/v1"
-[database]
-url = "quinn.db"
+CONFIG = MINIMAL + """
 [embeddings]
 backend = "none"
 [console]

@@ -78,3 +78,17 @@ def test_admins_hashes_are_redacted_from_logs(tmp_path):
 
     config = load(tmp_path, CONFIG, {"Q_CONSOLE_ROOT": "hash-of-root", "Q_CONSOLE_VIEWER": "hash-of-viewer"})
     assert {"hash-of-root", "hash-of-viewer"} <= set(secret_values(config))
+
+
+def test_login_limiter_window_slides():
+    from quinn.console.auth import LoginLimiter
+
+    now = [1000.0]
+    limiter = LoginLimiter(attempts=2, window_s=60, clock=lambda: now[0])
+    limiter.failed("address:a", "name:x")
+    assert limiter.wait_s("address:a") == 0
+    now[0] += 10
+    limiter.failed("address:a", "name:y")
+    assert limiter.wait_s("address:a") == 50 and limiter.wait_s("name:x") == 0 and limiter.wait_s("address:b") == 0
+    now[0] += 50
+    assert limiter.wait_s("address:a") == 0  # the first failure left the window
