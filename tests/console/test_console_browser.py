@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.console.app import build_app
-from quinn.console.serve import ServerThread
-from quinn.lab.ports import free_port
+from quinn.console.serve import ConsoleServer
 from tests.console.conftest import ALICE, PASSWORDS, World
 
 CHROMIUM = shutil.which("chromium")
@@ -49,10 +47,11 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def served(world: World) -> Iterator[str]:
-    server = ServerThread(build_app(world.console), "127.0.0.1", free_port())
+    world.console.config.port = 0  # any free port
+    server = ConsoleServer(world.console.config, world.store)
     server.start()
     try:
-        yield server.url
+        yield server.url.rstrip("/")
     finally:
         server.stop()
 
