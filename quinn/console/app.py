@@ -126,9 +126,14 @@ class Console:
 
 async def read_form(request: Request) -> dict[str, str]:
     """An ``application/x-www-form-urlencoded`` body (the only kind the console's forms send), first values."""
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        raise FormError(f"the form is larger than {MAX_FORM_BYTES // 1024} kB")
+    too_large = FormError(f"the form is larger than {MAX_FORM_BYTES // 1024} kB")
+    if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
+        raise too_large
+    body = b""
+    async for chunk in request.stream():  # read no further than the limit, whatever the header claimed
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise too_large
     try:
         return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50))
     except (UnicodeDecodeError, ValueError):

@@ -27,7 +27,7 @@ from quinn.errors import ConfigError
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
 SCRYPT_MAXMEM = 64 * 1024 * 1024
 HASH_PREFIX = "scrypt"
-MAX_SESSIONS = 1000  # anonymous sessions are made by every login page view: the oldest go first
+MAX_ANONYMOUS = 1000  # sessions of login pages not (yet) logged in; past this the oldest goes
 MAX_LIMITED_KEYS = 10_000  # names and addresses with failed logins kept before the stale ones are dropped
 
 
@@ -133,8 +133,10 @@ class Sessions:
 
     def new(self, admin: str | None = None) -> Session:
         """A fresh session with its own id and CSRF token."""
-        while len(self._by_id) >= MAX_SESSIONS:
-            self._by_id.popitem(last=False)
+        if admin is None and sum(1 for s in self._by_id.values() if s.admin is None) >= MAX_ANONYMOUS:
+            # Every view of the login page makes one: the oldest anonymous one goes, never an admin's session.
+            oldest = next(sid for sid, s in self._by_id.items() if s.admin is None)
+            del self._by_id[oldest]
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), self.clock() + self.lifetime_s, admin)
         self._by_id[session.id] = session
         return session

@@ -171,3 +171,31 @@ def test_cookie_is_secure_behind_tls(world, app):
         cookie = response.headers["set-cookie"].lower()
         assert response.status_code == 303 and "secure" in cookie and "samesite=strict" in cookie
         assert tls.get("/people").status_code == 200
+
+
+def test_login_page_views_never_push_out_an_admin_session(client, monkeypatch):
+    monkeypatch.setattr("quinn.console.auth.MAX_ANONYMOUS", 3)
+    log_in(client)
+    with TestClient(client.app, base_url="http://127.0.0.1") as stranger:
+        for _ in range(10):
+            stranger.cookies.clear()
+            assert stranger.get("/login").status_code == 200
+    assert client.get("/people").status_code == 200
+
+
+def test_odd_search_text_and_filters_are_answered_not_crashed(client):
+    log_in(client)
+    for params in ({"q": '"unbalanced'}, {"q": "AND OR NOT ("}, {"q": "*"}, {"q": "x" * 2000},
+                   {"type": "two words"}, {"domain": "%"}, {"all": "1", "q": "sister"}):  # fmt: skip
+        response = client.get(f"/people/{ALICE}", params=params)
+        assert response.status_code in (200, 400), (params, response.status_code)
+    assert client.get("/mail", params={"state": "<b>", "user": "'; DROP TABLE x"}).status_code == 200
+
+
+def test_an_oversized_form_is_refused(world, client):
+    log_in(client)
+    page = client.get(f"/memories/{world.memory_id}").text
+    response = client.post(f"/memories/{world.memory_id}/edit",
+                           data={"csrf": csrf_of(page), "content": "x" * 70_000})  # fmt: skip
+    assert response.status_code == 400 and "larger than 64 kB" in response.text
+    assert world.store.get(world.memory_id).current
