@@ -15,7 +15,8 @@ LIKE_ESCAPE = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})
 
 def list_users(db: Database, matching: str | None = None, *, limit: int | None = None) -> list[dict[str, Any]]:
     """One row per user (``COLUMNS``), most recently seen first; ``matching``: only addresses containing it."""
-    where, params = "", []
+    where = ""
+    params: list[Any] = []
     if matching and matching.strip():
         where = "WHERE ids.user_id LIKE ? ESCAPE '\\'"
         params.append(f"%{matching.strip().lower().translate(LIKE_ESCAPE)}%")
