@@ -61,8 +61,8 @@ def person(console: Console) -> Endpoint:
             memories = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT,
                                           include_inactive=include_inactive, **filters)  # fmt: skip
             memories.sort(key=lambda m: (m.domain or "", m.type, not m.current, m.id))
-        every = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT, include_inactive=True)
-        kinds = Counter((m.domain or "", m.type) for m in every if m.current)
+        current = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT)
+        kinds = Counter((m.domain or "", m.type) for m in current)
         return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
                               include_inactive=include_inactive, kinds=sorted(kinds.items()),
                               domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from quinn.console.serve import ConsoleServer
-from tests.console.conftest import ALICE, PASSWORDS, World
+from tests.console.conftest import ALICE, PASSWORDS, World, add_mail, mail_bytes
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -100,6 +100,17 @@ def test_log_in_find_a_person_edit_a_memory_see_the_new_version(world, served, b
     new_id = int(driver.current_url.rsplit("/", 1)[1])
     assert world.store.get(new_id).current and not world.store.get(world.memory_id).current
 
+    # Attacker-controlled text in a real browser: shown as text, never run (an alert would fail the next call).
+    add_mail(world.store.db, 9, mail_bytes("<script>alert('subject')</script>", "m9@example.org"), ALICE,
+             "quarantined", "<img src=x onerror=alert('reason')>")  # fmt: skip
+    driver.find_element(By.LINK_TEXT, "Mail").click()
+    arrive(driver, f"{served}/mail")
+    row = driver.find_element(By.CSS_SELECTOR, "table.mail tbody tr").text
+    assert "<script>alert('subject')</script>" in row and "<img src=x onerror=alert('reason')>" in row
+    assert driver.execute_script("return document.querySelectorAll('main script, main img').length") == 0
+
+    driver.back()
+    arrive(driver, f"{served}/memories/{new_id}")
     shot = os.environ.get("QUINN_CONSOLE_SCREENSHOT")
     if shot:
         driver.set_window_size(1200, 1150)
