@@ -92,3 +92,26 @@ def test_login_limiter_window_slides():
     assert limiter.wait_s("address:a") == 50 and limiter.wait_s("name:x") == 0 and limiter.wait_s("address:b") == 0
     now[0] += 50
     assert limiter.wait_s("address:a") == 0  # the first failure left the window
+
+
+def test_without_the_extra_the_console_names_it(world, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "uvicorn", None)  # as if the console extra were not installed
+    from quinn.console.serve import ConsoleServer
+
+    with pytest.raises(ConfigError) as caught:
+        ConsoleServer(world.console.config, world.store)
+    assert "the console needs uvicorn, which is not installed" in str(caught.value)
+    assert "pip install 'quinn-mail[console]'" in (caught.value.hint or "")
+
+
+def test_a_port_in_use_is_one_clear_error(world):
+    from quinn.console.serve import ConsoleServer, bind
+
+    taken = bind("127.0.0.1", 0)
+    try:
+        world.console.config.port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as caught:
+            ConsoleServer(world.console.config, world.store)
+        assert f"console 127.0.0.1:{world.console.config.port}: Address already in use" in str(caught.value)
+    finally:
+        taken.close()
