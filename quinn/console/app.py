@@ -125,7 +125,7 @@ class Console:
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """An ``application/x-www-form-urlencoded`` body (the only kind the console's forms send), first values."""
+    """An ``application/x-www-form-urlencoded`` body (all the console's forms send): one value per field, the last."""
     too_large = FormError(f"the form is larger than {MAX_FORM_BYTES // 1024} kB")
     if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
         raise too_large
