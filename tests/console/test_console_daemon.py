@@ -45,3 +45,18 @@ def test_the_daemon_serves_the_console_on_its_own_store(lab_config, quinn_daemon
         assert [m.content for m in store.history(memory_id)] == ["Alice keeps bees", "Alice keeps two hives of bees"]
     finally:
         store.close()
+
+
+def test_quinn_check_reports_the_console_and_a_hash_that_does_not_parse(lab_config):
+    from tests.test_cli import quinn
+
+    config = lab_config(extra=CONSOLE + "[embeddings]\nbackend = \"none\"\n")
+    config.env["Q_CONSOLE_ROOT"] = hash_password(PASSWORDS["root"], **TEST_COST)
+    result = quinn(config, "check")
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("console")]
+    assert " ok " in line and "1 admins (0 read-only), every password hash parses" in line, result.stdout
+    config.env["Q_CONSOLE_ROOT"] = "the-password-itself"
+    result = quinn(config, "check")
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("console")]
+    assert result.returncode == 1 and "FAILED" in line and "is not a password hash" in line
+    assert "the-password-itself" not in result.stdout + result.stderr
