@@ -27,6 +27,7 @@ from quinn.commands import (
     sessions,
     users,
 )
+from quinn.commands import console as console_group  # `console` is the entry point below
 from quinn.config import Config, load_config
 from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
@@ -35,7 +36,9 @@ from quinn.sdks import skip_unused
 
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
-GROUPS: list[Any] = [init, ask, demo, mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration]
+GROUPS: list[Any] = [
+    init, ask, demo, mail, users, sessions, memory, prompts, evaluate, jobs, database, configuration, console_group,
+]  # fmt: skip
 DEFAULT_CONFIG = "quinn.toml"
 
 
@@ -214,6 +217,21 @@ async def check(config: Config) -> int:
         await asyncio.to_thread(embedder.embed, ["quinn check"])
         return f"{embedder.model_id}, {embedder.dim} dimensions, ready in {time.perf_counter() - started:.1f} s"
 
+    async def admin_console() -> str:
+        # quinn run serves the console once ready: a hash that does not parse, or a missing extra, shows here first.
+        import importlib.util
+
+        from quinn.console.auth import admins_from
+        from quinn.console.serve import EXTRA_HINT
+
+        missing = [name for name in ("starlette", "uvicorn") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise ConfigError(f"the console needs {', '.join(missing)}, which is not installed", EXTRA_HINT)
+        admins = admins_from(config.console)
+        readers = sum(1 for admin in admins.values() if not admin.may_change)
+        where = f"http://{config.console.host}:{config.console.port}/"
+        return f"{len(admins)} admins ({readers} read-only), every password hash parses; served on {where}"
+
     await probe("imap", imap)
     await probe("trust", trust)
     await probe("smtp", smtp)
@@ -221,6 +239,8 @@ async def check(config: Config) -> int:
     await probe("database", database)
     await probe("backlog", backlog)
     await probe("embeddings", embeddings)
+    if config.console.enabled:
+        await probe("console", admin_console)
     for name, ok, detail in results:
         print(f"{name:9} {'ok' if ok else 'FAILED'}  {detail}")
     return 0 if all(ok for _n, ok, _d in results) else 1

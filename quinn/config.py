@@ -45,6 +45,15 @@ class Section(BaseModel):
         value = self._secrets.get(key)
         return value.get_secret_value() if value is not None else None
 
+    def tables(self) -> list[tuple[str, Section]]:
+        """The arrays of tables inside this section, as (``key[i]``, table): ``[[console.admins]]``."""
+        found = []
+        for key in type(self).model_fields:
+            items = getattr(self, key)
+            if isinstance(items, list):
+                found += [(f"{key}[{i}]", item) for i, item in enumerate(items) if isinstance(item, Section)]
+        return found
+
 
 class ImapConfig(Section):
     """Where Quinn reads its mail."""
@@ -462,6 +471,63 @@ class ServiceConfig(Section):
     )
 
 
+class ConsoleAdmin(Section):
+    """One person who may log in to the console ([[console.admins]]); repeat the table for each."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9_.@-]*$",
+        description="Login name (lower case); it is what the change log and the audit lines say did a change.",
+    )
+    role: Literal["admin", "read-only"] = Field(
+        default="admin", description="admin: may edit and forget memories; read-only: may only look."
+    )
+    password_hash_env: str = Field(
+        description="Name of the environment variable (or credential) holding this admin's password hash, made "
+        "by `quinn console hash-password`; never the password itself.",
+    )
+
+
+class ConsoleConfig(Section):
+    """The admin console: a small web UI over the same database (`quinn console`). Off unless enabled."""
+
+    enabled: bool = Field(default=False, description="Serve the console (`quinn console` refuses while false).")
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address the console binds to; keep it on loopback and put a TLS reverse proxy in front "
+        "(deploy/README.md) to reach it from elsewhere.",
+    )
+    port: int = Field(default=8466, ge=0, le=65535, description="Port of the console (0: any free port).")
+    secure_cookies: bool = Field(
+        default=False,
+        description="Mark the session cookie Secure (sent over HTTPS only): set it when a TLS proxy is in front.",
+    )
+    session_hours: float = Field(
+        default=12.0, gt=0, le=720, description="A login lasts this many hours (sessions also end at restart)."
+    )
+    login_attempts: int = Field(
+        default=5, ge=1, description="Failed logins allowed per address and per name within login_window_s."
+    )
+    login_window_s: float = Field(default=300.0, gt=0, description="The window of login_attempts, in seconds.")
+    admins: list[ConsoleAdmin] = Field(
+        default_factory=list, description="Who may log in, as [[console.admins]] tables."
+    )
+
+    @field_validator("admins")
+    @classmethod
+    def _distinct_names(cls, value: list[ConsoleAdmin]) -> list[ConsoleAdmin]:
+        names = [admin.name for admin in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"admin names must be distinct: {', '.join(twice)} appears more than once")
+        return value
+
+    @model_validator(mode="after")
+    def _someone_can_log_in(self) -> ConsoleConfig:
+        if self.enabled and not self.admins:
+            raise ValueError("the console is enabled but has no admins: add a [[console.admins]] table")
+        return self
+
+
 class RetentionConfig(Section):
     """How long Quinn keeps each kind of record, in days; 0 keeps it for good. The cleanup job enforces it."""
 
@@ -501,6 +567,7 @@ class Config(BaseModel):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     domains: list[DomainConfig] = Field(default_factory=list, description="Subject areas, as [[domains]] tables.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     log_level: Annotated[str, Field(pattern="^(DEBUG|INFO|WARNING|ERROR)$")] = Field(
         default="INFO", description="Log level: DEBUG, INFO, WARNING or ERROR."
@@ -516,7 +583,8 @@ SECTIONS: dict[str, type[Section]] = {
     if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
 }
 
-LIST_SECTIONS: dict[str, type[Section]] = {"domains": DomainConfig}  # [[name]] arrays of tables
+# [[name]] arrays of tables; "console.admins" is an array inside a section.
+LIST_SECTIONS: dict[str, type[Section]] = {"domains": DomainConfig, "console.admins": ConsoleAdmin}
 
 
 def load_config(
@@ -647,16 +715,22 @@ def resolve_secrets(config: Config, env: Mapping[str, str], sections: Collection
         if sections is not None and name not in sections:
             continue
         section: Section = getattr(config, name)
-        for field_name in type(section).model_fields:
-            if not field_name.endswith("_env"):
-                continue
-            var = getattr(section, field_name)
-            if var is None:
-                continue
-            value = read_secret(var, env)
-            if not value:
-                raise ConfigError(
-                    f"{name}.{field_name} names the environment variable {var}, which is not set",
-                    f"export {var}=... (or put it in the service's EnvironmentFile, or a credential named {var})",
-                )
-            section._secrets[field_name.removesuffix("_env")] = SecretStr(value)
+        _resolve_section(section, name, env)
+        for where, table in section.tables():  # arrays of tables inside the section: [[console.admins]]
+            _resolve_section(table, f"{name}.{where}", env)
+
+
+def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> None:
+    for field_name in type(section).model_fields:
+        if not field_name.endswith("_env"):
+            continue
+        var = getattr(section, field_name)
+        if var is None:
+            continue
+        value = read_secret(var, env)
+        if not value:
+            raise ConfigError(
+                f"{where}.{field_name} names the environment variable {var}, which is not set",
+                f"export {var}=... (or put it in the service's EnvironmentFile, or a credential named {var})",
+            )
+        section._secrets[field_name.removesuffix("_env")] = SecretStr(value)

@@ -1,4 +1,4 @@
-"""The daemon as a service: signals, systemd notifications, the watchdog, the metrics endpoint.
+"""The daemon as a service: signals, systemd notifications, the watchdog, the metrics endpoint, the console.
 
 ``serve`` wraps ``Quinn.run``:
 
@@ -8,6 +8,8 @@
   answers: a wedged daemon stops pinging and systemd restarts it (``WatchdogSec=``).
 * SIGTERM / SIGINT: STOPPING=1, no new mail is fetched, the mail in flight gets ``[service] shutdown_grace_s``
   to finish; past that it is cancelled (every step is idempotent, so the next start resumes it). Exit 0.
+* ``[console] enabled``: the admin console is served on a thread over the daemon's own store (one connection
+  per process: two libSQL connections in one process can deadlock, docs/architecture.md), from READY on.
 * A remote database gets a ``SELECT 1`` every few seconds, or the server expires the idle connection.
 * SIGHUP: RELOADING=1, the config file is read again and its reloadable part applied (``quinn.reload``), the
   templates are reloaded, READY=1. A broken file is logged and the running config kept.
@@ -29,6 +31,7 @@ from quinn.notify import Notifier
 
 if TYPE_CHECKING:
     from quinn.app import Quinn
+    from quinn.console.serve import ConsoleServer
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ class Service:
         self._main: asyncio.Task[None] | None = None
         self._cut_off = False
         self._last_status = ""
+        self.console: ConsoleServer | None = None
 
     async def serve(self) -> int:
         """Run the daemon until a signal stops it; returns the exit code."""
@@ -76,6 +80,8 @@ class Service:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             self.app.metrics.close()
+            if self.console is not None:
+                self.console.stop()
             self.notifier.close()
         return 0
 
@@ -88,6 +94,12 @@ class Service:
             assert self.app.db is not None
             self.app.metrics.watch_database(self.app.db)
             self.app.metrics.serve(c.metrics.host, c.metrics.port)
+        if c.console.enabled:
+            from quinn.console.serve import ConsoleServer
+
+            assert self.app.store is not None
+            self.console = ConsoleServer(c.console, self.app.store)
+            self.console.start()
         self.ready = True
         self._last_status = self.status_line()
         self.notifier.ready(self._last_status)

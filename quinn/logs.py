@@ -123,10 +123,11 @@ def secret_values(config: Config) -> list[str]:
     values = []
     for name in SECTIONS:
         section = getattr(config, name)
-        for key in section._secrets:
-            value = section.secret(key)
-            if value:
-                values.append(value)
+        for holder in (section, *(table for _where, table in section.tables())):  # [[console.admins]] too
+            for key in holder._secrets:
+                value = holder.secret(key)
+                if value:
+                    values.append(value)
     return values
 
 

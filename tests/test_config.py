@@ -40,8 +40,9 @@ def example_keys() -> dict[str, set[str]]:
     section = ""
     for line in EXAMPLE.read_text(encoding="utf-8").splitlines():
         stripped = line.lstrip("# ").strip()
-        if line.startswith("[") and "]" in line:
-            section = line.lstrip("[")[: line.lstrip("[").index("]")]
+        header = line.removeprefix("# ")  # a commented-out table ("# [[console.admins]]") documents one too
+        if header.startswith("[") and "]" in header:
+            section = header.lstrip("[")[: header.lstrip("[").index("]")]
             keys[section] = set()
         elif "=" in stripped and not stripped.startswith(("#", "[")) and " " not in stripped.split("=")[0].strip():
             keys[section].add(stripped.split("=")[0].strip())

@@ -86,6 +86,9 @@ def test_the_wheel_carries_what_the_docs_name(wheel: Path):
     requires = zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
     assert "Provides-Extra: demo" in requires
     assert any(r.startswith("Requires-Dist: aiosmtpd") and "extra == 'demo'" in r for r in requires), requires
+    # The admin console's templates and stylesheet travel with its code; starlette/uvicorn are its extra's.
+    assert {"quinn/console/templates/base.html", "quinn/console/static/console.css"} <= names
+    assert any(r.startswith("Requires-Dist: starlette") and "extra == 'console'" in r for r in requires), requires
 
 
 @INSTALLS

@@ -58,6 +58,16 @@ class MailRecord:
         return not (waiting and str(self.next_attempt_at) > (iso(now) or ""))
 
 
+@dataclass(frozen=True)
+class MailEntry:
+    """One ledger row as the console lists it, with the subject of the stored mail when there is one."""
+
+    record: MailRecord
+    subject: str
+    received_at: str
+    updated_at: str
+
+
 class MailLedger:
     """Reads and writes ``mail_state``."""
 
@@ -282,6 +292,31 @@ class MailLedger:
         """Mails per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM mail_state GROUP BY 1")}
 
+    def listing(self, *, state: str | None = None, user_id: str | None = None, limit: int = 100) -> list[MailEntry]:
+        """The most recently changed mails, newest first, optionally of one state or one user. The subject comes
+        from the stored inbound message (none for mail Quinn did not keep: ignored, rejected, no memory)."""
+        where, params = [], []
+        if state:
+            where.append("l.state = ?")
+            params.append(state)
+        if user_id:
+            where.append("l.user_id = ?")
+            params.append(user_id)
+        rows = self.db.query(
+            "SELECT l.folder, l.uidvalidity, l.uid, l.message_id, l.state, l.reason, l.user_id, l.attempts,"
+            " l.next_attempt_at, l.moved, l.received_at, l.updated_at,"
+            " (SELECT g.subject FROM messages g WHERE g.message_id = l.message_id AND l.message_id != ''"
+            "  AND g.direction = 'in' LIMIT 1)"
+            f" FROM mail_state l {'WHERE ' + ' AND '.join(where) if where else ''}"
+            " ORDER BY l.updated_at DESC, l.rowid DESC LIMIT ?",
+            [*params, int(limit)],
+        )
+        entries = []
+        for folder, uidv, uid, mid, st, reason, user, attempts, next_at, moved, received, updated, subject in rows:
+            record = MailRecord(MailKey(folder, int(uidv), int(uid)), mid, st, reason, user, int(attempts), next_at,
+                                bool(moved))  # fmt: skip
+            entries.append(MailEntry(record, subject or "", received, updated))
+        return entries
 
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     """The ledger in a purge (``MemoryStore.purge``): it keeps no text, but its user column names the person and

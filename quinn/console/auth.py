@@ -1,0 +1,198 @@
+"""Who may use the console: password hashes, sessions with CSRF tokens, and the login rate limit. Pure: no I/O.
+
+Password hashes are scrypt (RFC 7914) from the standard library, written as ``scrypt$N$r$p$salt$hash`` (salt and
+hash in URL-safe base64), so an operator makes one with ``quinn console hash-password`` and puts it in an
+environment variable or a systemd credential; the password itself is never stored anywhere.
+
+A session is an opaque random id (256 bits) kept in this process's memory, not a signed cookie: a logout or an
+expiry really ends it, and there is no signing key to configure, leak or rotate. The price: sessions end when the
+console restarts, and one console process serves them (it is one process).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from quinn.config import ConsoleConfig
+from quinn.errors import ConfigError
+
+# scrypt cost: N=2**15, r=8 takes ~32 MiB and ~0.1 s on one core here; enough for a handful of admins.
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
+SCRYPT_MAXMEM = 64 * 1024 * 1024
+HASH_PREFIX = "scrypt"
+MAX_ANONYMOUS = 1000  # sessions of login pages not (yet) logged in; past this the oldest goes
+MAX_LIMITED_KEYS = 10_000  # names and addresses with failed logins kept before the stale ones are dropped
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
+    """A new salted scrypt hash of ``password`` in the ``scrypt$N$r$p$salt$hash`` form the config expects."""
+    if not password:
+        raise ConfigError("the password is empty", "type a password")
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, maxmem=SCRYPT_MAXMEM, dklen=32)
+    return f"{HASH_PREFIX}${n}${r}${p}${_b64(salt)}${_b64(digest)}"
+
+
+@dataclass(frozen=True)
+class PasswordHash:
+    """A parsed ``scrypt$N$r$p$salt$hash``."""
+
+    n: int
+    r: int
+    p: int
+    salt: bytes
+    digest: bytes
+
+    @classmethod
+    def parse(cls, text: str, *, owner: str) -> PasswordHash:
+        """Parse a stored hash; ``owner`` names whose it is in the error (never the value itself)."""
+        parts = text.strip().split("$")
+        hint = "make one with `quinn console hash-password` and put the whole line in the variable"
+        if len(parts) != 6 or parts[0] != HASH_PREFIX:
+            raise ConfigError(f"{owner} is not a password hash of the form scrypt$N$r$p$salt$hash", hint)
+        try:
+            n, r, p = int(parts[1]), int(parts[2]), int(parts[3])
+            salt, digest = _unb64(parts[4]), _unb64(parts[5])
+        except ValueError:
+            raise ConfigError(f"{owner} is a damaged password hash (a number or base64 part does not parse)",
+                              hint) from None  # fmt: skip
+        if n < 2**14 or n & (n - 1) or not 1 <= r <= 32 or not 1 <= p <= 16 or len(salt) < 16 or len(digest) < 32:
+            raise ConfigError(f"{owner} is a password hash with parameters too weak or out of range", hint)
+        return cls(n, r, p, salt, digest)
+
+    def matches(self, password: str) -> bool:
+        """True when ``password`` hashes to this digest (compared in constant time)."""
+        candidate = hashlib.scrypt(password.encode("utf-8"), salt=self.salt, n=self.n, r=self.r, p=self.p,
+                                   maxmem=SCRYPT_MAXMEM, dklen=len(self.digest))  # fmt: skip
+        return hmac.compare_digest(candidate, self.digest)
+
+
+# A hash to check unknown names against, so a wrong name costs as long as a wrong password (no name probing).
+DECOY = PasswordHash(SCRYPT_N, SCRYPT_R, SCRYPT_P, b"\0" * 16, b"\0" * 32)
+
+
+@dataclass(frozen=True)
+class Admin:
+    """Someone who may log in."""
+
+    name: str
+    role: str
+    password: PasswordHash
+
+    @property
+    def may_change(self) -> bool:
+        """Whether this admin may edit and forget (the read-only role may only look)."""
+        return self.role == "admin"
+
+
+def admins_from(config: ConsoleConfig) -> dict[str, Admin]:
+    """The configured admins with their parsed hashes; a missing or malformed hash is a ``ConfigError``."""
+    found = {}
+    for i, entry in enumerate(config.admins):
+        where = f"console.admins[{i}].password_hash_env ({entry.password_hash_env}, admin {entry.name})"
+        text = entry.secret("password_hash")
+        if not text:
+            raise ConfigError(f"{where} is not set", f"export {entry.password_hash_env}=... (quinn console "
+                              "hash-password makes the value)")  # fmt: skip
+        found[entry.name] = Admin(entry.name, entry.role, PasswordHash.parse(text, owner=where))
+    return found
+
+
+@dataclass
+class Session:
+    """One browser's session: anonymous (login page) until ``admin`` is set."""
+
+    id: str
+    csrf: str
+    expires_at: float
+    admin: str | None = None
+
+
+@dataclass
+class Sessions:
+    """Sessions of this console process, by id; ``clock`` is seconds (time.monotonic by default)."""
+
+    lifetime_s: float
+    clock: Callable[[], float] = time.monotonic
+    _by_id: OrderedDict[str, Session] = field(default_factory=OrderedDict)
+
+    def new(self, admin: str | None = None) -> Session:
+        """A fresh session with its own id and CSRF token."""
+        if admin is None and sum(1 for s in self._by_id.values() if s.admin is None) >= MAX_ANONYMOUS:
+            # Every view of the login page makes one: the oldest anonymous one goes, never an admin's session.
+            oldest = next(sid for sid, s in self._by_id.items() if s.admin is None)
+            del self._by_id[oldest]
+        session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), self.clock() + self.lifetime_s, admin)
+        self._by_id[session.id] = session
+        return session
+
+    def get(self, session_id: str | None) -> Session | None:
+        """The live session of that id, or None (unknown or expired)."""
+        session = self._by_id.get(session_id or "")
+        if session is not None and session.expires_at <= self.clock():
+            del self._by_id[session.id]
+            return None
+        return session
+
+    def end(self, session_id: str) -> None:
+        """Forget a session (logout; a login replaces the anonymous one, so its id cannot be fixed beforehand)."""
+        self._by_id.pop(session_id, None)
+
+    def end_for(self, names: Iterable[str]) -> None:
+        """End every session of these admins."""
+        gone = set(names)
+        for sid in [sid for sid, s in self._by_id.items() if s.admin in gone]:
+            del self._by_id[sid]
+
+
+def csrf_ok(session: Session | None, form: Mapping[str, str]) -> bool:
+    """Whether the form carries the session's CSRF token (constant-time compare)."""
+    sent = form.get("csrf", "")
+    return session is not None and bool(sent) and hmac.compare_digest(sent.encode(), session.csrf.encode())
+
+
+@dataclass
+class LoginLimiter:
+    """Failed logins per key (the client address, the login name) within a sliding window."""
+
+    attempts: int
+    window_s: float
+    clock: Callable[[], float] = time.monotonic
+    _failures: dict[str, deque[float]] = field(default_factory=dict)
+
+    def wait_s(self, *keys: str) -> float:
+        """Seconds until another attempt is allowed for all of ``keys`` (0: now)."""
+        now = self.clock()
+        wait = 0.0
+        for key in keys:
+            times = self._failures.get(key)
+            if not times:
+                continue
+            while times and times[0] <= now - self.window_s:
+                times.popleft()
+            if len(times) >= self.attempts:
+                wait = max(wait, times[0] + self.window_s - now)
+        return wait
+
+    def failed(self, *keys: str) -> None:
+        """Count a failed attempt against each key."""
+        now = self.clock()
+        if len(self._failures) >= MAX_LIMITED_KEYS:  # many names or addresses: forget those whose window passed
+            self._failures = {k: t for k, t in self._failures.items() if t and t[-1] > now - self.window_s}
+        for key in keys:
+            self._failures.setdefault(key, deque()).append(now)

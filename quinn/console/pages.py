@@ -1,0 +1,146 @@
+"""The console's pages: People, a person's memory (view, search, history, edit, forget) and the mail ledger.
+
+Each reads and writes only through the store and the ledger (on the database's thread, ``Database.run``). An edit
+is ``MemoryStore.update`` (a new version; the old one stays in history) and a forget ``MemoryStore.forget``, with
+the admin's name in the change log's reason and one audit line each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
+from quinn.memory.people import list_users
+
+PEOPLE_LIMIT = 500
+MEMORIES_LIMIT = 500
+SEARCH_HITS = 50
+MAIL_LIMIT = 200
+MAX_MEMORY_CHARS = 10_000
+
+
+def home(console: Console) -> Endpoint:
+    """GET /: the people."""
+
+    async def to_people(request: Request) -> Response:
+        return RedirectResponse("/people", status_code=303, headers=SECURITY_HEADERS)
+
+    return to_people
+
+
+def people(console: Console) -> Endpoint:
+    """GET /people?q=: every user with counts, or those whose address contains q."""
+
+    async def list_people(request: Request) -> Response:
+        query = request.query_params.get("q", "").strip()
+        rows = await console.store.db.run(list_users, console.store.db, query or None, limit=PEOPLE_LIMIT)
+        return console.render(request, "people.html", people=rows, q=query, limit=PEOPLE_LIMIT)
+
+    return list_people
+
+
+def person(console: Console) -> Endpoint:
+    """GET /people/{user}?q=&domain=&type=&all=: a person's memories, grouped by domain and type, or searched."""
+
+    async def show_person(request: Request) -> Response:
+        user = request.path_params["user"].strip().lower()
+        params = request.query_params
+        query = params.get("q", "").strip()
+        filters = {key: params.get(key) or None for key in ("domain", "type")}
+        include_inactive = params.get("all") == "1"
+        store = console.store
+        if query:
+            # touch=False: an operator's look is not a retrieval (it would strengthen memories nobody used).
+            hits = await store.db.run(store.search, user, query, k=SEARCH_HITS, touch=False,
+                                      include_inactive=include_inactive, **filters)  # fmt: skip
+            memories = [hit.memory for hit in hits]
+        else:
+            memories = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT,
+                                          include_inactive=include_inactive, **filters)  # fmt: skip
+            memories.sort(key=lambda m: (m.domain or "", m.type, not m.current, m.id))
+        current = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT)
+        kinds = Counter((m.domain or "", m.type) for m in current)
+        return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
+                              include_inactive=include_inactive, kinds=sorted(kinds.items()),
+                              domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),
+                              searched=bool(query))  # fmt: skip
+
+    return show_person
+
+
+def memory(console: Console) -> Endpoint:
+    """GET /memories/{id}: one memory, every version, its change log, and the edit and forget forms."""
+
+    async def show_memory(request: Request) -> Response:
+        memory_id = request.path_params["memory_id"]
+        store = console.store
+        found = await store.db.run(store.get, memory_id)
+        if found is None:
+            return console.render(request, "error.html", 404, message=f"There is no memory {memory_id}.")
+        versions = await store.db.run(store.history, memory_id)
+        changes = await store.db.run(store.changes, memory_id)
+        current = next((v for v in versions if v.current), None)
+        return console.render(request, "memory.html", memory=found, versions=versions, changes=changes,
+                              current=current)  # fmt: skip
+
+    return show_memory
+
+
+def edit(console: Console) -> Endpoint:
+    """POST /memories/{id}/edit: a new version with the form's text (admin role)."""
+
+    async def edit_memory(request: Request) -> Response:
+        memory_id = request.path_params["memory_id"]
+        form = form_of(request)
+        content = form.get("content", "").strip()
+        if not content:
+            raise FormError("content: the new text is empty", "write the memory's new text, or forget it instead")
+        if len(content) > MAX_MEMORY_CHARS:
+            raise FormError(f"content: {len(content)} characters; at most {MAX_MEMORY_CHARS}", "shorten it")
+        admin = console.admin_of(request)
+        reason = change_reason(admin.name, "edited", form)
+        store = console.store
+        new_id = await store.db.run(store.update, memory_id, content, reason=reason)
+        audit.info("console: %s edited memory %s -> %s", admin.name, memory_id, new_id)
+        return RedirectResponse(f"/memories/{new_id}", status_code=303, headers=SECURITY_HEADERS)
+
+    return edit_memory
+
+
+def forget(console: Console) -> Endpoint:
+    """POST /memories/{id}/forget: out of retrieval, kept in history (admin role)."""
+
+    async def forget_memory(request: Request) -> Response:
+        memory_id = request.path_params["memory_id"]
+        admin = console.admin_of(request)
+        reason = change_reason(admin.name, "forgotten", form_of(request))
+        store = console.store
+        await store.db.run(store.forget, memory_id, reason=reason)
+        audit.info("console: %s forgot memory %s", admin.name, memory_id)
+        return RedirectResponse(f"/memories/{memory_id}", status_code=303, headers=SECURITY_HEADERS)
+
+    return forget_memory
+
+
+def change_reason(admin: str, verb: str, form: dict[str, str]) -> str:
+    """The change log's reason: which admin, through the console, and why if they said."""
+    why = " ".join(form.get("reason", "").split())[:500]
+    return f"{verb} in the console by {admin}" + (f": {why}" if why else "")
+
+
+def mail(console: Console) -> Endpoint:
+    """GET /mail?state=&user=: the ledger, newest first, with counts per state and each mail's reason."""
+
+    async def show_mail(request: Request) -> Response:
+        state = request.query_params.get("state") or None
+        user = (request.query_params.get("user") or "").strip().lower() or None
+        ledger = console.ledger
+        counts = await console.store.db.run(ledger.counts)
+        entries = await console.store.db.run(ledger.listing, state=state, user_id=user, limit=MAIL_LIMIT)
+        return console.render(request, "mail.html", entries=entries, counts=sorted(counts.items()), state=state,
+                              user=user, limit=MAIL_LIMIT)  # fmt: skip
+
+    return show_mail

@@ -1,0 +1,105 @@
+"""Running the console under uvicorn: ``quinn console`` in the foreground, or ``quinn run`` on a thread.
+
+uvicorn and starlette come with the ``console`` extra; without them the console says which extra to install.
+The listening socket is bound here, so a port in use is one clear error and port 0 picks a free one. Behind a
+reverse proxy on the same host, uvicorn takes the client's address from X-Forwarded-For (it trusts 127.0.0.1
+only), so the login rate limit counts per real client, not per proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+import time
+
+from quinn.config import Config, ConsoleConfig
+from quinn.errors import ConfigError
+from quinn.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXTRA_HINT = "install the console extra: pip install 'quinn-mail[console]'"
+
+
+class ConsoleServer:
+    """The console app under uvicorn on a socket bound to ``[console] host:port``; not serving until asked."""
+
+    def __init__(self, config: ConsoleConfig, store: MemoryStore) -> None:
+        try:
+            import uvicorn
+
+            from quinn.console.app import Console, build_app
+        except ImportError as exc:
+            raise ConfigError(f"the console needs {exc.name}, which is not installed", EXTRA_HINT) from None
+        console = Console(config, store)  # checks the admins' hashes before anything listens
+        self.socket = bind(config.host, config.port)
+        host, port = self.socket.getsockname()[:2]
+        self.url = f"http://{host}:{port}/" if ":" not in host else f"http://[{host}]:{port}/"
+        self.admins = len(console.admins)
+        # No access log (paths name users), no Server header; lifespan off: the app has no startup work.
+        self.server = uvicorn.Server(uvicorn.Config(build_app(console), log_level="warning", access_log=False,
+                                                    lifespan="off", server_header=False))  # fmt: skip
+        self._thread: threading.Thread | None = None
+
+    async def serve(self) -> None:
+        """Serve until ``stop()`` or, on the main thread, SIGINT/SIGTERM."""
+        log.info("console on %s for %d admins", self.url, self.admins)
+        await self.server.serve(sockets=[self.socket])
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Serve on a background thread (the daemon, the tests); returns once it accepts connections."""
+        self._thread = threading.Thread(target=lambda: asyncio.run(self.serve()), name="quinn-console", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError(f"the console did not start on {self.url}", "see the log lines above")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop serving (the requests in flight finish) and wait for the thread; safe to call twice."""
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.socket.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``; an address in use or not ours is a ``ConfigError``."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=64)
+    except OSError as exc:
+        raise ConfigError(f"console {host}:{port}: {exc.strerror or exc}",
+                          "choose another [console] host or port, or stop what listens there") from None  # fmt: skip
+
+
+def serve(config: Config) -> int:
+    """``quinn console``: serve the configured database until SIGINT/SIGTERM (exit 0), then close the store."""
+    if not config.console.enabled:
+        raise ConfigError("the console is off (console.enabled = false)",
+                          "set enabled = true in [console] and add a [[console.admins]] table")  # fmt: skip
+    from quinn.commands.database import open_database
+    from quinn.memory.embed import embedder_for
+
+    store = MemoryStore(open_database(config), embedder_for(config.embeddings))  # an edit embeds the new text
+    try:
+        server = ConsoleServer(config.console, store)
+        # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for the handler it found:
+        # a quiet one here, so a stop is exit 0 (as for `quinn run`), not death by SIGTERM.
+        stopped: list[int] = []
+        previous = {sig: signal.signal(sig, lambda number, _frame: stopped.append(number)) for sig in STOP_SIGNALS}
+        try:
+            asyncio.run(server.serve())
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            server.socket.close()
+        log.info("console stopped%s", f" by signal {stopped[0]}" if stopped else "")
+    finally:
+        store.close()
+    return 0

@@ -1,0 +1,47 @@
+"""``quinn console`` as an operator runs it: a process serving the configured database until SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from quinn.console.auth import hash_password
+from quinn.lab.ports import free_port
+from quinn.memory.store import MemoryStore
+from tests.console.conftest import CONFIG, PASSWORDS, TEST_COST
+
+
+def test_quinn_console_serves_the_configured_database_until_sigterm(tmp_path):
+    port = free_port()
+    config = CONFIG.replace("login_attempts = 3", f"port = {port}")
+    (tmp_path / "quinn.toml").write_text(config, encoding="utf-8")
+    MemoryStore.open(str(tmp_path / "quinn.db"), embedder=None).close()  # `quinn run` made it
+    env = {**os.environ, "Q_CONSOLE_ROOT": hash_password(PASSWORDS["root"], **TEST_COST),
+           "Q_CONSOLE_VIEWER": hash_password(PASSWORDS["viewer"], **TEST_COST)}  # fmt: skip
+    env.pop("Q_IMAP", None)  # the console needs no IMAP password
+    process = subprocess.Popen([sys.executable, "-m", "quinn", "console", "-c", str(tmp_path / "quinn.toml")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                login = httpx.get(f"http://127.0.0.1:{port}/login", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.communicate()[1].decode()
+                assert time.monotonic() < deadline, "quinn console did not listen within 30 s"
+                time.sleep(0.1)
+        assert login.status_code == 200 and 'name="csrf"' in login.text
+        people = httpx.get(f"http://127.0.0.1:{port}/people", timeout=2)
+        assert people.status_code == 303 and people.headers["location"] == "/login"
+        assert "server" not in people.headers  # no version banner
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _out, err = process.communicate(timeout=15)
+    assert process.returncode == 0, err.decode()
+    assert PASSWORDS["root"] not in err.decode() and "scrypt$" not in err.decode()

@@ -1,0 +1,117 @@
+"""[console]: off by default, strict about its admins, and each mistake named in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from quinn.cli import main
+from quinn.config import load_config
+from quinn.console.auth import PasswordHash, admins_from, hash_password
+from quinn.errors import ConfigError
+from tests.console.conftest import CONFIG, TEST_COST
+
+BASE = CONFIG.split("[console]")[0]
+
+
+def load(tmp_path, text: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    path = tmp_path / "quinn.toml"
+    path.write_text(text, encoding="utf-8")
+    return load_config(path, env={"Q_IMAP": "x", **(env or {})})
+
+
+def test_off_and_on_loopback_by_default(tmp_path):
+    config = load(tmp_path, BASE)
+    assert not config.console.enabled and config.console.host == "127.0.0.1" and config.console.admins == []
+
+
+@pytest.mark.parametrize(
+    ("console", "env", "error"),
+    [
+        ("[console]\nenabled = true\n", {}, "the console is enabled but has no admins"),
+        ('[console]\n[[console.admins]]\nname = "a"\nrole = "boss"\npassword_hash_env = "H"\n', {"H": "x"},
+         "console.admins.0.role"),
+        ('[console]\n[[console.admins]]\nname = "a"\npassword_hash_env = "H"\n[[console.admins]]\nname = "a"\n'
+         'password_hash_env = "H"\n', {"H": "x"}, "admin names must be distinct: a appears more than once"),
+        ('[console]\n[[console.admins]]\nname = "Alice Smith"\npassword_hash_env = "H"\n', {"H": "x"},
+         "console.admins.0.name"),
+        ('[console]\n[[console.admins]]\nname = "a"\npassword_hash_env = "H_MISSING"\n', {},
+         "console.admins[0].password_hash_env names the environment variable H_MISSING, which is not set"),
+        ("[console]\nport = 70000\n", {}, "console.port"),
+        ('[console]\n[[console.admins]]\nname = "a"\npasswrd_hash_env = "H"\n', {},
+         "did you mean console.admins.0.password_hash_env"),
+    ],
+)  # fmt: skip
+def test_mistakes_are_named(tmp_path, console, env, error):
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, BASE + console, env)
+    assert error in str(caught.value)
+
+
+def test_a_malformed_hash_names_the_admin_not_the_value(tmp_path):
+    config = load(tmp_path, BASE + '[console]\n[[console.admins]]\nname = "a"\npassword_hash_env = "H"\n',
+                  {"H": "hunter2-plain-password"})  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        admins_from(config.console)
+    message = str(caught.value)
+    assert "console.admins[0].password_hash_env (H, admin a) is not a password hash" in message
+    assert "hunter2" not in message and "hash-password" in (caught.value.hint or "")
+
+
+def test_hash_password_round_trip(capsys, monkeypatch):
+    parsed = PasswordHash.parse(hash_password("s3cret", **TEST_COST), owner="test")
+    assert parsed.matches("s3cret") and not parsed.matches("s3cret ")
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("from a pipe\n"))
+    assert main(["console", "hash-password"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed.startswith("scrypt$32768$8$1$") and PasswordHash.parse(printed, owner="cli").matches("from a pipe")
+
+
+def test_quinn_console_refuses_while_disabled(tmp_path, capsys):
+    path = tmp_path / "quinn.toml"
+    path.write_text(BASE, encoding="utf-8")
+    assert main(["console", "-c", str(path)]) == 2
+    assert "the console is off (console.enabled = false)" in capsys.readouterr().err
+
+
+def test_admins_hashes_are_redacted_from_logs(tmp_path):
+    from quinn.logs import secret_values
+
+    config = load(tmp_path, CONFIG, {"Q_CONSOLE_ROOT": "hash-of-root", "Q_CONSOLE_VIEWER": "hash-of-viewer"})
+    assert {"hash-of-root", "hash-of-viewer"} <= set(secret_values(config))
+
+
+def test_login_limiter_window_slides():
+    from quinn.console.auth import LoginLimiter
+
+    now = [1000.0]
+    limiter = LoginLimiter(attempts=2, window_s=60, clock=lambda: now[0])
+    limiter.failed("address:a", "name:x")
+    assert limiter.wait_s("address:a") == 0
+    now[0] += 10
+    limiter.failed("address:a", "name:y")
+    assert limiter.wait_s("address:a") == 50 and limiter.wait_s("name:x") == 0 and limiter.wait_s("address:b") == 0
+    now[0] += 50
+    assert limiter.wait_s("address:a") == 0  # the first failure left the window
+
+
+def test_without_the_extra_the_console_names_it(world, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "uvicorn", None)  # as if the console extra were not installed
+    from quinn.console.serve import ConsoleServer
+
+    with pytest.raises(ConfigError) as caught:
+        ConsoleServer(world.console.config, world.store)
+    assert "the console needs uvicorn, which is not installed" in str(caught.value)
+    assert "pip install 'quinn-mail[console]'" in (caught.value.hint or "")
+
+
+def test_a_port_in_use_is_one_clear_error(world):
+    from quinn.console.serve import ConsoleServer, bind
+
+    taken = bind("127.0.0.1", 0)
+    try:
+        world.console.config.port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as caught:
+            ConsoleServer(world.console.config, world.store)
+        assert f"console 127.0.0.1:{world.console.config.port}: Address already in use" in str(caught.value)
+    finally:
+        taken.close()
