@@ -133,7 +133,11 @@ def keep_documents(
 
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     """The documents' part of a purge: the user's files, their parts and their links to mail. Run before the
-    mailbox's (deleting a message drops its links, and a trigger a file with its last link, uncounted); deleted by
-    owner, so a file is the user's even if a link was ever missing. Their passages go with memory's part."""
-    return {table: tx.delete(table, "user_id = ?", (user,))
-            for table in ("documents", "document_parts", "message_documents")}  # fmt: skip
+    mailbox's (deleting a message drops its links, and a trigger a file with its last link); all three counted
+    first, then deleted by owner, so a file is the user's even if a link was ever missing. Their passages go with
+    memory's part."""
+    tables = ("documents", "document_parts", "message_documents")
+    counts = {t: int(tx.query(f"SELECT count(*) FROM {t} WHERE user_id = ?", (user,))[0][0]) for t in tables}
+    for table in reversed(tables):  # links, parts, then the files (the triggers find nothing left)
+        tx.delete(table, "user_id = ?", (user,))
+    return counts
