@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import chats, memory_search, pipeline, retrieval_quality
+from bench import chats, concurrency, memory_search, pipeline, retrieval_quality
 from bench.conversations import generate
 from bench.pipeline_report import STAGES
 from quinn.memory.embed import LocalEmbedder
@@ -101,6 +101,15 @@ def test_pipeline_runs_through_the_lab_and_answers_every_mail(tmp_path: Path, mo
     assert len(report["goals"]) == 6 and all(isinstance(g["met"], bool) for g in report["goals"])
     assert (tmp_path / "pipeline.png").read_bytes()[:8] == PNG_MAGIC
     assert "| every mail answered | 0 replies missing | met |" in (tmp_path / "pipeline.md").read_text()
+
+
+def test_concurrency_bench_answers_every_mail_at_each_limit(tmp_path: Path) -> None:
+    """bench/concurrency.py at its quick size: every mail answered with 1 and with 4 in flight, the files written."""
+    report = concurrency.main(["--quick", "--out", str(tmp_path)])
+    assert [r["mails_in_flight"] for r in report["runs"]] == list(concurrency.QUICK.limits)
+    assert all(r["missing_replies"] == 0 and r["mails"] == concurrency.QUICK.mails for r in report["runs"])
+    assert (tmp_path / "concurrency-quick.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| 4 |" in (tmp_path / "concurrency-quick.md").read_text()
 
 
 def test_generated_data_set_has_the_shape_issue_7_asks_for() -> None:
