@@ -21,13 +21,13 @@ from quinn.config import Config
 from quinn.engine.conversation import Asked, Conversation
 from quinn.engine.digests import send_digests
 from quinn.engine.flight import Flight
+from quinn.engine.folder import WatchedFolder
 from quinn.engine.mail import MailHandler
 from quinn.engine.parts import Parts
 from quinn.engine.purges import MailboxPurges
 from quinn.errors import ConnectError, QuinnError
 from quinn.hold import HELD_PREFIX, SetupHold
 from quinn.logs import set_level
-from quinn.mailbox.backlog import ANSWER_HINT, Watches, WatchMark
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.delivery import Delivery
 from quinn.mailbox.imap import IMAP_FAILURES, HostUnknown, ImapLoginRejected, ImapMailbox
@@ -64,8 +64,7 @@ class Quinn:
         self.mail = MailHandler(self.parts, self.conversation, self.hold, self.metrics, self._db, self._imap)
         self._imap_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-imap")
         self._stop = threading.Event()
-        self._mark: WatchMark | None = None  # from which UID on the watched folder is answered (the backlog rule)
-        self._backlog_said: int | None = None  # the backlog size last logged
+        self.folder = WatchedFolder(self.parts, self._db, self._imap)
 
     # The parts, as the CLI and the tests name them.
     config = property(lambda self: self.parts.config)
@@ -99,7 +98,7 @@ class Quinn:
         await self.parts.start_scheduler()
         self.parts.connect_delivery(self._db, self._imap)
         if self.mailbox.connected:
-            await self._resync()
+            await self.folder.resync()
         mode = ("IDLE" if self.mailbox.can_idle else "polling") if self.mailbox.connected else "not connected yet"
         log.info("quinn started: %s, folder %s, uidvalidity %s, %s", self.mailbox.where, c.imap.folder,
                  self.mailbox.uidvalidity, mode)  # fmt: skip
@@ -147,7 +146,7 @@ class Quinn:
                                  backoff.failures + login_backoff.failures)  # fmt: skip
                         backoff.reset()
                         login_backoff.reset()
-                        await self._resync()
+                        await self.folder.resync()
                     await self.process_folder()
                     if self._stop.is_set():
                         break
@@ -184,43 +183,6 @@ class Quinn:
             wait_s = min(wait_s, max((due - self.clock.now()).total_seconds() + 1, 0.0))
         return wait_s
 
-    async def _resync(self) -> None:
-        """After (re)connecting: ledger rows of another UIDVALIDITY that never finished are superseded."""
-        assert self.store is not None
-        stale = await self._db(MailLedger(self.store.db).resync, self.config.imap.folder, self.mailbox.uidvalidity)
-        if stale:
-            log.warning("UIDVALIDITY of %s is now %d: %d unfinished mails will be taken up again by Message-ID",
-                        self.config.imap.folder, self.mailbox.uidvalidity, stale)  # fmt: skip
-        await self._watch()
-
-    async def _watch(self) -> None:
-        """Record when Quinn first watched the folder (under this UIDVALIDITY): mail from before is the backlog."""
-        assert self.store is not None
-        c = self.config.imap
-        uidnext = await self._imap(self.mailbox.uidnext)
-        mark, why = await self._db(Watches(self.store.db).watch, c.folder, self.mailbox.uidvalidity, uidnext,
-                                   c.backlog == "answer")  # fmt: skip
-        if why is not None:
-            log.info("watching %s from uid %d (uidvalidity %d): %s", c.folder, mark.first_uid, mark.uidvalidity, why)
-        self._mark = mark
-
-    async def _skip_backlog(self, uids: list[int]) -> list[int]:
-        """The UIDs to handle: the backlog (mail from before the first watch) stays in the folder, untouched."""
-        assert self.store is not None
-        if self._mark is None or self._mark.uidvalidity != self.mailbox.uidvalidity:
-            await self._watch()
-        assert self._mark is not None
-        waiting = self._mark.waiting(uids)
-        if len(waiting) != self._mark.skipped:
-            await self._db(Watches(self.store.db).count_skipped, self._mark.folder, len(waiting))
-            self._mark = await self._db(Watches(self.store.db).get, self._mark.folder)
-        if waiting and len(waiting) != self._backlog_said:
-            assert self._mark is not None
-            log.info("%d mails in %s arrived before Quinn first watched it (%s) and are left alone; %s",
-                     len(waiting), self._mark.folder, self._mark.watched_at, ANSWER_HINT)  # fmt: skip
-        self._backlog_said = len(waiting)
-        return [uid for uid in uids if uid >= self._mark.first_uid]
-
     async def _imap(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._imap_thread, lambda: fn(*args, **kwargs))
@@ -234,19 +196,14 @@ class Quinn:
     async def process_folder(self) -> int:
         """Handle every message in the watched folder once; returns how many were looked at."""
         if await self._imap(self.mailbox.check_uidvalidity) is not None:
-            await self._resync()
+            await self.folder.resync()
         if self.mail.release_held:
             self.mail.release_held = False
             assert self.store is not None
             released = await self._db(MailLedger(self.store.db).release, HELD_PREFIX)
             if released:
                 log.info("%d mails held for a setup error are tried again now", released)
-        listed = await self._imap(self.mailbox.uids)
-        settled = await self._db(MailLedger(self.store.db).settle_moved, self.config.imap.folder,
-                                 self.mailbox.uidvalidity, listed)  # fmt: skip
-        if settled:
-            log.info("%d finished mails had left %s before a crash could record it", settled, self.config.imap.folder)
-        uids = await self._skip_backlog(listed)
+        uids = await self.folder.to_handle(await self._imap(self.mailbox.uids))
         sizes = await self._imap(self.mailbox.sizes, uids)
         flight = Flight(self.config.service.mails_in_flight)
         try:
