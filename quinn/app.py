@@ -203,6 +203,7 @@ class Quinn:
             released = await self._db(MailLedger(self.store.db).release, HELD_PREFIX)
             if released:
                 log.info("%d mails held for a setup error are tried again now", released)
+        await self.mail.learn_pending()  # what a crash left between a reply and its learning
         uids = await self.folder.to_handle(await self._imap(self.mailbox.uids))
         sizes = await self._imap(self.mailbox.sizes, uids)
         flight = Flight(self.config.service.mails_in_flight)

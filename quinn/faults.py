@@ -6,7 +6,8 @@ several points may be given, comma-separated (``after_fetch:2,before_move:5``). 
 
 Points: ``after_fetch`` (body fetched, nothing recorded), ``after_llm`` (reply drafted, not yet in the outbox),
 ``before_send`` (outbox written, SMTP not started), ``after_send`` (SMTP accepted, outbox not yet marked),
-``before_move`` (final state recorded, mail not yet filed away).
+``before_move`` (final state recorded, mail not yet filed away), ``before_learn`` (filed, queued for learning, the
+extraction not run), ``after_learn`` (memories stored, the mail still queued).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from quinn.errors import ConfigError
 log = logging.getLogger(__name__)
 
 ENV = "QUINN_FAULT"
-POINTS = frozenset({"after_fetch", "after_llm", "before_send", "after_send", "before_move"})
+POINTS = frozenset({"after_fetch", "after_llm", "before_send", "after_send", "before_move", "before_learn",
+                    "after_learn"})
 _passed: Counter[str] = Counter()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.lab.daemon import LabConfig, QuinnProcess
+from tests.lab.llm_server import Json, RecordedRequest
 from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to, wait_for
 
 # (fault point, pass on which the process kills itself); each run dies there, the next one starts clean. A
@@ -103,3 +104,46 @@ def test_crash_at_every_window_answers_each_mail_once(mail_lab, lab_config, llm_
 @pytest.mark.timeout(1200)
 def test_crash_storm_long(mail_lab, lab_config, llm_server, quinn_daemon) -> None:
     run_crash_storm(mail_lab, lab_config, llm_server, quinn_daemon, users_n=10, per_user=20, plan=LONG_PLAN)
+
+
+def _learning_model(request: RecordedRequest) -> Any:
+    """Replies with text; every extraction finds the one fact (so a second application would store it twice)."""
+    answer = plain_model(request)
+    if isinstance(answer, Json):
+        return Json({"new": [{"content": "Alice keeps bees on her roof in Porto.", "type": "fact"}], "updated": [],
+                     "contradicted": []})  # fmt: skip
+    return answer
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("point", ["before_learn", "after_learn"])
+def test_a_crash_between_a_reply_and_its_learning_loses_nothing_and_learns_once(
+    point: str, mail_lab, lab_config, llm_server, quinn_daemon
+) -> None:
+    """Killed after the reply was filed but before the extraction ran (before_learn), or after it stored its
+    memory but before the mail left the learning queue (after_learn): the next start learns it exactly once."""
+    llm_server.responder = _learning_model
+    config = lab_config(idle=False, extra='[embeddings]\nbackend = "none"\n')
+    alice, quinn = mail_lab.new_user("alice"), config.address
+    mid = "<bees@example.test>"
+    body = "I keep bees on my roof in Porto. Any advice on harvesting honey in spring?"
+    mail_lab.smtp.send(alice, quinn, make_mail(alice, quinn, "Bees", body, message_id=mid))
+
+    config.env["QUINN_FAULT"] = f"{point}:1"
+    daemon = quinn_daemon(config)
+    assert daemon.proc is not None and daemon.proc.wait(timeout=100) == -signal.SIGKILL, daemon.log()
+    assert query(config.db_path, "SELECT message_id FROM learning_queue") == [(mid,)]  # the crash left it queued
+    config.env.pop("QUINN_FAULT")
+    daemon = quinn_daemon(config)
+
+    def learnt() -> bool:
+        return query(config.db_path, "SELECT count(*) FROM learning_queue") == [(0,)]
+
+    wait_for(learnt, "the queued mail learnt from", timeout_s=60, log=daemon.log)
+    assert daemon.terminate() == 0
+    stored = query(config.db_path, "SELECT content FROM memories WHERE user_id = ?", (alice,))
+    assert stored == [("Alice keeps bees on her roof in Porto.",)], stored
+    assert len(replies_to(mail_lab.dovecot.messages(alice), mid)) == 1
+    extractions = [r for r in llm_server.requests_of("chat") if isinstance(plain_model(r), Json)]
+    # before_learn: the first run never asked; after_learn: the restart did not ask again.
+    assert len(extractions) == 1, "learnt twice"

@@ -8,7 +8,7 @@ from ``OWNERS`` survives a purge: tests/memory/test_memory_isolation.py plants a
 
 from __future__ import annotations
 
-from quinn.agent import confirm, digest, state, usage
+from quinn.agent import confirm, digest, learning, state, usage
 from quinn.documents import library
 from quinn.mailbox import ledger, outbox, threads
 from quinn.memory.store import MemoryStore, PurgeUser
@@ -17,7 +17,7 @@ from quinn.memory.store import MemoryStore, PurgeUser
 #: linked to), conversations, replies, the ledger, then what the agent keeps of the user.
 OWNERS: tuple[PurgeUser, ...] = (
     library.purge_user, threads.purge_user, outbox.purge_user, ledger.purge_user, state.purge_user, usage.purge_user,
-    confirm.purge_user, digest.purge_user,
+    confirm.purge_user, digest.purge_user, learning.purge_user,
 )  # fmt: skip
 
 

@@ -15,9 +15,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from quinn.agent import learning
 from quinn.clock import iso
 from quinn.engine import states
 from quinn.engine.conversation import Conversation
@@ -54,6 +55,8 @@ class Ready:
     decision: Decision
     thread: str
     sender: str
+    raw: bytes  # as fetched: queued for learning (quinn.agent.learning)
+    internal_date: datetime | None
 
 
 @dataclass
@@ -194,7 +197,7 @@ class MailHandler:
         assert decision.rate_key is not None
         # Mail nobody vouched for is counted in buckets of its own: forged mail never spends a user's caps.
         thread = thread_key(email) if decision.trusted else UNVERIFIED_PREFIX + thread_key(email)
-        return Ready(mail, email, decision, thread, decision.rate_key)
+        return Ready(mail, email, decision, thread, decision.rate_key, fetched.raw, fetched.internal_date)
 
     async def answer(self, ready: Ready) -> None:
         """The mail is to be answered: rate caps, the setup hold, the reply, then learning. Mails sharing a
@@ -231,10 +234,39 @@ class MailHandler:
             return
         if self.hold.clear("a reply went through"):
             self.release_held = True  # the probe worked: every held mail is due at once
+        learn = decision.use_memory and decision.user_id is not None
+        if learn:  # queued before the row turns final: a crash from here on loses no learning
+            assert decision.user_id is not None and p.store is not None
+            await self._db(learning.put, p.store.db, email.message_id, decision.user_id, ready.raw,
+                           ready.internal_date)  # fmt: skip
         await self._finish(mail, state, decision.reason)
         self.handled += 1
-        if decision.use_memory and decision.user_id is not None:
-            await self.conversation.learn(decision.user_id, email)
+        if learn:
+            await self.learn_queued(email.message_id)
+
+    async def learn_queued(self, message_id: str) -> None:
+        """Learn from a queued mail, then take it off the queue. A try a crash interrupted is not repeated when
+        its memories were already stored (they name the mail as their source): learning is applied once."""
+        store = self.parts.store
+        assert store is not None
+        queued = await self._db(learning.begin, store.db, message_id)
+        if queued is None:
+            return
+        if queued.interrupted and await self._db(learning.already_learnt, store.db, queued.user_id, message_id):
+            log.info("mail %s: learnt from before the interruption; not again", message_id)
+        else:
+            fault_point("before_learn")
+            email = parse_email(queued.raw, internal_date=queued.internal_date)  # it was parsed once already
+            await self.conversation.learn(queued.user_id, email)
+            fault_point("after_learn")
+        await self._db(learning.done, store.db, message_id)
+
+    async def learn_pending(self) -> None:
+        """Learn from what a crash left queued, oldest first (each folder pass, before new mail)."""
+        store = self.parts.store
+        assert store is not None
+        for message_id in await self._db(learning.waiting, store.db):
+            await self.learn_queued(message_id)
 
     async def retry_later(self, uid: int, reason: str) -> None:
         """A transient failure: the mail is tried again with backoff, and fails after ``MAX_ATTEMPTS``."""

@@ -1,0 +1,67 @@
+"""The learning queue (table ``learning_queue``, migration 0014): what an answered mail is to teach, kept until
+it was learnt, so a crash between the reply and the extraction loses nothing and learning is never applied twice.
+
+The mail engine (quinn/engine/mail.py) queues a mail before its ledger row turns final and learns from it right
+after; each folder pass first learns from what a crash left queued. ``begin`` marks a try; a row already marked
+was interrupted mid-try, and is learnt again only when no memory names the mail as its source (extraction stamps
+``metadata.source.message_id``), since the store writes an extraction's memories in one go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from quinn.clock import iso, utcnow
+from quinn.memory.db import Database, Transaction
+
+
+@dataclass(frozen=True)
+class Queued:
+    """One mail waiting to be learnt from."""
+
+    message_id: str
+    user_id: str
+    raw: bytes
+    internal_date: datetime | None
+    interrupted: bool  # a try had begun when the process stopped
+
+
+def put(db: Database, message_id: str, user_id: str, raw: bytes, internal_date: datetime | None) -> None:
+    """Queue an answered mail (a second put of the same mail changes nothing)."""
+    db.execute("INSERT OR IGNORE INTO learning_queue (message_id, user_id, raw, internal_date, created_at)"
+               " VALUES (?, ?, ?, ?, ?)", (message_id, user_id, raw, iso(internal_date), iso(utcnow())))  # fmt: skip
+
+
+def begin(db: Database, message_id: str) -> Queued | None:
+    """Mark a try of ``message_id`` begun and return it, or None when it is not queued (already learnt)."""
+    row = db.query_one("SELECT user_id, raw, internal_date, state FROM learning_queue WHERE message_id = ?",
+                       (message_id,))  # fmt: skip
+    if row is None:
+        return None
+    user_id, raw, internal_date, state = row
+    db.execute("UPDATE learning_queue SET state = 'learning', attempts = attempts + 1 WHERE message_id = ?",
+               (message_id,))  # fmt: skip
+    when = datetime.fromisoformat(internal_date) if internal_date else None
+    return Queued(message_id, user_id, bytes(raw), when, state == "learning")
+
+
+def already_learnt(db: Database, user_id: str, message_id: str) -> bool:
+    """True when a memory of the user names ``message_id`` as its source (the try before a crash applied it)."""
+    return db.query_one("SELECT 1 FROM memories WHERE user_id = ? AND json_extract(metadata, '$.source.message_id')"
+                        " = ? LIMIT 1", (user_id, message_id)) is not None  # fmt: skip
+
+
+def done(db: Database, message_id: str) -> None:
+    """The mail was learnt from (or taught nothing): off the queue."""
+    db.execute("DELETE FROM learning_queue WHERE message_id = ?", (message_id,))
+
+
+def waiting(db: Database) -> list[str]:
+    """The Message-IDs still queued, oldest first (after a crash)."""
+    return [row[0] for row in db.query("SELECT message_id FROM learning_queue ORDER BY created_at, rowid")]
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """The queue's part of a purge: the user's mail waiting to be learnt from."""
+    return {"learning_queue": tx.delete("learning_queue", "user_id = ?", (user,))}
