@@ -89,3 +89,36 @@ async def test_one_mail_at_a_time_when_the_limit_is_one(make_quinn, mail_lab, ll
     # Each alone in the model: the barrier broke, both mails wait for a retry, nothing was lost.
     assert model.events == [("in", "Overlap a"), ("out", "Overlap a"), ("in", "Overlap b"), ("out", "Overlap b")]
     assert quinn.query("SELECT state FROM mail_state ORDER BY uid") == [("deferred",), ("deferred",)]
+
+
+async def test_an_imap_failure_after_the_send_never_marks_the_mail_failed(make_quinn, mail_lab, llm_server) -> None:
+    """The connection dies at the first IMAP filing after the SMTP send (the reply's copy; issue 16, errors by
+    type): the failure goes up to the run loop's reconnect, the mail is not failed, the outbox knows the reply
+    went out, and the next pass finishes and files the mail without sending again."""
+    from imapclient.exceptions import IMAPClientAbortError
+
+    llm_server.responder = plain_model
+    quinn = await make_quinn(QUIET)
+    alice = mail_lab.new_user("alice")
+    mid = "<imap-dies@example.test>"
+    mailbox = quinn.app.mailbox
+    file_away = mailbox.file_away
+    broken = []
+
+    def dies_once(*args: Any, **kwargs: Any) -> Any:
+        if not broken:
+            broken.append(args)
+            raise IMAPClientAbortError("socket error: EOF")  # what a dropped connection raises in imapclient
+        return file_away(*args, **kwargs)
+
+    mailbox.file_away = dies_once  # the IMAP server's side of the boundary, not the engine under test
+    with pytest.raises(IMAPClientAbortError):
+        await quinn.send(alice, "Hello", "Are you there?", message_id=mid)
+    [(state, moved)] = quinn.query("SELECT state, moved FROM mail_state WHERE message_id = ?", (mid,))
+    assert state in ("handling", "replied") and moved == 0
+    assert quinn.query("SELECT state FROM outbox") == [("sent",)]
+    await quinn.app._imap(mailbox.close)  # as the run loop does before it reconnects
+    await quinn.app._imap(mailbox.connect)
+    await quinn.process()
+    assert quinn.query("SELECT state, moved FROM mail_state WHERE message_id = ?", (mid,)) == [("replied", 1)]
+    assert len(quinn.replies(alice)) == 1
