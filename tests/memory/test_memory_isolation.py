@@ -12,9 +12,11 @@ import pytest
 
 from quinn.agent.context import context_block
 from quinn.agent.purge import purge
+from quinn.config import DocumentsConfig
+from quinn.documents.knowledge import add_file
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.embed import LocalEmbedder
-from quinn.memory.passages import index_message
+from quinn.memory.passages import KNOWLEDGE_OWNER, index_message, search_passages, stored_message, write_passages
 
 SHARED = [
     "prefers tea over coffee in the morning", "is training for a half marathon in spring",
@@ -191,8 +193,8 @@ def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
         assert counts == {
             "memories": 3, "memory_versions": 5, "messages": 1, "session_ids": 1, "sessions": 1, "user_state": 1,
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,
-            "mail_state": 1, "memory_retrievals": 1, "confirmations": 0, "passages": 1, "digests": 1, "learning_queue": 1,
-            "documents": 1, "document_parts": 1, "message_documents": 1,
+            "mail_state": 1, "memory_retrievals": 1, "confirmations": 0, "passages": 1, "digests": 1,
+            "learning_queue": 1, "documents": 1, "document_parts": 1, "message_documents": 1,
         }  # fmt: skip
         assert store.get_all("alice@example.test", include_inactive=True) == []
         assert store.search("alice@example.test", "qzalicemark flat", k=5, include_inactive=True) == []
@@ -227,3 +229,34 @@ def test_purge_of_many_users_in_a_large_file(tmp_path: Path, embedder: LocalEmbe
         store.close()
     data = _file_bytes(tmp_path / "big.db")
     assert [i for i in range(20) if f"qzmark{i:02d}y".encode() in data] == list(range(1, 20, 2))
+
+
+def test_knowledge_base_passages_reach_every_user_and_outlive_a_purge(database_url: str, embedder: LocalEmbedder,
+                                                                      tmp_path: Path):  # fmt: skip
+    """Issue 18: the knowledge base's passages are found for every user (and with anyone on the mail), a user's
+    own file only for that user, and a user's purge leaves the knowledge base whole."""
+    store = MemoryStore.open(database_url, embedder=embedder)
+    try:
+        _plant(store, "alice@example.test", "qzalicemark", 1)
+        _plant(store, "bob@example.test", "qzbobmark", 2)
+        message = stored_message(store.db, "alice@example.test", "<qzalicemark@x>", "in")
+        assert message is not None
+        write_passages(store, "alice@example.test", message, [("p.1", "The greenhouse lease deposit is qzalicefile.")],
+                       document_id=1, document="lease.pdf")  # fmt: skip
+        (tmp_path / "handbook.md").write_text("The greenhouse key hangs in locker qzkbfact.")
+        assert add_file(store, tmp_path / "handbook.md", DocumentsConfig()).status == "added"
+        query = "greenhouse key locker lease deposit"
+        for user, others in (("alice@example.test", ()), ("bob@example.test", ()), ("bob@example.test", ("x@y.z",))):
+            found = {h.passage.content for h in search_passages(store, user, query, k=20, others=others)}
+            files = {h.passage.content for h in search_passages(store, user, query, k=20, documents_only=True)}
+            assert "The greenhouse key hangs in locker qzkbfact." in found & files
+            assert any("qzalicefile" in c for c in found) == (user == "alice@example.test" and not others)
+        assert search_passages(store, "bob@example.test", "qzkbfact")[0].passage.citation == "[doc:handbook.md]"
+        purge(store, "alice@example.test")
+        kept = store.db.query_value("SELECT count(*) FROM passages WHERE user_id = ?", (KNOWLEDGE_OWNER,))
+        assert kept == 1 and not store.db.query_value(
+            "SELECT count(*) FROM passages WHERE content LIKE '%qzalicefile%'")  # fmt: skip
+        best = search_passages(store, "bob@example.test", "greenhouse key locker")[0].passage
+        assert best.content == "The greenhouse key hangs in locker qzkbfact." and best.shared
+    finally:
+        store.close()
