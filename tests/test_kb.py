@@ -10,28 +10,20 @@ from pathlib import Path
 import pytest
 
 from quinn.cli import main
+from quinn.config import DocumentsConfig
+from quinn.documents.knowledge import add_file
 from quinn.memory.db import Database
 from quinn.memory.passages import KNOWLEDGE_OWNER
+from quinn.memory.store import MemoryStore
 from tests.lab.documents import make_pdf
+from tests.test_admin_cli import CONFIG as ADMIN_CONFIG
 
-CONFIG = """
-[imap]
-host = "127.0.0.1"
-port = 1
-username = "quinn@example.test"
-password_env = "QUINN_KB_TEST_IMAP_PASSWORD"
-[smtp]
-host = "127.0.0.1"
-port = 1
-from_address = "quinn@example.test"
-[llm]
-model = "openai/gpt-test"
-api_key_env = "QUINN_KB_TEST_LLM_KEY"
-[database]
-url = "{db}"
-[embeddings]
-backend = "{backend}"
-"""
+
+def config_text(db: Path, backend: str) -> str:
+    """The admin tests' quinn.toml, on ``db`` and with the ``backend`` embedder."""
+    return ADMIN_CONFIG.replace('url = "quinn.db"', f'url = "{db}"') + f'[embeddings]\nbackend = "{backend}"\n'
+
+
 HANDBOOK = make_pdf(["Staff handbook of Example Ltd.", "The office wifi password is lemon-kiwi-42.\nAsk Dana."])
 
 
@@ -39,7 +31,7 @@ HANDBOOK = make_pdf(["Staff handbook of Example Ltd.", "The office wifi password
 def setup(tmp_path: Path):
     """(run, folder): ``run(*args)`` is ``quinn ARGS -c CONFIG`` returning (exit code, stdout, stderr)."""
     config = tmp_path / "quinn.toml"
-    config.write_text(CONFIG.format(db=tmp_path / "quinn.db", backend="none"))
+    config.write_text(config_text(tmp_path / "quinn.db", "none"))
     folder = tmp_path / "kb"
     folder.mkdir()
 
@@ -112,16 +104,19 @@ def test_a_missing_path_and_the_same_bytes_under_two_names_fail_with_reasons(set
     run, folder, _db = setup
     (folder / "a.txt").write_text("The cafeteria opens at 8.")
     (folder / "b.txt").write_text("The cafeteria opens at 8.")
+    (folder / "sub").mkdir()
+    (folder / "sub" / "a.txt").write_text("The cafeteria closes at 15.")
     code, out, _ = run(capsys, "kb", "add", str(folder / "a.txt"), str(folder / "b.txt"), str(folder / "nope.txt"),
-                       "--json")  # fmt: skip
+                       str(folder / "sub"), "--json")  # fmt: skip
     rows = json.loads(out)
-    assert code == 1 and [r["status"] for r in rows] == ["added", "failed", "failed"]
+    assert code == 1 and [r["status"] for r in rows] == ["added", "failed", "failed", "failed"]
     assert "already in it as a.txt" in rows[1]["reason"] and "cannot read it" in rows[2]["reason"]
+    assert rows[3]["reason"] == f"{folder / 'a.txt'} has the same name; rename one of them"
 
 
 def test_reindex_embeds_every_knowledge_base_passage(tmp_path: Path, capsys):
     config = tmp_path / "quinn.toml"
-    config.write_text(CONFIG.format(db=tmp_path / "quinn.db", backend="local"))
+    config.write_text(config_text(tmp_path / "quinn.db", "local"))
     (tmp_path / "handbook.pdf").write_bytes(HANDBOOK)
     assert main(["kb", "add", "-c", str(config), str(tmp_path / "handbook.pdf")]) == 0
     embedded = "SELECT count(*) FROM passages WHERE user_id = ? AND embedding_model IS NOT NULL"
@@ -135,3 +130,21 @@ def test_reindex_embeds_every_knowledge_base_passage(tmp_path: Path, capsys):
     assert kb_rows(tmp_path / "quinn.db", embedded) == [(2,)]
     assert main(["kb", "search", "-c", str(config), "how do I get on the network", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["citation"] == "[doc:handbook.pdf p.2]"
+
+
+def test_a_file_the_embedder_fails_on_is_reported_and_nothing_of_it_kept(tmp_path: Path):
+    class Down:
+        model_id, dim = "down", 4
+
+        def embed(self, texts):
+            raise RuntimeError("the embedding server is down")
+
+    (tmp_path / "faq.md").write_text("Opening hours: 9 to 5.")
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), Down())  # type: ignore[arg-type]
+    try:
+        added = add_file(store, tmp_path / "faq.md", DocumentsConfig())
+        assert (added.status, added.reason) == ("failed", "not stored: RuntimeError: the embedding server is down")
+        assert store.db.query("SELECT count(*) FROM documents") == [(0,)]
+        assert store.db.query("SELECT count(*) FROM passages") == [(0,)]
+    finally:
+        store.close()

@@ -17,6 +17,7 @@ from quinn.commands.memory import open_store
 from quinn.commands.output import answer, print_json, progress_bar, shorten, table
 from quinn.config import Config
 from quinn.documents import knowledge
+from quinn.documents.extract import display_name
 from quinn.errors import StoreError
 from quinn.memory.passages import KNOWLEDGE_OWNER, reembed, search_passages
 
@@ -53,8 +54,15 @@ def add(args: argparse.Namespace, config: Config) -> int:
     files = knowledge.files_under(list(args.paths))
     results: list[knowledge.Added] = []
     with open_store(config, embed=True) as store, progress_bar("adding") as progress:
+        named: dict[str, Path] = {}  # a file is known by its name: two of one name in a run would replace each other
         for done, path in enumerate(files, 1):
-            results.append(knowledge.add_file(store, path, config.documents))
+            name = display_name(path.name)
+            if name in named:
+                reason = f"{named[name]} has the same name; rename one of them"
+                results.append(knowledge.Added(str(path), name, "failed", reason=reason))
+            else:
+                named[name] = path
+                results.append(knowledge.add_file(store, path, config.documents))
             progress(done, len(files))
     rows = [{"path": r.path, "name": r.name, "status": r.status, "passages": r.passages, "reason": r.reason}
             for r in results]  # fmt: skip

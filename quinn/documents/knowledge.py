@@ -119,6 +119,18 @@ def add_file(store: MemoryStore, path: Path, config: DocumentsConfig) -> Added:
     pieces = document_pieces(document)
     if not pieces:
         return Added(str(path), name, "failed", reason="no text found in it")
+    try:
+        added = _store(store, name, sha, len(data), content_type, document.kind, pieces, known)
+    except Exception as exc:  # the embedder or the database failed: reported, and the next file is tried
+        return Added(str(path), name, "failed", reason=f"not stored: {type(exc).__name__}: {exc}")
+    return Added(str(path), name, "updated" if known is not None else "added", added)
+
+
+def _store(
+    store: MemoryStore, name: str, sha: str, size: int, content_type: str, kind: str,
+    pieces: list[tuple[str, str]], known: tuple[int, str] | None,
+) -> int:  # fmt: skip
+    """Embed the file's passages, then in one transaction drop its old version (``known``) and store it."""
     embedder = store.embedder
     vectors = embedder.embed([_embedded_text(name, content) for _ref, content in pieces]) if embedder else None
     now = iso(utcnow())
@@ -127,7 +139,7 @@ def add_file(store: MemoryStore, path: Path, config: DocumentsConfig) -> Added:
             _drop(tx, known[0])
         document_id = tx.execute(
             "INSERT INTO documents (user_id, sha256, kind, size, error, created_at) VALUES (?, ?, ?, ?, NULL, ?)",
-            (KNOWLEDGE_OWNER, sha, document.kind, len(data), now),
+            (KNOWLEDGE_OWNER, sha, kind, size, now),
         )
         tx.execute(
             "INSERT INTO message_documents (message_row, position, document_id, user_id, session_id, name,"
@@ -137,7 +149,7 @@ def add_file(store: MemoryStore, path: Path, config: DocumentsConfig) -> Added:
         entry = StoredMessage(-document_id, f"kb:{sha[:32]}", None, "in", now, name, "", ())
         insert_passages(tx, KNOWLEDGE_OWNER, entry, pieces, vectors, embedder.model_id if embedder else None,
                         document_id=document_id, document=name)  # fmt: skip
-    return Added(str(path), name, "updated" if known is not None else "added", len(pieces))
+    return len(pieces)
 
 
 def files_under(paths: list[Path]) -> list[Path]:
