@@ -33,6 +33,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,16 +245,21 @@ async def run_trial(agent: Agent, llm_server, trial: Trial, people: list[Person]
     return found, person.topics[trial.topic] in seen and recalled
 
 
+def echoing_agent_settings(dovecot, llm_server) -> tuple[str, Any]:
+    """(Quinn's address, the settings of an in-process Agent) for the lab, the scripted model echoing markers."""
+    brain = Brain(llm_server)
+    brain.reply = echo_markers
+    quinn = unique_address("quinn")
+    return quinn, lab_settings(dovecot, quinn, env={"QUINN_TEST_LLM_KEY": "k"}, llm={
+        "base_url": llm_server.openai_base_url, "api_key_env": "QUINN_TEST_LLM_KEY", "max_retries": 0})  # fmt: skip
+
+
 @pytest.mark.timeout(1800)
 async def test_isolation_in_process(request, tmp_path: Path, dovecot, llm_server, local_embedder) -> None:
     seed = proof_seed()
     rng = random.Random(seed)
     wanted = trials_wanted(request)
-    brain = Brain(llm_server)
-    brain.reply = echo_markers
-    quinn = unique_address("quinn")
-    config = lab_settings(dovecot, quinn, env={"QUINN_TEST_LLM_KEY": "k"}, llm={
-        "base_url": llm_server.openai_base_url, "api_key_env": "QUINN_TEST_LLM_KEY", "max_retries": 0})  # fmt: skip
+    quinn, config = echoing_agent_settings(dovecot, llm_server)
     # As the daemon does (embed.build_embedder): one mail's query sentences are embedded once for domains, memory
     # search and conversation recall together.
     store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), RecentEmbeddings(local_embedder))
@@ -395,11 +401,7 @@ async def test_the_knowledge_base_reaches_everyone_and_a_users_file_no_one_else(
 ) -> None:
     """Issue 18: a knowledge-base file (``quinn kb add``) reaches every user's reply, alone or with others on the
     thread, and through ``search_documents``; a file one user attached reaches only that user, alone."""
-    brain = Brain(llm_server)
-    brain.reply = echo_markers
-    quinn = unique_address("quinn")
-    config = lab_settings(dovecot, quinn, env={"QUINN_TEST_LLM_KEY": "k"}, llm={
-        "base_url": llm_server.openai_base_url, "api_key_env": "QUINN_TEST_LLM_KEY", "max_retries": 0})  # fmt: skip
+    quinn, config = echoing_agent_settings(dovecot, llm_server)
     store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), RecentEmbeddings(local_embedder))
     rng = random.Random(proof_seed())
     shared, private = (f"QX{rng.getrandbits(40):010x}" for _ in range(2))
