@@ -77,7 +77,7 @@ def list_files(args: argparse.Namespace, config: Config) -> int:
     """``quinn kb list``."""
     with open_store(config) as store:
         rows = knowledge.entries(store.db)
-    shown = [{**r, "size": f"{r['size'] / 1024:.1f} kB"} for r in rows]
+    shown = [{**r, "size": f"{r['size']} B" if r["size"] < 1024 else f"{r['size'] / 1024:.1f} kB"} for r in rows]
     columns = ("name", "size", "kind", "pages", "sections", "passages", "added")
     return answer(args, rows, lambda out: out.print(table("knowledge base", columns, shown, empty="no files")))
 

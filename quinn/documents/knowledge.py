@@ -50,7 +50,8 @@ def entries(db: Database) -> list[dict[str, Any]]:
     rows = db.query(
         "SELECT md.name, d.id, d.size, d.kind, d.created_at,"
         " (SELECT count(*) FROM passages p WHERE p.document_id = d.id AND p.user_id = md.user_id),"
-        " (SELECT count(DISTINCT p.ref) FROM passages p WHERE p.document_id = d.id AND p.user_id = md.user_id),"
+        " (SELECT count(DISTINCT coalesce(p.ref, '')) FROM passages p WHERE p.document_id = d.id"
+        "  AND p.user_id = md.user_id),"  # a text without pages or headings is one section
         " (SELECT count(DISTINCT p.ref) FROM passages p WHERE p.document_id = d.id AND p.user_id = md.user_id"
         "  AND p.ref LIKE 'p.%')"
         " FROM message_documents md JOIN documents d ON d.id = md.document_id AND d.user_id = md.user_id"
