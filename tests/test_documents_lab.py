@@ -197,7 +197,7 @@ async def test_the_search_documents_tool_finds_only_the_users_files(make_quinn, 
     [alices], [bobs] = results[alice], results[bob]
     assert alices.startswith('[doc:lease.pdf p.2] (a file they sent on 2026-11-02, "Flat") The deposit is 1,850')
     assert "900 euros" not in alices  # the mail about the old flat is not a file
-    assert bobs == "No attached file matches."
+    assert bobs == "No file matches."
 
 
 def test_database_copy_moves_files_to_a_libsql_server_in_small_batches(tmp_path) -> None:

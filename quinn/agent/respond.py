@@ -158,7 +158,7 @@ class Agent:
             hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=False)
             hits = linked_hits(store, user, query, hits)  # memories tied to entities the mail names
             # Past conversation (issue 14): not this mail, not what the thread buffer shows verbatim, and with
-            # others on the mail only what each of them saw.
+            # others on the mail only what each of them saw; the knowledge base's (`quinn kb`) for everyone.
             buffered = [email.message_id, *(m.message_id for m in thread if m.message_id)]
             others = others_on_thread(email, user, c.smtp.from_address)
             passages = search_passages(store, user, query, k=c.memory.search_k, exclude_message_ids=buffered,

@@ -199,13 +199,14 @@ async def search_conversations(ctx: llm.Context[MemoryDeps], query: str) -> str:
 
 @llm.tool
 async def search_documents(ctx: llm.Context[MemoryDeps], query: str) -> str:
-    """Search only the files this person attached to their emails (PDFs, documents, spreadsheets, invites), e.g.
-    "the deposit in the lease". Returns passages citing the file and page, e.g. [doc:lease.pdf p.2]."""
+    """Search only files: those this person attached to their emails (PDFs, documents, spreadsheets, invites) and
+    the knowledge base every user shares, e.g. "the deposit in the lease". Returns passages citing the file and
+    page, e.g. [doc:lease.pdf p.2]."""
     deps = ctx.deps
     hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others,
                          documents_only=True)  # fmt: skip
     lines = [h.passage.line() for h in hits]
-    return "\n".join(lines) if lines else "No attached file matches."
+    return "\n".join(lines) if lines else "No file matches."
 
 
 MEMORY_TOOLS = (search_memory, save_memory, update_memory, forget_memory, search_conversations, search_documents)

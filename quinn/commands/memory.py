@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from quinn.commands.database import DATABASE_ONLY
+from quinn.commands.output import progress_bar
 from quinn.config import Config, resolve_secrets
 from quinn.engine import parts
 from quinn.errors import StoreError
@@ -274,7 +275,7 @@ def import_memories(args: argparse.Namespace, config: Config) -> int:
             raise StoreError(f"import file {path} not found", "check the path") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise StoreError(f"import file {path} cannot be read: {exc}") from None
-    with open_store(config, embed=True) as store, _progress("importing") as progress:
+    with open_store(config, embed=True) as store, progress_bar("importing") as progress:
         counts = store.import_(data, user_id=args.user, format=args.format, progress=progress)
     if args.json:
         return _print_json(counts)
@@ -291,11 +292,11 @@ def reembed_memories(args: argparse.Namespace, config: Config) -> int:
     with open_store(config, embed=True) as store:
         if store.embedder is None:
             raise StoreError("reembed needs an embedder", "set [embeddings] backend to local or openai")
-        with _progress("re-embedding memories") as progress:
+        with progress_bar("re-embedding memories") as progress:
             done = store.reembed(batch_size=args.batch_size, progress=progress)
-        with _progress("re-embedding passages") as progress:
+        with progress_bar("re-embedding passages") as progress:
             passages = reembed_passages(store, batch_size=args.batch_size, progress=progress)
-        with _progress("indexing earlier mail") as progress:
+        with progress_bar("indexing earlier mail") as progress:
             indexed = backfill(store, lambda subject, body: recallable_text(subject, body), progress=progress)
         model = store.embedder.model_id
     if args.json:
@@ -352,23 +353,6 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) ->
     for row in rows:
         table.add_row(*row)
     Console(file=sys.stdout, soft_wrap=False).print(table)
-
-
-@contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar on stderr (drawn only on a terminal); yields the ``progress(done, total)`` callback."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    console = Console(file=sys.stderr)
-    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task(label, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
 
 
 def _write_atomically(path: Path, text: str) -> None:

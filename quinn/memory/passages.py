@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quinn.memory.db import Database
+from quinn.memory.db import Database, Transaction
 from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
-from quinn.memory.lexical import CANDIDATES, idf, owner_token, query_terms, within_budget
+from quinn.memory.lexical import CANDIDATES, idf, owned, query_terms, within_budget
 from quinn.memory.models import iso, utcnow
 from quinn.memory.search import CHUNK_WEIGHT_DECAY, VECTOR_WEIGHT, query_chunks
 
@@ -49,6 +49,10 @@ PASSAGE_COLUMNS = (
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
 BM25 = "bm25(passages_fts, 1.0, 0.0)"  # content; the owner column weighs nothing
+# The owner of the knowledge base's passages (``quinn kb``, issue 18): files the admin added for every user. Not an
+# address, so no mail and no purge of a user ever names it; ``user_id`` stays NOT NULL, and the owner token, the
+# vector cache and the full-text index treat it as one more owner that every user's search adds to its own.
+KNOWLEDGE_OWNER = "(knowledge base)"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ class Passage:
     ref: str = ""  # where in the file: "p.3", a heading, "rows 2-41"
 
     @property
+    def shared(self) -> bool:
+        """A passage of the knowledge base, which every user's replies may draw on."""
+        return self.user_id == KNOWLEDGE_OWNER
+
+    @property
     def citation(self) -> str:
         """``[mail:2026-03-14]``: where Quinn knows it from, the date of the mail; ``[doc:NAME p.3]`` for a file."""
         if self.document:
@@ -77,14 +86,16 @@ class Passage:
     def line(self) -> str:
         """How the model sees it: ``[mail:2026-03-14] (they wrote, "Subject") text`` (or "you replied");
         ``[doc:NAME p.3] (a file they sent on 2026-03-14, "Subject") text`` for an attached file."""
+        if self.shared:
+            return f"{self.citation} (the knowledge base) {self.content}"
         if self.document:
             return f'{self.citation} (a file they sent on {self.sent_at[:10]}, "{self.subject}") {self.content}'
         who = "they wrote" if self.direction == "in" else "you replied"
         return f'{self.citation} ({who}, "{self.subject}") {self.content}'
 
     def seen_by(self, others: Iterable[str]) -> bool:
-        """Whether every one of ``others`` saw this message (nobody: always)."""
-        return set(others) <= self.audience
+        """Whether every one of ``others`` saw this message (nobody: always; the knowledge base: everyone did)."""
+        return self.shared or set(others) <= self.audience
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Passage:
@@ -189,25 +200,34 @@ def write_passages(
     file when ``document_id`` is given), numbered after the message's passages so far; returns how many."""
     if not pieces:
         return 0
-    db = store.db
     embedder = store.embedder
-    texts = [_embedded_text(message.subject, content) for _ref, content in pieces]
-    vectors = embedder.embed(texts) if embedder is not None else None
-    now = iso(utcnow())
-    with db.transaction() as tx:
-        start = int(tx.query("SELECT coalesce(max(position), -1) + 1 FROM passages WHERE message_row = ?",
-                             (message.row,))[0][0])  # fmt: skip
-        for i, (ref, content) in enumerate(pieces):
-            blob = np.asarray(vectors[i], dtype=np.float32).tobytes() if vectors is not None else None
-            tx.execute(
-                "INSERT OR IGNORE INTO passages (user_id, message_row, message_id, in_reply_to, direction, sent_at,"
-                " subject, position, content, audience, embedding, embedding_model, created_at, document_id,"
-                " document, ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (user, message.row, message.message_id, message.in_reply_to, message.direction, message.sent_at,
-                 message.subject, start + i, content, json.dumps(list(message.audience)), blob,
-                 embedder.model_id if embedder is not None else None, now, document_id, document, ref or None),
-            )  # fmt: skip
+    vectors = embedder.embed([_embedded_text(message.subject, content) for _ref, content in pieces]) \
+        if embedder is not None else None  # fmt: skip
+    with store.db.transaction() as tx:
+        insert_passages(tx, user, message, pieces, vectors, embedder.model_id if embedder is not None else None,
+                        document_id=document_id, document=document)  # fmt: skip
     return len(pieces)
+
+
+def insert_passages(
+    tx: Transaction, user: str, message: StoredMessage, pieces: Sequence[tuple[str, str]], vectors: Any,
+    model_id: str | None, *, document_id: int | None = None, document: str | None = None,
+) -> None:  # fmt: skip
+    """Store ``pieces`` (ref, content) with their ``vectors`` (None: not embedded) in ``tx``, numbered after the
+    message's passages so far."""
+    now = iso(utcnow())
+    start = int(tx.query("SELECT coalesce(max(position), -1) + 1 FROM passages WHERE message_row = ?",
+                         (message.row,))[0][0])  # fmt: skip
+    for i, (ref, content) in enumerate(pieces):
+        blob = np.asarray(vectors[i], dtype=np.float32).tobytes() if vectors is not None else None
+        tx.execute(
+            "INSERT OR IGNORE INTO passages (user_id, message_row, message_id, in_reply_to, direction, sent_at,"
+            " subject, position, content, audience, embedding, embedding_model, created_at, document_id,"
+            " document, ref) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (user, message.row, message.message_id, message.in_reply_to, message.direction, message.sent_at,
+             message.subject, start + i, content, json.dumps(list(message.audience)), blob, model_id, now,
+             document_id, document, ref or None),
+        )  # fmt: skip
 
 
 def backfill(
@@ -241,21 +261,30 @@ def backfill(
     return written
 
 
-def reembed(store: MemoryStore, *, batch_size: int, progress: Callable[[int, int], None] | None = None) -> int:
+def reembed(
+    store: MemoryStore, *, batch_size: int, progress: Callable[[int, int], None] | None = None,
+    owner: str | None = None, every: bool = False,
+) -> int:  # fmt: skip
     """Embed again every passage whose vector is missing or of another model than the configured one (as
-    ``MemoryStore.reembed`` does for memories: vector search reads only the configured model's vectors).
-    Each batch is committed on its own. Returns the passages re-embedded."""
+    ``MemoryStore.reembed`` does for memories: vector search reads only the configured model's vectors); only
+    ``owner``'s when given (``quinn kb reindex``: the knowledge base), and with ``every`` all of them whatever
+    their vector. Each batch is committed on its own. Returns the passages re-embedded."""
     embedder = store.embedder
     if embedder is None:
         return 0
     db = store.db
     model, dim = embedder.model_id, embedder.dim
     stale = "(embedding IS NULL OR embedding_model IS NOT ? OR length(embedding) != ?)"
-    total = int(db.query_value(f"SELECT count(*) FROM passages WHERE {stale}", (model, dim * 4)) or 0)
+    if every:
+        stale = "(? IS NOT NULL AND ? IS NOT NULL)"  # the same two parameters, always true
+    if owner is not None:
+        stale += " AND user_id = ?"
+    wanted = (model, dim * 4) if owner is None else (model, dim * 4, owner)
+    total = int(db.query_value(f"SELECT count(*) FROM passages WHERE {stale}", wanted) or 0)
     done = last_id = 0
     while rows := db.query(
         f"SELECT id, subject, content FROM passages WHERE id > ? AND {stale} ORDER BY id LIMIT ?",
-        (last_id, model, dim * 4, max(1, int(batch_size))),
+        (last_id, *wanted, max(1, int(batch_size))),
     ):
         vectors = embedder.embed([_embedded_text(subject, content) for _id, subject, content in rows])
         with db.transaction() as tx:
@@ -306,13 +335,15 @@ def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) 
 
 def passage_filter(
     user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = (),
-    documents_only: bool = False,
+    documents_only: bool = False, knowledge: bool = False,
 ) -> tuple[str, list[Any]]:  # fmt: skip
     """The WHERE clause (alias ``p``) of the passages a search may see: the user's, not of the excluded messages
     (the thread buffer), not of a ``retracted`` mail or a reply to one, and with ``others`` on the mail only those
-    of messages each of them saw; with ``documents_only``, only passages of attached files."""
-    clauses = ["p.user_id = ?", "p.document_id IS NOT NULL"] if documents_only else ["p.user_id = ?"]
-    params: list[Any] = [normalise_user(user_id)]
+    of messages each of them saw; with ``documents_only``, only passages of attached files. With ``knowledge``,
+    the knowledge base's passages too, whoever else is on the mail (they are everyone's)."""
+    owner = "(p.user_id = ? OR p.user_id = ?)" if knowledge else "p.user_id = ?"
+    clauses = [owner, "p.document_id IS NOT NULL"] if documents_only else [owner]
+    params: list[Any] = [normalise_user(user_id), KNOWLEDGE_OWNER] if knowledge else [normalise_user(user_id)]
     if exclude_message_ids:
         clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
         params += list(exclude_message_ids)
@@ -321,27 +352,32 @@ def passage_filter(
         clauses.append(f"p.message_id NOT IN ({marks}) AND coalesce(p.in_reply_to, '') NOT IN ({marks})")
         params += [*retracted, *retracted]
     if others:
-        clauses.append(
+        seen = (
             "NOT EXISTS (SELECT 1 FROM json_each(?) o WHERE o.value NOT IN (SELECT value FROM json_each(p.audience)))"
         )
+        clauses.append(f"(p.user_id = ? OR {seen})" if knowledge else seen)
+        params += [KNOWLEDGE_OWNER] if knowledge else []
         params.append(json.dumps(sorted(set(others))))
     return " AND ".join(clauses), params
 
 
 def search_passages(
     store: MemoryStore, user_id: str, query: str, *, k: int = 10, exclude_message_ids: Sequence[str] = (),
-    others: Sequence[str] = (), domains: Sequence[str] = (), documents_only: bool = False,
+    others: Sequence[str] = (), domains: Sequence[str] = (), documents_only: bool = False, knowledge: bool = True,
 ) -> list[PassageHit]:  # fmt: skip
     """The user's ``k`` best conversation passages for ``query``, best first (``passage_filter`` says which are
-    eligible, given what memory retracted and the mail's ``domains``: ``retracted_messages``). Vector and lexical
-    legs as in ``search.hybrid_search``; passages carry no importance to weigh."""
+    eligible, given what memory retracted and the mail's ``domains``: ``retracted_messages``), with the
+    knowledge base's unless ``knowledge`` is False. Vector and lexical legs as in ``search.hybrid_search``;
+    passages carry no importance to weigh."""
     user = normalise_user(user_id)
     chunks = query_chunks(query)
     if not chunks or not user:
         return []
     retracted = retracted_messages(store.db, user, domains)
-    where, params = passage_filter(user, exclude_message_ids, others, retracted, documents_only)
-    lexical = _lexical_scores(store.db, where, params, " ".join(chunks), user)
+    knowledge = knowledge and user != KNOWLEDGE_OWNER
+    owners = [user, KNOWLEDGE_OWNER] if knowledge else [user]
+    where, params = passage_filter(user, exclude_message_ids, others, retracted, documents_only, knowledge)
+    lexical = _lexical_scores(store.db, where, params, " ".join(chunks), owners)
     similarities: dict[int, float] = {}
     embedder = store.embedder
     if embedder is not None:
@@ -352,7 +388,7 @@ def search_passages(
             eligible: Eligible = (True, np.asarray([r[0] for r in passing], dtype=np.int64))
         else:  # the thread buffer and retracted mail: a few messages' passages, found by their indexes
             eligible = (False, _left_out(store.db, user, exclude_message_ids, retracted))
-        similarities = _vector_scores(store, user, where, params, vectors, lexical, eligible)
+        similarities = _vector_scores(store, owners, where, params, vectors, lexical, eligible)
     alpha = VECTOR_WEIGHT if embedder is not None else 0.0
     fused = {pid: alpha * max(sim, 0.0) for pid, sim in similarities.items()}
     for pid, coverage in lexical.items():
@@ -368,9 +404,12 @@ def search_passages(
     return [PassageHit(found[pid], fused[pid], similarities.get(pid)) for pid in best if pid in found]
 
 
-def _lexical_scores(db: Database, where: str, params: Sequence[Any], text: str, user: str) -> dict[int, float]:
-    """FTS5 BM25 coverage (BM25 / the query's total IDF, capped at 1) of the user's best-matching passages, the
-    measure ``lexical.lexical_scores`` gives memories, with its budget for common terms."""
+def _lexical_scores(
+    db: Database, where: str, params: Sequence[Any], text: str, owners: Sequence[str]
+) -> dict[int, float]:
+    """FTS5 BM25 coverage (BM25 / the query's total IDF, capped at 1) of the ``owners``' best-matching passages
+    (the user's, and the knowledge base's), the measure ``lexical.lexical_scores`` gives memories, with its
+    budget for common terms."""
     terms = query_terms(text)
     if not terms:
         return {}
@@ -380,7 +419,7 @@ def _lexical_scores(db: Database, where: str, params: Sequence[Any], text: str, 
     kept = within_budget(terms, frequencies)
     if not kept:
         return {}
-    match = f'owner_key : "{owner_token(user)}" AND {_match(kept)}'
+    match = owned(_match(kept), owners)
     rows = db.query(
         f"SELECT {BM25}, p.id FROM passages_fts JOIN passages p ON p.id = passages_fts.rowid"
         f" WHERE passages_fts MATCH ? AND {where} ORDER BY {BM25} LIMIT ?",
@@ -417,21 +456,27 @@ def _left_out(db: Database, user: str, exclude_message_ids: Sequence[str], retra
 
 
 def _vector_scores(
-    store: MemoryStore, user: str, where: str, params: Sequence[Any], vectors: np.ndarray,
+    store: MemoryStore, owners: Sequence[str], where: str, params: Sequence[Any], vectors: np.ndarray,
     lexical: dict[int, float], eligible: Eligible,
 ) -> dict[int, float]:  # fmt: skip
     """Best cosine over the query chunks of the ``CANDIDATES`` nearest eligible passages, and of every lexical
     match (a lexical match keeps its true cosine, as in the memories' fusion). ``eligible`` says which of the
-    cached rows pass the filter, so the scan needs no SQL per candidate."""
+    cached rows pass the filter, so the scan needs no SQL per candidate. The ``owners``' cached matrices (the
+    user's, the knowledge base's) are scanned as one."""
     assert store.embedder is not None
     model_id, dim = store.embedder.model_id, store.embedder.dim
     cache = store.passage_cache
     try:
         if cache is None:
             raise LookupError("no cache")
-        ids, matrix = cache.vectors(store.db, user, model_id, dim)
+        held = [cache.vectors(store.db, owner, model_id, dim) for owner in owners]
     except LookupError:
         return _sql_vector_scores(store, where, params, vectors, lexical)
+    ids, matrix = held[0]
+    if len(held) > 1:  # ids ascending, as the lexical lookup below needs
+        ids, matrix = np.concatenate([h[0] for h in held]), np.concatenate([h[1] for h in held])
+        order = np.argsort(ids, kind="stable")
+        ids, matrix = ids[order], matrix[order]
     if not len(ids):
         return {}
     if len(vectors) == 1:  # one chunk (most queries): a matrix-vector product (a product with a 1-column

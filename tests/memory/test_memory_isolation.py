@@ -12,9 +12,11 @@ import pytest
 
 from quinn.agent.context import context_block
 from quinn.agent.purge import purge
+from quinn.config import DocumentsConfig
+from quinn.documents.knowledge import add_file
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.embed import LocalEmbedder
-from quinn.memory.passages import index_message
+from quinn.memory.passages import KNOWLEDGE_OWNER, index_message, search_passages, stored_message, write_passages
 
 SHARED = [
     "prefers tea over coffee in the morning", "is training for a half marathon in spring",
@@ -227,3 +229,35 @@ def test_purge_of_many_users_in_a_large_file(tmp_path: Path, embedder: LocalEmbe
         store.close()
     data = _file_bytes(tmp_path / "big.db")
     assert [i for i in range(20) if f"qzmark{i:02d}y".encode() in data] == list(range(1, 20, 2))
+
+
+def test_knowledge_base_passages_reach_every_user_and_outlive_a_purge(database_url: str, embedder: LocalEmbedder,
+                                                                      tmp_path: Path):  # fmt: skip
+    """Issue 18: the knowledge base's passages are found for every user (and with anyone on the mail), a user's
+    own file only for that user, and a user's purge leaves the knowledge base whole."""
+    store = MemoryStore.open(database_url, embedder=embedder)
+    try:
+        _plant(store, "alice@example.test", "qzalicemark", 1)
+        _plant(store, "bob@example.test", "qzbobmark", 2)
+        message = stored_message(store.db, "alice@example.test", "<qzalicemark@x>", "in")
+        assert message is not None
+        write_passages(store, "alice@example.test", message, [("p.1", "The greenhouse lease deposit is qzalicefile.")],
+                       document_id=1, document="lease.pdf")  # fmt: skip
+        (tmp_path / "handbook.md").write_text("The greenhouse key hangs in locker qzkbfact.")
+        assert add_file(store, tmp_path / "handbook.md", DocumentsConfig()).status == "added"
+        query = "greenhouse key locker lease deposit"
+        for user, others in (("alice@example.test", ()), ("bob@example.test", ()), ("bob@example.test", ("x@y.z",))):
+            found = {h.passage.content for h in search_passages(store, user, query, k=20, others=others)}
+            files = {h.passage.content for h in search_passages(store, user, query, k=20, documents_only=True)}
+            assert "The greenhouse key hangs in locker qzkbfact." in found & files
+            assert any("qzalicefile" in c for c in found) == (user == "alice@example.test" and not others)
+        assert search_passages(store, "bob@example.test", "qzkbfact")[0].passage.citation == "[doc:handbook.md]"
+        purge(store, "alice@example.test")
+        kept = store.db.query_value("SELECT count(*) FROM passages WHERE user_id = ?", (KNOWLEDGE_OWNER,))
+        assert kept == 1 and not store.db.query_value(
+            "SELECT count(*) FROM passages WHERE content LIKE '%qzalicefile%'")  # fmt: skip
+        [hit] = [h for h in search_passages(store, "bob@example.test", "greenhouse key locker") if h.passage.shared]
+        assert hit.passage.content == "The greenhouse key hangs in locker qzkbfact."
+        assert hit.similarity is not None and hit.similarity > 0.5  # the vector scan held both owners' vectors
+    finally:
+        store.close()

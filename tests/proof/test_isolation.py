@@ -33,12 +33,17 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from quinn.agent.llm import LLM
 from quinn.agent.prompts import PromptStore
 from quinn.agent.respond import Agent, Answer
+from quinn.documents.extract import Extracted, Section
+from quinn.documents.knowledge import add_file
+from quinn.documents.library import keep_documents
+from quinn.mailbox.message import Attachment
 from quinn.mailbox.parse import parse_email
 from quinn.memory.db import Database
 from quinn.memory.embed import RecentEmbeddings
@@ -240,16 +245,21 @@ async def run_trial(agent: Agent, llm_server, trial: Trial, people: list[Person]
     return found, person.topics[trial.topic] in seen and recalled
 
 
+def echoing_agent_settings(dovecot, llm_server) -> tuple[str, Any]:
+    """(Quinn's address, the settings of an in-process Agent) for the lab, the scripted model echoing markers."""
+    brain = Brain(llm_server)
+    brain.reply = echo_markers
+    quinn = unique_address("quinn")
+    return quinn, lab_settings(dovecot, quinn, env={"QUINN_TEST_LLM_KEY": "k"}, llm={
+        "base_url": llm_server.openai_base_url, "api_key_env": "QUINN_TEST_LLM_KEY", "max_retries": 0})  # fmt: skip
+
+
 @pytest.mark.timeout(1800)
 async def test_isolation_in_process(request, tmp_path: Path, dovecot, llm_server, local_embedder) -> None:
     seed = proof_seed()
     rng = random.Random(seed)
     wanted = trials_wanted(request)
-    brain = Brain(llm_server)
-    brain.reply = echo_markers
-    quinn = unique_address("quinn")
-    config = lab_settings(dovecot, quinn, env={"QUINN_TEST_LLM_KEY": "k"}, llm={
-        "base_url": llm_server.openai_base_url, "api_key_env": "QUINN_TEST_LLM_KEY", "max_retries": 0})  # fmt: skip
+    quinn, config = echoing_agent_settings(dovecot, llm_server)
     # As the daemon does (embed.build_embedder): one mail's query sentences are embedded once for domains, memory
     # search and conversation recall together.
     store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), RecentEmbeddings(local_embedder))
@@ -384,3 +394,47 @@ def _body(raw: bytes) -> str:
     parsed = email.message_from_bytes(raw, policy=email.policy.default)
     part = parsed.get_body(("plain",))
     return part.get_content() if part is not None else ""
+
+
+async def test_the_knowledge_base_reaches_everyone_and_a_users_file_no_one_else(
+    tmp_path: Path, dovecot, llm_server, local_embedder
+) -> None:
+    """Issue 18: a knowledge-base file (``quinn kb add``) reaches every user's reply, alone or with others on the
+    thread, and through ``search_documents``; a file one user attached reaches only that user, alone."""
+    quinn, config = echoing_agent_settings(dovecot, llm_server)
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), RecentEmbeddings(local_embedder))
+    rng = random.Random(proof_seed())
+    shared, private = (f"QX{rng.getrandbits(40):010x}" for _ in range(2))
+    alice, bob = unique_address("alice"), unique_address("bob")
+    try:
+        (tmp_path / "handbook.txt").write_text(f"The greenhouse key hangs in the locker labelled {shared}.")
+        assert add_file(store, tmp_path / "handbook.txt", config.documents).status == "added"
+        store.db.execute(
+            "INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr, to_addrs,"
+            " sent_at, body, full_text, created_at) VALUES ('s-alice', ?, 'in', '<lease@example.test>', 'Lease', ?,"
+            " '[\"quinn@example.test\"]', '2026-06-01T09:00:00+00:00', 'The lease.', 'The lease.',"
+            " '2026-06-01T09:00:00+00:00')",
+            (alice, alice),
+        )  # fmt: skip
+        text = f"Greenhouse lease: the deposit is in the envelope labelled {private}."
+        lease = Extracted("lease.pdf", "application/pdf", "pdf", 99, "ab" * 32, (Section("p.1", text),))
+        attached = [Attachment("lease.pdf", "application/pdf", 99, b"x" * 99)]
+        kept = keep_documents(store, alice, "<lease@example.test>", "s-alice", [lease], attached, max_file_bytes=1024)
+        assert kept == 1
+        agent = Agent(config, LLM(config.llm), PromptStore(), store)
+        question = "Where is the greenhouse key, and the envelope with the greenhouse deposit?"
+        trials = [(alice, [], False), (bob, [], False), (alice, [bob], False), (bob, [alice], False),
+                  (bob, [], True), (alice, [bob], True), (alice, [], True)]  # fmt: skip
+        for n, (sender, cc, tool) in enumerate(trials):
+            if tool:
+                llm_server.script(ToolCall("search_documents", {"query": "greenhouse key deposit envelope"}))
+            before = len(llm_server.requests)
+            raw = make_mail(sender, [quinn], "Greenhouse", question, message_id=f"<kb-{n}@example.test>", cc=cc)
+            await agent.answer(parse_email(raw), sender, True)
+            seen = "\n".join(r.text for r in llm_server.requests[before:])
+            where = f"trial {n} ({sender}, cc {cc}, tool {tool})"
+            assert f"[doc:handbook.txt] (the knowledge base) The greenhouse key hangs in the locker labelled {shared}" \
+                in seen, where  # fmt: skip
+            assert (private in seen) == (sender == alice and not cc), where
+    finally:
+        store.close()
