@@ -83,3 +83,20 @@ def test_a_lease_of_a_holder_known_dead_is_taken_at_once(db: Database) -> None:
     assert learning.begin(db, "<m@x>", B, NOW, 900) is None
     taken = learning.begin(db, "<m@x>", B, NOW, 900, dead=A)
     assert taken is not None and taken.interrupted
+
+
+def test_settling_leaves_a_mail_another_daemon_is_filing(db: Database) -> None:
+    """B finished a mail that arrived after A listed the folder and is moving it: not in A's list, yet still in
+    the folder. A must not mark it filed; once B's lease ran out (B died before filing it), A may."""
+    ledger = MailLedger(db)
+    key = MailKey("INBOX", 7, 5)
+    ledger.receive(key)
+    assert ledger.claim(key, B, NOW, 15) is not None
+    ledger.set(key, "replied", "ok")
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW + timedelta(seconds=1)) == 0
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=B, now=NOW + timedelta(seconds=1)) == 1  # B's own
+    other = MailKey("INBOX", 7, 6)
+    ledger.receive(other)
+    assert ledger.claim(other, B, NOW, 15) is not None
+    ledger.set(other, "replied", "ok")
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW + timedelta(seconds=16)) == 1  # ran out

@@ -216,14 +216,18 @@ class MailLedger:
             (iso(utcnow()), key.folder, key.uidvalidity, key.uid),
         )
 
-    def settle_moved(self, folder: str, uidvalidity: int, present: Iterable[int]) -> int:
+    def settle_moved(self, folder: str, uidvalidity: int, present: Iterable[int], *, holder: str = "",
+                     now: datetime | None = None) -> int:  # fmt: skip
         """Mark filed the finished mails of ``folder`` that are no longer in it (``present``: every UID the folder
         holds now). A crash between the IMAP move and ``mark_moved`` leaves such a row; with several mails in
-        flight, one mail's crash can catch another in that window. Returns how many rows were settled."""
+        flight, one mail's crash can catch another in that window. With ``now``, a row another daemon holds a
+        live lease on is left to it (``holder``: this daemon): a mail it finished after ``present`` was listed
+        is not in the list, yet may still be in the folder. Returns how many rows were settled."""
         rows = self.db.query(
             "SELECT uid FROM mail_state WHERE folder = ? AND uidvalidity = ? AND moved = 0"
-            f" AND state IN ({_FINAL_SQL})",
-            (folder, uidvalidity),
+            f" AND state IN ({_FINAL_SQL})"
+            " AND (? IS NULL OR lease_holder IS NULL OR lease_holder = ? OR lease_until <= ?)",
+            (folder, uidvalidity, iso(now), holder, iso(now)),
         )
         here = set(present)
         gone = [int(uid) for (uid,) in rows if int(uid) not in here]
