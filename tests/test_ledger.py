@@ -248,3 +248,9 @@ def test_settling_leaves_a_mail_another_daemon_is_filing(db: Database) -> None:
     assert ledger.claim(other, B, NOW, 15) is not None
     ledger.set(other, "replied", "ok")
     assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW + timedelta(seconds=16)) == 1  # ran out
+    third = MailKey("INBOX", 7, 7)
+    ledger.receive(third)
+    assert ledger.claim(third, B, NOW, 15) is not None
+    ledger.set(third, "replied", "ok")  # B crashed after moving it, before saying so; restarted as A
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == "nobody") == 0
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == B) == 1  # no waiting

@@ -14,7 +14,8 @@ from quinn.engine.parts import Parts
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.hold import SetupHold
 from quinn.mailbox.outbox import Outbox
-from quinn.scheduler.runlog import Leases
+from quinn.scheduler.runlog import LeaseHolder, Leases
+from quinn.scheduler.runner import holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,11 @@ async def send_digests(parts: Parts, hold: SetupHold, run_db: Callable[..., Awai
     store = parts.store
     assert store is not None
     leases = Leases(store.db, holder)
-    held = await run_db(leases.acquire, LEASE, parts.clock.now(), parts.config.service.mail_lease_s)
+    now, lease_s = parts.clock.now(), parts.config.service.mail_lease_s
+    held = await run_db(leases.acquire, LEASE, now, lease_s)
+    dead = held.holder != holder and holder_is_dead(held.holder)  # this daemon before a crash: no waiting
+    if dead and await run_db(leases.take_over, LEASE, held.holder, now, lease_s):
+        held = LeaseHolder(holder, "")
     if held.holder != holder:
         log.debug("digests: sent by another daemon (%s) now", held.holder)
         return

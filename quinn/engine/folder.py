@@ -11,6 +11,7 @@ from typing import Any
 from quinn.engine.parts import Parts
 from quinn.mailbox.backlog import ANSWER_HINT, Watches, WatchMark
 from quinn.mailbox.ledger import MailLedger
+from quinn.scheduler.runner import holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class WatchedFolder:
         p = self.parts
         assert p.store is not None
         settled = await self._db(MailLedger(p.store.db).settle_moved, p.config.imap.folder, p.mailbox.uidvalidity,
-                                 listed, holder=holder, now=p.clock.now())  # fmt: skip
+                                 listed, holder=holder, now=p.clock.now(), dead=holder_is_dead)  # fmt: skip
         if settled:
             log.info("%d finished mails had left %s before a crash let the ledger say so", settled,
                      p.config.imap.folder)  # fmt: skip

@@ -10,7 +10,7 @@ its Message-ID.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -217,20 +217,24 @@ class MailLedger:
         )
 
     def settle_moved(self, folder: str, uidvalidity: int, present: Iterable[int], *, holder: str = "",
-                     now: datetime | None = None) -> int:  # fmt: skip
+                     now: datetime | None = None, dead: Callable[[str], bool] = lambda _: False) -> int:  # fmt: skip
         """Mark filed the finished mails of ``folder`` that are no longer in it (``present``: every UID the folder
         holds now). A crash between the IMAP move and ``mark_moved`` leaves such a row; with several mails in
         flight, one mail's crash can catch another in that window. With ``now``, a row another daemon holds a
-        live lease on is left to it (``holder``: this daemon): a mail it finished after ``present`` was listed
-        is not in the list, yet may still be in the folder. Returns how many rows were settled."""
+        live lease on is left to it (``holder``: this daemon; ``dead`` tells a holder known to be gone, whose
+        lease does not count): a mail it finished after ``present`` was listed is not in the list, yet may still
+        be in the folder. Returns how many rows were settled."""
         rows = self.db.query(
-            "SELECT uid FROM mail_state WHERE folder = ? AND uidvalidity = ? AND moved = 0"
-            f" AND state IN ({_FINAL_SQL})"
-            " AND (? IS NULL OR lease_holder IS NULL OR lease_holder = ? OR lease_until <= ?)",
-            (folder, uidvalidity, iso(now), holder, iso(now)),
+            "SELECT uid, lease_holder, lease_until FROM mail_state WHERE folder = ? AND uidvalidity = ? AND moved = 0"
+            f" AND state IN ({_FINAL_SQL})",
+            (folder, uidvalidity),
         )
-        here = set(present)
-        gone = [int(uid) for (uid,) in rows if int(uid) not in here]
+        here, at = set(present), iso(now)
+
+        def free(other: str | None, until: str | None) -> bool:
+            return at is None or other is None or other == holder or until is None or until <= at or dead(other)
+
+        gone = [int(uid) for uid, other, until in rows if int(uid) not in here and free(other, until)]
         for uid in gone:
             self.mark_moved(MailKey(folder, uidvalidity, uid))
         return len(gone)
