@@ -191,8 +191,8 @@ def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
         assert counts == {
             "memories": 3, "memory_versions": 5, "messages": 1, "session_ids": 1, "sessions": 1, "user_state": 1,
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,
-            "mail_state": 1, "memory_retrievals": 1, "confirmations": 0, "passages": 1, "digests": 1, "learning_queue": 1,
-            "documents": 1, "document_parts": 1, "message_documents": 1,
+            "mail_state": 1, "memory_retrievals": 1, "confirmations": 0, "passages": 1, "digests": 1,
+            "learning_queue": 1, "documents": 1, "document_parts": 1, "message_documents": 1,
         }  # fmt: skip
         assert store.get_all("alice@example.test", include_inactive=True) == []
         assert store.search("alice@example.test", "qzalicemark flat", k=5, include_inactive=True) == []
