@@ -204,7 +204,7 @@ class Quinn:
             if released:
                 log.info("%d mails held for a setup error are tried again now", released)
         await self.mail.learn_pending()  # what a crash left between a reply and its learning
-        uids = await self.folder.to_handle(await self._imap(self.mailbox.uids))
+        uids = await self.folder.to_handle(await self._imap(self.mailbox.uids), self.mail.holder)
         sizes = await self._imap(self.mailbox.sizes, uids)
         flight = Flight(self.config.service.mails_in_flight)
         try:
@@ -217,7 +217,7 @@ class Quinn:
             await flight.wait()  # the mails in flight finish (or, cancelled, resume at the next start)
         if self.purges:
             await self.purges.sweep(self.mailbox, self.config.smtp.from_address, self._imap)
-        await send_digests(self.parts, self.hold, self._db)
+        await send_digests(self.parts, self.hold, self._db, self.mail.holder)
         return len(uids)
 
     @property

@@ -469,6 +469,14 @@ class ServiceConfig(Section):
         "model writes; mails of one thread, or of one sender, always go one after another, in order. 1 answers "
         "one mail at a time.",
     )
+    mail_lease_s: float = Field(
+        default=900.0,
+        ge=1,
+        description="Seconds a daemon holds a mail it is handling (a lease in the database; see deploy/README.md, "
+        "several daemons). Another daemon on the same database takes the mail over only once the lease has run "
+        "out, so it must outlast the longest handling (model timeouts times retries, tool rounds, SMTP retries); "
+        "it is how long the mail of a daemon that was killed waits before another daemon answers it.",
+    )
 
 
 class ConsoleAdmin(Section):

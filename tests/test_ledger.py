@@ -1,4 +1,5 @@
-"""The mail ledger and the outbox on a real libSQL file: states, UIDVALIDITY resync, rate caps, in-flight sends."""
+"""The mail ledger and the outbox on a real libSQL file: states, UIDVALIDITY resync, rate caps, in-flight sends,
+and the leases several daemons on one database claim mail and learning with."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from quinn.agent import learning
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.outbox import Outbox
 from quinn.memory.db import Database
@@ -164,3 +166,91 @@ def test_outbox_in_flight_states(db: Database) -> None:
     assert outbox.pending() == [] and outbox.counts() == {"sent": 1}
     with pytest.raises(ValueError, match="in-flight"):
         outbox.begin("<quinn.1@q>", "sent")
+
+
+# -- leases (migration 0015): several daemons on one database; one holder at a time, taken over only once the
+# -- lease ran out by the clock (or its holder is known dead), given back when done.
+
+A, B = "host-a:ns:101:aaaaaa", "host-b:ns:202:bbbbbb"
+
+
+def test_one_holder_claims_a_mail_until_its_lease_runs_out(db: Database) -> None:
+    ledger = MailLedger(db)
+    key = MailKey("INBOX", 7, 1)
+    ledger.receive(key)
+    mine = ledger.claim(key, A, NOW, 15)
+    assert mine is not None and mine.state == "received"
+    assert ledger.lease_of(key) == (A, (NOW + timedelta(seconds=15)).isoformat())
+    assert ledger.claim(key, B, NOW + timedelta(seconds=14), 15) is None  # A's still
+    renewed = ledger.claim(key, A, NOW + timedelta(seconds=10), 15)  # A renews its own
+    assert renewed is not None
+    assert ledger.claim(key, B, NOW + timedelta(seconds=24), 15) is None  # the renewal counts
+    # A was killed: nobody renews; once the lease ran out, B takes the mail over, and sees where A left it.
+    ledger.set(key, "handling", "authenticated", message_id="<m@x>")
+    taken = ledger.claim(key, B, NOW + timedelta(seconds=26), 15)
+    assert taken is not None and (taken.state, taken.message_id) == ("handling", "<m@x>")
+    assert ledger.claim(key, A, NOW + timedelta(seconds=27), 15) is None  # A, back, does not get it back
+
+
+def test_a_released_lease_is_free_and_only_its_holder_releases_it(db: Database) -> None:
+    ledger = MailLedger(db)
+    key, other = MailKey("INBOX", 7, 1), MailKey("INBOX", 7, 2)
+    ledger.receive(key)
+    ledger.receive(other)
+    assert ledger.claim(key, A, NOW, 900) is not None
+    assert ledger.claim(other, B, NOW, 900) is not None  # a lease is per mail
+    ledger.release_lease(key, B)  # not B's: nothing happens
+    assert ledger.lease_of(key)[0] == A
+    ledger.release_lease(key, A)
+    assert ledger.lease_of(key) == (None, None)
+    assert ledger.claim(key, B, NOW + timedelta(seconds=1), 900) is not None  # at once, no waiting for expiry
+    assert ledger.claim(MailKey("INBOX", 7, 3), A, NOW, 900) is None  # a mail never received has no row
+
+
+def test_one_daemon_learns_from_a_mail_and_a_dead_ones_try_is_taken_over(db: Database) -> None:
+    learning.put(db, "<m@x>", "alice@x", b"Subject: hi\r\n\r\nhello\r\n", None)
+    first = learning.begin(db, "<m@x>", A, NOW, 15)
+    assert first is not None and not first.interrupted
+    assert learning.begin(db, "<m@x>", B, NOW + timedelta(seconds=5), 15) is None  # A is learning from it
+    again = learning.begin(db, "<m@x>", B, NOW + timedelta(seconds=16), 15)  # A's lease ran out: A died
+    assert again is not None and again.interrupted and again.user_id == "alice@x"
+    learning.done(db, "<m@x>")
+    assert learning.begin(db, "<m@x>", A, NOW + timedelta(seconds=40), 15) is None  # learnt: off the queue
+
+
+def test_a_lease_of_a_holder_known_dead_is_taken_at_once(db: Database) -> None:
+    ledger = MailLedger(db)
+    key = MailKey("INBOX", 7, 1)
+    ledger.receive(key)
+    assert ledger.claim(key, A, NOW, 900) is not None
+    assert ledger.claim(key, B, NOW, 900, dead="someone-else") is None  # only the named dead holder's
+    assert ledger.claim(key, B, NOW, 900, dead=A) is not None  # A's process is gone: no waiting 900 s
+    learning.put(db, "<m@x>", "alice@x", b"Subject: hi\r\n\r\nhello\r\n", None)
+    assert learning.begin(db, "<m@x>", A, NOW, 900) is not None
+    assert learning.holder_of(db, "<m@x>") == A
+    assert learning.begin(db, "<m@x>", B, NOW, 900) is None
+    taken = learning.begin(db, "<m@x>", B, NOW, 900, dead=A)
+    assert taken is not None and taken.interrupted
+
+
+def test_settling_leaves_a_mail_another_daemon_is_filing(db: Database) -> None:
+    """B finished a mail that arrived after A listed the folder and is moving it: not in A's list, yet still in
+    the folder. A must not mark it filed; once B's lease ran out (B died before filing it), A may."""
+    ledger = MailLedger(db)
+    key = MailKey("INBOX", 7, 5)
+    ledger.receive(key)
+    assert ledger.claim(key, B, NOW, 15) is not None
+    ledger.set(key, "replied", "ok")
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW + timedelta(seconds=1)) == 0
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=B, now=NOW + timedelta(seconds=1)) == 1  # B's own
+    other = MailKey("INBOX", 7, 6)
+    ledger.receive(other)
+    assert ledger.claim(other, B, NOW, 15) is not None
+    ledger.set(other, "replied", "ok")
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW + timedelta(seconds=16)) == 1  # ran out
+    third = MailKey("INBOX", 7, 7)
+    ledger.receive(third)
+    assert ledger.claim(third, B, NOW, 15) is not None
+    ledger.set(third, "replied", "ok")  # B crashed after moving it, before saying so; restarted as A
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == "nobody") == 0
+    assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == B) == 1  # no waiting

@@ -4,13 +4,15 @@ it was learnt, so a crash between the reply and the extraction loses nothing and
 The mail engine (quinn/engine/mail.py) queues a mail before its ledger row turns final and learns from it right
 after; each folder pass first learns from what a crash left queued. ``begin`` marks a try; a row already marked
 was interrupted mid-try, and is learnt again only when no memory names the mail as its source (extraction stamps
-``metadata.source.message_id``), since the store writes an extraction's memories in one go.
+``metadata.source.message_id``), since the store writes an extraction's memories in one go. With several daemons
+``begin`` is a claim with a lease (migration 0015): exactly one daemon learns from a mail; a try of a daemon that
+was killed is taken over once its lease ran out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from quinn.clock import iso, utcnow
 from quinn.memory.db import Database, Transaction
@@ -33,17 +35,33 @@ def put(db: Database, message_id: str, user_id: str, raw: bytes, internal_date: 
                " VALUES (?, ?, ?, ?, ?)", (message_id, user_id, raw, iso(internal_date), iso(utcnow())))  # fmt: skip
 
 
-def begin(db: Database, message_id: str) -> Queued | None:
-    """Mark a try of ``message_id`` begun and return it, or None when it is not queued (already learnt)."""
-    row = db.query_one("SELECT user_id, raw, internal_date, state FROM learning_queue WHERE message_id = ?",
-                       (message_id,))  # fmt: skip
-    if row is None:
+def begin(db: Database, message_id: str, holder: str, now: datetime, lease_s: float, *,
+          dead: str | None = None) -> Queued | None:  # fmt: skip
+    """Claim a try of ``message_id`` for ``holder`` (until ``now + lease_s``) and return it, or None when it is
+    not queued (already learnt) or another daemon's try holds it. A try whose holder's lease ran out (the daemon
+    was killed), or whose holder is ``dead`` (known to be gone), is taken over, as interrupted. The claim is read
+    back in its transaction."""
+    with db.transaction() as tx:
+        rows = tx.query("SELECT user_id, raw, internal_date, state FROM learning_queue WHERE message_id = ?",
+                        (message_id,))  # fmt: skip
+        if not rows:
+            return None
+        tx.execute("UPDATE learning_queue SET state = 'learning', attempts = attempts + 1, holder = ?,"
+                   " lease_until = ? WHERE message_id = ? AND (holder IS NULL OR holder IN (?, ?)"
+                   " OR lease_until IS NULL OR lease_until <= ?)",
+                   (holder, iso(now + timedelta(seconds=lease_s)), message_id, holder, dead or holder,
+                    iso(now)))  # fmt: skip
+        mine = tx.query("SELECT holder FROM learning_queue WHERE message_id = ?", (message_id,))
+    if not mine or mine[0][0] != holder:
         return None
-    user_id, raw, internal_date, state = row
-    db.execute("UPDATE learning_queue SET state = 'learning', attempts = attempts + 1 WHERE message_id = ?",
-               (message_id,))  # fmt: skip
+    user_id, raw, internal_date, state = rows[0]
     when = datetime.fromisoformat(internal_date) if internal_date else None
     return Queued(message_id, user_id, bytes(raw), when, state == "learning")
+
+
+def holder_of(db: Database, message_id: str) -> str | None:
+    """The daemon whose try at learning from ``message_id`` holds it (possibly expired), or None."""
+    return db.query_value("SELECT holder FROM learning_queue WHERE message_id = ?", (message_id,))
 
 
 def already_learnt(db: Database, user_id: str, message_id: str) -> bool:

@@ -1,5 +1,7 @@
 """Sending the digests the digest job planned (quinn.agent.digest): after each folder pass, through the outbox,
-as replies go: sent exactly once, a copy filed. One the server will not take now waits for the next pass."""
+as replies go: sent exactly once, a copy filed. One the server will not take now waits for the next pass.
+With several daemons on one database, one of them at a time does this (the lease ``digests``, in the scheduler's
+``leases`` table): two daemons never compose nor deliver the same digest."""
 
 from __future__ import annotations
 
@@ -12,11 +14,35 @@ from quinn.engine.parts import Parts
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.hold import SetupHold
 from quinn.mailbox.outbox import Outbox
+from quinn.scheduler.runlog import LeaseHolder, Leases
+from quinn.scheduler.runner import holder_is_dead
 
 log = logging.getLogger(__name__)
 
+LEASE = "digests"
 
-async def send_digests(parts: Parts, hold: SetupHold, run_db: Callable[..., Awaitable[Any]]) -> None:
+
+async def send_digests(parts: Parts, hold: SetupHold, run_db: Callable[..., Awaitable[Any]], holder: str) -> None:
+    """Under the lease ``digests`` (``holder``: this daemon), compose and deliver the planned digests; when another
+    daemon holds it, it is doing this now and this daemon does nothing."""
+    store = parts.store
+    assert store is not None
+    leases = Leases(store.db, holder)
+    now, lease_s = parts.clock.now(), parts.config.service.mail_lease_s
+    held = await run_db(leases.acquire, LEASE, now, lease_s)
+    dead = held.holder != holder and holder_is_dead(held.holder)  # this daemon before a crash: no waiting
+    if dead and await run_db(leases.take_over, LEASE, held.holder, now, lease_s):
+        held = LeaseHolder(holder, "")
+    if held.holder != holder:
+        log.debug("digests: sent by another daemon (%s) now", held.holder)
+        return
+    try:
+        await _send(parts, hold, run_db)
+    finally:
+        await run_db(leases.release, LEASE)
+
+
+async def _send(parts: Parts, hold: SetupHold, run_db: Callable[..., Awaitable[Any]]) -> None:
     """Compose every planned digest into the outbox, then deliver what waits there (unless a setup error holds
     the mail: digests wait for the fix too)."""
     store, delivery = parts.store, parts.delivery

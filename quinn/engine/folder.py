@@ -11,6 +11,7 @@ from typing import Any
 from quinn.engine.parts import Parts
 from quinn.mailbox.backlog import ANSWER_HINT, Watches, WatchMark
 from quinn.mailbox.ledger import MailLedger
+from quinn.scheduler.runner import holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +27,13 @@ class WatchedFolder:
         self._mark: WatchMark | None = None  # from which UID on the folder is answered (the backlog rule)
         self._backlog_said: int | None = None  # the backlog size last logged
 
-    async def to_handle(self, listed: list[int]) -> list[int]:
-        """Of every UID the folder holds now, those to handle this pass; finished mail gone from it is settled."""
+    async def to_handle(self, listed: list[int], holder: str) -> list[int]:
+        """Of every UID the folder holds now, those to handle this pass; finished mail gone from it is settled
+        (but not a mail another daemon is filing: ``holder`` is this daemon's lease name)."""
         p = self.parts
         assert p.store is not None
         settled = await self._db(MailLedger(p.store.db).settle_moved, p.config.imap.folder, p.mailbox.uidvalidity,
-                                 listed)  # fmt: skip
+                                 listed, holder=holder, now=p.clock.now(), dead=holder_is_dead)  # fmt: skip
         if settled:
             log.info("%d finished mails had left %s before a crash let the ledger say so", settled,
                      p.config.imap.folder)  # fmt: skip

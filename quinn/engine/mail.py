@@ -28,13 +28,14 @@ from quinn.errors import ConfigError, ConnectError, MailParseError, RetryLater
 from quinn.faults import fault_point
 from quinn.hold import SetupHold
 from quinn.mailbox.imap import IMAP_FAILURES, ImapLoginRejected
-from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger
+from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger, MailRecord
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.policy import UNVERIFIED_PREFIX, Decision, decide
 from quinn.mailbox.threads import thread_key
 from quinn.metrics import Metrics
+from quinn.scheduler.runner import default_holder, holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class MailHandler:
         self.handled = 0
         self.in_hand: set[int] = set()  # the UIDs being handled, learning included
         self.release_held = True  # at start: the operator may have fixed the setup while Quinn was down
+        self.holder = default_holder()  # this daemon's name on the leases of the mails it handles
 
     def _ledger(self) -> MailLedger:
         assert self.parts.store is not None
@@ -107,12 +109,14 @@ class MailHandler:
             done()
             raise
         if ready is None:
+            await self._release(uid)
             done()
             return
 
         async def answer() -> None:
             try:
                 await self._guarded(uid, self.answer(ready))
+                await self._release(uid)
             finally:
                 done()
 
@@ -135,6 +139,33 @@ class MailHandler:
         ready = await self.prepare(uid, size)
         if ready is not None:
             await self.answer(ready)
+        await self._release(uid)
+
+    async def _release(self, uid: int) -> None:
+        """Give back the lease on a mail this daemon is done with for now (finished, deferred, held, skipped, or
+        failed by a bug): another daemon may take it up when it is due. Without a database (a failure of its own,
+        on the way up) the lease simply runs out."""
+        try:
+            await self._db(self._ledger().release_lease, self.key(uid), self.holder)
+        except Exception as exc:
+            log.warning("mail uid=%s: lease not released (%s: %s); it runs out after [service] mail_lease_s", uid,
+                        exc.__class__.__name__, exc)  # fmt: skip
+
+    async def _claim(self, key: MailKey) -> MailRecord | None:
+        """Take (or renew) this daemon's lease on a mail: its record as it is now, or None when another daemon
+        is handling it (the mail is skipped this pass)."""
+        p = self.parts
+        ledger, lease_s = self._ledger(), p.config.service.mail_lease_s
+        record = await self._db(ledger.claim, key, self.holder, p.clock.now(), lease_s)
+        if record is None:
+            other, until = await self._db(ledger.lease_of, key)
+            if other is not None and holder_is_dead(other):  # this daemon before a restart: no need to wait
+                log.info("mail uid=%s: its lease holder %s is dead on this host; taking the mail over", key.uid,
+                         other)  # fmt: skip
+                record = await self._db(ledger.claim, key, self.holder, p.clock.now(), lease_s, dead=other)
+            if record is None:
+                log.debug("mail uid=%s: handled by another daemon (%s, until %s); skipped", key.uid, other, until)
+        return record
 
     async def prepare(self, uid: int, size: int) -> Ready | None:
         """Everything before the answer (no model call): ledger, size, fetch, parse, duplicates, policy. Returns
@@ -143,13 +174,22 @@ class MailHandler:
         ledger = self._ledger()
         key = self.key(uid)
         record = await self._db(ledger.receive, key)
+        if (record.final and record.moved) or record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
+            return None  # done with, its mail lives on under another key, or it is not due yet
+        # The lease, before the mail is read: with several daemons on one mailbox and database, the one that
+        # holds it handles the mail and the others skip it. The record is read again once claimed: another
+        # daemon may have finished or deferred the mail since the line above.
+        claimed = await self._claim(key)
+        if claimed is None:
+            return None
+        record = claimed
         mail = InHand(key, record.state)
         if record.final:
             if not record.moved:  # a crash between "done" and "filed away"
                 await self._file_away(key, record.state, record.reason)
             return None
         if record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
-            return  # its mail lives on under another key, or it is not due yet
+            return None
         limit_kb = p.config.imap.max_message_kb
         if size > limit_kb * 1024:
             await self._finish(mail, "quarantined", f"too large: {size} bytes > {limit_kb} KiB")
@@ -205,6 +245,13 @@ class MailHandler:
         p = self.parts
         mail, email, decision, thread = ready.mail, ready.email, ready.decision, ready.thread
         assert decision.rate_key is not None
+        # The mail may have waited behind others of its thread or sender longer than the lease: renewed here;
+        # when another daemon took it over meanwhile (or already moved it on), it is that daemon's.
+        now = await self._claim(mail.key)
+        if now is None or now.state != mail.state:
+            if now is not None:
+                log.info("mail uid=%s: %s by another daemon meanwhile; left alone", mail.key.uid, now.state)
+            return
         ids = {"message_id": email.message_id, "user_id": decision.user_id, "thread_key": thread,
                "sender_key": decision.rate_key}  # fmt: skip
         c = p.config.policy
@@ -249,7 +296,14 @@ class MailHandler:
         its memories were already stored (they name the mail as their source): learning is applied once."""
         store = self.parts.store
         assert store is not None
-        queued = await self._db(learning.begin, store.db, message_id)
+        p = self.parts
+        lease_s = p.config.service.mail_lease_s
+        queued = await self._db(learning.begin, store.db, message_id, self.holder, p.clock.now(), lease_s)
+        if queued is None:
+            other = await self._db(learning.holder_of, store.db, message_id)
+            if other is not None and holder_is_dead(other):  # a try this daemon began before a restart
+                queued = await self._db(learning.begin, store.db, message_id, self.holder, p.clock.now(), lease_s,
+                                        dead=other)  # fmt: skip
         if queued is None:
             return
         if queued.interrupted and await self._db(learning.already_learnt, store.db, queued.user_id, message_id):

@@ -10,7 +10,7 @@ its Message-ID.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -98,6 +98,41 @@ class MailLedger:
         assert record is not None
         return record
 
+    def claim(self, key: MailKey, holder: str, now: datetime, lease_s: float, *,
+              dead: str | None = None) -> MailRecord | None:  # fmt: skip
+        """Take (or renew) the lease on a mail for ``holder`` until ``now + lease_s``: it is free, expired,
+        already ours, or held by ``dead`` (a holder known to be gone). Returns the record as it is once claimed
+        (another daemon may have moved it meanwhile), or None when another daemon holds it. The claim is read
+        back in its transaction: a driver's rowcount is not relied upon."""
+        where = "folder = ? AND uidvalidity = ? AND uid = ?"
+        ids = (key.folder, key.uidvalidity, key.uid)
+        with self.db.transaction() as tx:
+            tx.execute(
+                f"UPDATE mail_state SET lease_holder = ?, lease_until = ? WHERE {where}"
+                " AND (lease_holder IS NULL OR lease_holder IN (?, ?) OR lease_until IS NULL OR lease_until <= ?)",
+                (holder, iso(now + timedelta(seconds=lease_s)), *ids, holder, dead or holder, iso(now)),
+            )
+            rows = tx.query(f"SELECT lease_holder FROM mail_state WHERE {where}", ids)
+        if not rows or rows[0][0] != holder:
+            return None
+        return self.get(key)
+
+    def release_lease(self, key: MailKey, holder: str) -> None:
+        """Give the lease on a mail back (only if ``holder`` still has it): any daemon may take it up now."""
+        self.db.execute(
+            "UPDATE mail_state SET lease_holder = NULL, lease_until = NULL"
+            " WHERE folder = ? AND uidvalidity = ? AND uid = ? AND lease_holder = ?",
+            (key.folder, key.uidvalidity, key.uid, holder),
+        )
+
+    def lease_of(self, key: MailKey) -> tuple[str | None, str | None]:
+        """Who holds the lease on a mail and until when (both None when nobody does)."""
+        row = self.db.query_one(
+            "SELECT lease_holder, lease_until FROM mail_state WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+            (key.folder, key.uidvalidity, key.uid),
+        )
+        return (row[0], row[1]) if row else (None, None)
+
     def set(
         self, key: MailKey, state: str, reason: str = "", *, message_id: str | None = None,
         user_id: str | None = None, session_id: str | None = None, thread_key: str | None = None,
@@ -181,17 +216,25 @@ class MailLedger:
             (iso(utcnow()), key.folder, key.uidvalidity, key.uid),
         )
 
-    def settle_moved(self, folder: str, uidvalidity: int, present: Iterable[int]) -> int:
+    def settle_moved(self, folder: str, uidvalidity: int, present: Iterable[int], *, holder: str = "",
+                     now: datetime | None = None, dead: Callable[[str], bool] = lambda _: False) -> int:  # fmt: skip
         """Mark filed the finished mails of ``folder`` that are no longer in it (``present``: every UID the folder
         holds now). A crash between the IMAP move and ``mark_moved`` leaves such a row; with several mails in
-        flight, one mail's crash can catch another in that window. Returns how many rows were settled."""
+        flight, one mail's crash can catch another in that window. With ``now``, a row another daemon holds a
+        live lease on is left to it (``holder``: this daemon; ``dead`` tells a holder known to be gone, whose
+        lease does not count): a mail it finished after ``present`` was listed is not in the list, yet may still
+        be in the folder. Returns how many rows were settled."""
         rows = self.db.query(
-            "SELECT uid FROM mail_state WHERE folder = ? AND uidvalidity = ? AND moved = 0"
+            "SELECT uid, lease_holder, lease_until FROM mail_state WHERE folder = ? AND uidvalidity = ? AND moved = 0"
             f" AND state IN ({_FINAL_SQL})",
             (folder, uidvalidity),
         )
-        here = set(present)
-        gone = [int(uid) for (uid,) in rows if int(uid) not in here]
+        here, at = set(present), iso(now)
+
+        def free(other: str | None, until: str | None) -> bool:
+            return at is None or other is None or other == holder or until is None or until <= at or dead(other)
+
+        gone = [int(uid) for uid, other, until in rows if int(uid) not in here and free(other, until)]
         for uid in gone:
             self.mark_moved(MailKey(folder, uidvalidity, uid))
         return len(gone)

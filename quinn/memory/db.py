@@ -190,6 +190,12 @@ class Database:
                     self._script(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
                 except Exception as exc:
                     self._rollback_quietly()
+                    if int(self.query_value("PRAGMA user_version") or 0) >= version:
+                        # Another daemon on the same server applied it meanwhile (several started at once).
+                        log.info("database %s: migration %04d was applied by another process", self.redacted_url,
+                                 version)  # fmt: skip
+                        current = version
+                        continue
                     raise StoreError(
                         f"database {self.redacted_url}: migration {version:04d} failed: {exc}",
                         "nothing of it was applied; fix the cause and start Quinn again",

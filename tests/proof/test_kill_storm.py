@@ -60,6 +60,32 @@ def answer(request: RecordedRequest) -> Json | Text:
     return Text("Water the tomatoes in the morning.")
 
 
+def fill_mailbox(dovecot, quinn: str, senders: list[str], per_sender: int) -> tuple[dict[str, str], set[str]]:
+    """Append ``per_sender`` legitimate mails of each sender and one automatic mail to Quinn's inbox; returns the
+    Message-IDs that must be answered once (with their sender) and those never to be answered."""
+    expected: dict[str, str] = {}
+    never: set[str] = set()
+    for i, sender in enumerate(senders):
+        for n in range(per_sender):
+            message_id, raw = legit(sender, quinn, n)
+            expected[message_id] = sender
+            dovecot.append(quinn, raw)
+        message_id, raw = automatic(["auto-reply", "bounce", "list", "bulk"][i % 4], sender, quinn)
+        never.add(message_id)
+        dovecot.append(quinn, raw)
+    return expected, never
+
+
+def replies_by_parent(dovecot, senders: list[str]) -> Counter[str]:
+    """How many replies each mail got (by In-Reply-To), counted in its senders' inboxes."""
+    replies: Counter[str] = Counter()
+    for sender in senders:
+        for raw in dovecot.messages(sender):
+            parsed = email.message_from_bytes(raw, policy=email.policy.default)
+            replies[str(parsed["In-Reply-To"])] += 1
+    return replies
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("in_flight", [None, 8], ids=["default", "8-in-flight"])
 def test_kill_storm(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, users, in_flight):
@@ -70,17 +96,7 @@ def test_kill_storm(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, use
     config = lab_config(extra='[embeddings]\nbackend = "none"\n' + service)
     quinn = config.address
     senders = [users(f"user{i}") for i in range(USERS)]
-    expected: dict[str, str] = {}  # message id -> sender, for mail that must be answered once
-    never: set[str] = set()
-    for i, sender in enumerate(senders):
-        for n in range(MAILS_PER_USER):
-            message_id, raw = legit(sender, quinn, n)
-            expected[message_id] = sender
-            dovecot.append(quinn, raw)
-        kind = ["auto-reply", "bounce", "list", "bulk"][i % 4]
-        message_id, raw = automatic(kind, sender, quinn)
-        never.add(message_id)
-        dovecot.append(quinn, raw)
+    expected, never = fill_mailbox(dovecot, quinn, senders, MAILS_PER_USER)
 
     kills = 0
     daemon = quinn_daemon(config)
@@ -98,11 +114,7 @@ def test_kill_storm(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, use
     assert not dovecot.messages(quinn), f"mail left in the inbox:\n{daemon.log()[-3000:]}"
     assert daemon.terminate() == 0
 
-    replies: Counter[str] = Counter()
-    for sender in senders:
-        for raw in dovecot.messages(sender):
-            parsed = email.message_from_bytes(raw, policy=email.policy.default)
-            replies[str(parsed["In-Reply-To"])] += 1
+    replies = replies_by_parent(dovecot, senders)
     answered_once = sum(1 for mid in expected if replies[mid] == 1)
     twice = {mid: n for mid, n in replies.items() if n > 1}
     missing = [mid for mid in expected if replies[mid] == 0]
