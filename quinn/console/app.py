@@ -162,5 +162,6 @@ def build_app(console: Console) -> Starlette:
         Route("/memories/{memory_id:int}/edit", guarded(pages.edit(console), changes=True), methods=["POST"]),
         Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
+        Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
     ]
     return Starlette(routes=routes)
