@@ -172,11 +172,24 @@ def write_template(prompts: PromptStore, name: str, source: str) -> Path:
     sees the new mtime and compiles it on its next render, no restart)."""
     assert prompts.admin_dir is not None
     path = prompts.admin_dir / f"{name}{SUFFIX}"
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=prompts.admin_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(source)
-    os.replace(tmp, path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=prompts.admin_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(source)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise unwritable(path, exc) from None
     return path
+
+
+def unwritable(path: Path, exc: OSError) -> ConfigError:
+    """A template file this process may not change (the unit's ProtectSystem=strict makes /etc read-only)."""
+    return ConfigError(f"cannot change {path}: {exc.strerror or exc}",
+                       "let the service write [prompts] dir: `systemctl edit quinn`, add [Service] ReadWritePaths="
+                       f"{path.parent}, and restart; or move the directory under /var/lib/quinn")  # fmt: skip
 
 
 NO_ADMIN_DIR = ConfigError("changing a template needs an admin template directory",
@@ -207,7 +220,10 @@ def restore_default(prompts: PromptStore, name: str) -> bool:
     path = prompts.admin_dir / f"{name}{SUFFIX}"
     if name not in TEMPLATE_NAMES or not path.exists():
         return False
-    path.unlink()
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise unwritable(path, exc) from None
     return True
 
 

@@ -1,0 +1,154 @@
+"""The Prompts pages in-process: the templates with their variables, an edit refused with the checker's message
+and nothing saved, a preview with a person's real memory (escaped), saving as a new version that a separate
+PromptStore (the daemon's) picks up without a restart, diffs, rollback, the audit log, and the read-only role."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from quinn.agent import audit_log
+from quinn.agent.prompts import PromptStore
+from quinn.agent.samples import sample_variables
+from quinn.config import load_config
+from quinn.console.app import Console, build_app
+from quinn.console.serve import prompt_parts
+from tests.console.conftest import ALICE, CONFIG, csrf_of, log_in
+
+EXTEND = """{% extends "default/reply.j2" %}
+{% block system %}{{ super() }}
+Sign as "Quinn from MARK".
+{% endblock %}
+"""
+BROKEN = EXTEND.replace("super()", "supper()")  # undefined: caught by the sample render
+SYNTAX = "{% block system %}{% if %}{% endblock %}"
+
+
+@pytest.fixture
+def admin_dir(world, tmp_path: Path) -> Path:
+    return tmp_path / "prompts"
+
+
+@pytest.fixture
+def client(world, admin_dir: Path):
+    admin_dir.mkdir()
+    path = world.config_path.with_name("full.toml")
+    path.write_text(CONFIG.replace("[console]", f'[prompts]\ndir = "{admin_dir}"\n[console]'), encoding="utf-8")
+    full = load_config(path, env={"Q_IMAP": "x", "Q_CONSOLE_ROOT": "x", "Q_CONSOLE_VIEWER": "x"})  # admins: below
+    console = Console(full.console, world.store, admins=world.console.admins, **prompt_parts(full, world.store))
+    with TestClient(build_app(console), base_url="http://127.0.0.1") as client:
+        yield client
+
+
+def edit(client, action: str, source: str, **fields: str):  # type: ignore[no-untyped-def]
+    page = client.get("/prompts/reply").text
+    return client.post(f"/prompts/reply/{action}", data={"csrf": csrf_of(page), "source": source, **fields},
+                       follow_redirects=False)  # fmt: skip
+
+
+def test_the_list_names_every_template_its_version_and_variables(client):
+    log_in(client)
+    page = client.get("/prompts").text
+    for name in ("reply", "extract", "digest", "reflect", "session_close"):
+        assert f'href="/prompts/{name}"' in page
+    assert "reply@" in page and "packaged default" in page
+    assert "others_on_thread" in page and "user.address" in page  # prompts/README.md's variables
+    one = client.get("/prompts/reply").text
+    assert "You are {{ assistant.name }}" in one and "memory_enabled" in one
+    assert client.get("/prompts/nothing").status_code == 400
+
+
+def test_a_broken_edit_is_refused_with_the_message_and_nothing_saved(world, client, admin_dir: Path):
+    log_in(client)
+    for source, message in ((BROKEN, "supper"), (SYNTAX, "Expected an expression")):
+        for action in ("preview", "save"):
+            response = edit(client, action, source)
+            assert response.status_code == 400 and message in response.text, (action, response.text[-2000:])
+            assert "reply.j2:" in response.text  # the file and line, as `quinn prompts check` says
+    assert list(admin_dir.iterdir()) == []
+    assert audit_log.listing(world.store.db) == []
+
+
+def test_preview_uses_the_persons_real_memory_escaped(world, client, admin_dir: Path):
+    world.store.add(ALICE, "Alice's cat is <script>alert(1)</script>", type="personal")
+    log_in(client)
+    response = edit(client, "preview", EXTEND, user=ALICE, text="What is my cat called?")
+    assert response.status_code == 200, response.text[-2000:]
+    assert "The template passes the checks" in response.text
+    assert 'Sign as &#34;Quinn from MARK&#34;' in response.text or "Sign as &quot;Quinn from MARK" in response.text
+    assert "sister is called Jo" in response.text  # Alice's profile, from the store
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text and "<script>" not in response.text
+    sample = edit(client, "preview", EXTEND).text  # nobody chosen: the sample data
+    assert "sister is called Jo" not in sample and "Sign as" in sample
+    assert list(admin_dir.iterdir()) == []  # a preview saves nothing
+
+
+def test_save_diff_rollback_and_the_daemon_sees_it_without_a_restart(world, client, admin_dir: Path):
+    daemon = PromptStore(admin_dir, samples=sample_variables)  # the running daemon's own store
+    default_version = daemon.render("reply", sample_variables()["reply"]).version
+    log_in(client)
+    assert edit(client, "save", EXTEND.replace("MARK", "one"), reason="first").status_code == 303
+    first = daemon.render("reply", sample_variables()["reply"])
+    assert 'Quinn from one' in first.system and first.version != default_version
+    assert edit(client, "save", EXTEND.replace("MARK", "two")).status_code == 303
+    second = daemon.render("reply", sample_variables()["reply"])
+    assert "Quinn from two" in second.system
+    page = client.get("/prompts/reply").text
+    assert second.version in page and first.version in page and "the admin's copy" in page
+    diff = client.get("/prompts/reply/diff", params={"from": first.version, "to": "current"}).text
+    assert "-Sign as &#34;Quinn from one&#34;." in diff and "+Sign as &#34;Quinn from two&#34;." in diff
+    back = client.post("/prompts/reply/rollback", data={"csrf": csrf_of(page), "version": first.version},
+                       follow_redirects=False)  # fmt: skip
+    assert back.status_code == 303
+    assert daemon.render("reply", sample_variables()["reply"]).version == first.version
+    default = client.post("/prompts/reply/rollback", data={"csrf": csrf_of(page), "version": "default"},
+                          follow_redirects=False)  # fmt: skip
+    assert default.status_code == 303 and not (admin_dir / "reply.j2").exists()
+    assert daemon.render("reply", sample_variables()["reply"]).version == default_version
+    entries = audit_log.listing(world.store.db)
+    assert [(e.actor, e.action, e.object) for e in entries] == [
+        ("root", "roll back template", "template reply"), ("root", "roll back template", "template reply"),
+        ("root", "save template", "template reply"), ("root", "save template", "template reply"),
+    ]  # fmt: skip
+    assert entries[-1].detail == f"{default_version} -> {first.version}; first"
+    assert "template reply" in client.get("/audit").text
+
+
+def test_read_only_may_look_and_preview_not_save_or_roll_back(client, admin_dir: Path):
+    log_in(client, "viewer")
+    page = client.get("/prompts/reply").text
+    assert "readonly" in page and "save-template" not in page and "Roll back" not in page
+    assert edit(client, "preview", EXTEND).status_code == 200
+    assert edit(client, "save", EXTEND).status_code == 403
+    refused = client.post("/prompts/reply/rollback", data={"csrf": csrf_of(page), "version": "default"})
+    assert refused.status_code == 403 and list(admin_dir.iterdir()) == []
+
+
+def test_template_text_is_escaped_in_the_editor(client):
+    log_in(client)
+    hostile = EXTEND.replace("MARK", "</textarea><script>alert(1)</script>")
+    assert edit(client, "save", hostile).status_code == 303
+    page = client.get("/prompts/reply").text
+    assert "<script>" not in page and "&lt;/textarea&gt;&lt;script&gt;" in page
+
+
+def test_without_a_prompts_dir_nothing_can_be_saved(app, world):
+    with TestClient(app, base_url="http://127.0.0.1") as plain:
+        log_in(plain)
+        page = plain.get("/prompts/reply").text
+        assert "save-template" not in page
+        response = edit(plain, "save", EXTEND)
+        assert response.status_code == 400 and "admin template directory" in response.text
+
+
+def test_a_directory_the_service_may_not_write_is_a_clear_refusal(client, admin_dir: Path, monkeypatch):
+    def read_only(*_args: object) -> None:
+        raise OSError(30, "Read-only file system")  # what ProtectSystem=strict answers for /etc
+
+    log_in(client)
+    monkeypatch.setattr("quinn.agent.proposals.os.replace", read_only)
+    response = edit(client, "save", EXTEND)
+    assert response.status_code == 400 and "Read-only file system" in response.text
+    assert "ReadWritePaths" in response.text and list(admin_dir.iterdir()) == []  # no temporary file left either
