@@ -15,14 +15,8 @@ from quinn.agent.samples import sample_variables
 from quinn.config import load_config
 from quinn.console.app import Console, build_app
 from quinn.console.serve import prompt_parts
-from tests.console.conftest import ALICE, CONFIG, csrf_of, log_in
+from tests.console.conftest import ALICE, BROKEN, CONFIG, EXTEND, csrf_of, log_in
 
-EXTEND = """{% extends "default/reply.j2" %}
-{% block system %}{{ super() }}
-Sign as "Quinn from MARK".
-{% endblock %}
-"""
-BROKEN = EXTEND.replace("super()", "supper()")  # undefined: caught by the sample render
 SYNTAX = "{% block system %}{% if %}{% endblock %}"
 
 
