@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from quinn.agent import audit_log, proposals
-from quinn.agent.prompts import SUFFIX, TEMPLATE_NAMES, packaged_dir
+from quinn.agent.prompts import SUFFIX, TEMPLATE_NAMES, PromptStore, packaged_dir
 from quinn.agent.samples import sample_variables
 from quinn.clock import utcnow
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
@@ -72,26 +72,29 @@ def _name(request: Request) -> str:
     return name
 
 
-def _state(console: Console, name: str) -> dict[str, Any]:
-    """The template in use: version, text, and whether it is the admin's copy or the packaged default."""
-    prompts = console.prompts
-    version, text = prompts.text_of(name)
+def _state(prompts: PromptStore, name: str) -> dict[str, Any]:
+    """The template in use: version, text, and whether it is the admin's copy or the packaged default. A file
+    that never compiled (edited by hand, broken, before this process loaded it) comes with its error and its
+    text, so it can be fixed here. Runs on the DB thread: every use of the console's ``PromptStore`` does,
+    so two requests never race in it."""
     source = prompts.source_of(name)
     admin_copy = prompts.admin_dir is not None and source.parent == prompts.admin_dir
-    return {"name": name, "version": version, "text": text, "admin_copy": admin_copy, "path": str(source)}
+    try:
+        version, text = prompts.text_of(name)
+        error = None
+    except TemplateError as exc:
+        version, text, error = "", source.read_text(encoding="utf-8"), str(exc)
+    return {"name": name, "version": version, "text": text, "admin_copy": admin_copy, "path": str(source),
+            "error": error}  # fmt: skip
 
 
 def listing(console: Console) -> Endpoint:
     """GET /prompts: every template, its version, whose it is, and its variables."""
 
     async def list_prompts(request: Request) -> Response:
-        templates = []
-        for name in TEMPLATE_NAMES:
-            try:
-                templates.append({**_state(console, name), "doc": variables_doc(name), "error": None})
-            except TemplateError as exc:  # a broken admin file never loaded: say so, keep listing
-                templates.append({"name": name, "version": "", "admin_copy": True, "doc": variables_doc(name),
-                                  "error": str(exc)})  # fmt: skip
+        db = console.store.db
+        states = await db.run(lambda: [_state(console.prompts, name) for name in TEMPLATE_NAMES])
+        templates = [{**state, "doc": variables_doc(state["name"])} for state in states]
         return console.render(request, "prompts.html", templates=templates,
                               admin_dir=console.prompts.admin_dir)  # fmt: skip
 
@@ -100,8 +103,10 @@ def listing(console: Console) -> Endpoint:
 
 async def _editor(console: Console, request: Request, name: str, status_code: int = 200, **values: Any) -> Response:
     """The template's page: the editor (with ``values``' text, else the one in use), versions, preview."""
-    state = _state(console, name)
     db = console.store.db
+    state = await db.run(_state, console.prompts, name)
+    if state["error"] and not values.get("error"):
+        values["error"] = f"The file in use does not compile: {state['error']}"
     kept = await db.run(proposals.versions, db, name)
     values.setdefault("source", state["text"])
     defaults = {"preview": None, "preview_user": "", "preview_text": PREVIEW_TEXT, "message": None}
@@ -166,7 +171,7 @@ def save(console: Console) -> Endpoint:
         source = _source_of(form)
         admin = console.admin_of(request)
         db = console.store.db
-        before, _text = console.prompts.text_of(name)
+        before = (await db.run(_state, console.prompts, name))["version"] or "a broken file"
         try:
             version = await db.run(proposals.save, db, console.prompts, name, source, utcnow())
         except TemplateError as exc:
@@ -179,9 +184,9 @@ def save(console: Console) -> Endpoint:
     return save_prompt
 
 
-def _text_of_version(console: Console, name: str, version: str, kept: list[tuple[str, str, str]]) -> str:
+def _text_of_version(name: str, version: str, kept: list[tuple[str, str, str]], current: str) -> str:
     if version == CURRENT:
-        return console.prompts.text_of(name)[1]
+        return current
     if version == DEFAULT:
         return (packaged_dir() / f"{name}{SUFFIX}").read_text(encoding="utf-8")
     for kept_version, _at, text in kept:
@@ -197,10 +202,11 @@ def diff(console: Console) -> Endpoint:
         name = _name(request)
         db = console.store.db
         kept = await db.run(proposals.versions, db, name)
+        current = (await db.run(_state, console.prompts, name))["text"]
         old = request.query_params.get("from") or DEFAULT
         new = request.query_params.get("to") or CURRENT
-        text = proposals.text_diff(_text_of_version(console, name, old, kept),
-                                   _text_of_version(console, name, new, kept), old, new)  # fmt: skip
+        text = proposals.text_diff(_text_of_version(name, old, kept, current),
+                                   _text_of_version(name, new, kept, current), old, new)  # fmt: skip
         return console.render(request, "prompt_diff.html", name=name, old=old, new=new, diff=text)
 
     return show_diff
@@ -216,11 +222,12 @@ def rollback(console: Console) -> Endpoint:
         admin = console.admin_of(request)
         db = console.store.db
         kept = await db.run(proposals.versions, db, name)
-        before, _text = console.prompts.text_of(name)
-        text = _text_of_version(console, name, version, kept)
+        state = await db.run(_state, console.prompts, name)
+        before = state["version"] or "a broken file"
+        text = _text_of_version(name, version, kept, state["text"])
         if version == DEFAULT:
-            proposals.restore_default(console.prompts, name)
-            now_version = console.prompts.text_of(name)[0]
+            await db.run(proposals.restore_default, console.prompts, name)
+            now_version = (await db.run(_state, console.prompts, name))["version"]
         else:
             try:
                 now_version = await db.run(proposals.save, db, console.prompts, name, text, utcnow())

@@ -146,3 +146,14 @@ def test_a_directory_the_service_may_not_write_is_a_clear_refusal(client, admin_
     response = edit(client, "save", EXTEND)
     assert response.status_code == 400 and "Read-only file system" in response.text
     assert "ReadWritePaths" in response.text and list(admin_dir.iterdir()) == []  # no temporary file left either
+
+
+def test_a_file_broken_by_hand_is_shown_with_its_error_and_can_be_fixed(client, admin_dir: Path):
+    (admin_dir / "reply.j2").write_text(BROKEN, encoding="utf-8")  # before the console ever loaded it
+    log_in(client)
+    listed = client.get("/prompts").text
+    assert "supper" in listed and "reply.j2:" in listed
+    page = client.get("/prompts/reply")
+    assert page.status_code == 200 and "does not compile" in page.text and "supper()" in page.text
+    assert edit(client, "save", EXTEND).status_code == 303
+    assert "does not compile" not in client.get("/prompts/reply").text
