@@ -163,6 +163,8 @@ def accept(db: Database, prompts: PromptStore, proposal_id: int, now: datetime) 
     if problem is not None:
         raise ConfigError(f"proposal {proposal_id} no longer passes the template checks: {problem}", "reject it")
     path = write_template(prompts, proposal.name, proposal.source)
+    version, text = prompts.text_of(proposal.name)
+    keep_version(db, version, proposal.name, text, now)  # a version to diff with and roll back to
     decide(db, proposal_id, "accepted", now)
     return path
 

@@ -1,5 +1,6 @@
 """The console's Prompts pages: each template with its variables, an editor checked like ``quinn prompts check``,
-a preview with a person's real memory (like ``quinn prompts render --user``), versions, diffs and rollback.
+a preview with a person's real memory (like ``quinn prompts render --user``), versions, diffs and rollback; and
+the improvement proposals (``quinn prompts proposals|proposal|accept|reject``).
 
 Everything goes through ``quinn.agent.proposals`` (``save``: the sandbox, the sample render, both blocks, then an
 atomic write into ``[prompts] dir`` that the daemon picks up on its next render; ``restore_default``; the kept
@@ -239,3 +240,54 @@ def rollback(console: Console) -> Endpoint:
         return RedirectResponse(f"/prompts/{name}", status_code=303, headers=SECURITY_HEADERS)
 
     return roll_back
+
+
+def proposal_list(console: Console) -> Endpoint:
+    """GET /proposals?all=1: the improvement job's rewrites waiting for a decision (all of them with all=1)."""
+
+    async def list_proposals(request: Request) -> Response:
+        everything = request.query_params.get("all") == "1"
+        db = console.store.db
+        found = await db.run(proposals.listing, db, None if everything else "pending")
+        return console.render(request, "proposals.html", proposals=found, everything=everything)
+
+    return list_proposals
+
+
+def _proposal_id(request: Request) -> int:
+    return int(request.path_params["proposal_id"])
+
+
+def proposal_page(console: Console) -> Endpoint:
+    """GET /proposals/{id}: the evidence, the rationale and the diff against the version it rewrites. The text
+    comes from reviews of people's mail: untrusted, shown escaped."""
+
+    async def show_proposal(request: Request) -> Response:
+        db = console.store.db
+        proposal = await db.run(proposals.get, db, _proposal_id(request))
+        text = await db.run(proposals.diff, db, proposal)
+        return console.render(request, "proposal.html", p=proposal, diff=text, admin_dir=console.prompts.admin_dir)
+
+    return show_proposal
+
+
+def decide(console: Console, verb: str) -> Endpoint:
+    """POST /proposals/{id}/accept|reject (admin role): ``proposals.accept`` (checked again, refused when the
+    template changed since) or ``proposals.decide``; audited."""
+
+    async def decide_proposal(request: Request) -> Response:
+        proposal_id = _proposal_id(request)
+        admin = console.admin_of(request)
+        db = console.store.db
+        if verb == "accept":
+            await db.run(proposals.accept, db, console.prompts, proposal_id, utcnow())
+        else:
+            await db.run(proposals.decide, db, proposal_id, "rejected", utcnow())
+        proposal = await db.run(proposals.get, db, proposal_id)
+        why = " ".join(form_of(request).get("reason", "").split())
+        await db.run(audit_log.record, db, admin.name, f"{verb} proposal", f"proposal {proposal_id}",
+                     detail=f"template {proposal.name}, rewrites {proposal.base_version}; {why}")  # fmt: skip
+        audit.info("console: %s %sed proposal %s", admin.name, verb.rstrip("e"), proposal_id)
+        return RedirectResponse(f"/proposals/{proposal_id}", status_code=303, headers=SECURITY_HEADERS)
+
+    return decide_proposal

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from quinn.agent import audit_log
+from quinn.agent import audit_log, proposals
 from quinn.agent.prompts import PromptStore
 from quinn.agent.samples import sample_variables
+from quinn.clock import utcnow
 from quinn.config import load_config
 from quinn.console.app import Console, build_app
 from quinn.console.serve import prompt_parts
@@ -157,3 +158,38 @@ def test_a_file_broken_by_hand_is_shown_with_its_error_and_can_be_fixed(client, 
     assert page.status_code == 200 and "does not compile" in page.text and "supper()" in page.text
     assert edit(client, "save", EXTEND).status_code == 303
     assert "does not compile" not in client.get("/prompts/reply").text
+
+
+def test_proposals_are_read_escaped_then_accepted_or_rejected_and_audited(world, client, admin_dir: Path):
+    db = world.store.db
+    daemon = PromptStore(admin_dir, samples=sample_variables)
+    version, text = daemon.text_of("reply")
+    proposals.keep_version(db, version, "reply", text, utcnow())
+    plain = "Answer in plain text suitable for an email."
+    evidence = {"scored": 3, "mean_reward": -0.2, "suggestions": ["<script>alert(1)</script> be brief"]}
+    shorter = proposals.add(db, "reply", version, text.replace(plain, "Answer in <b>three</b> sentences."),
+                            "Shorter <i>please</i>.", evidence, utcnow())  # fmt: skip
+    other = proposals.add(db, "reply", version, text.replace(plain, "Answer in verse."), "Poetic.", {}, utcnow())
+    log_in(client, "viewer")
+    page = client.get(f"/proposals/{shorter}").text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; be brief" in page and "<script>" not in page
+    assert "+Answer in &lt;b&gt;three&lt;/b&gt; sentences." in page and "Shorter &lt;i&gt;please" in page
+    assert 'id="accept"' not in page
+    assert client.post(f"/proposals/{shorter}/accept", data={"csrf": csrf_of(page)}).status_code == 403
+    client.cookies.clear()
+    log_in(client)
+    listed = client.get("/proposals").text
+    assert f'href="/proposals/{shorter}"' in listed and f'href="/proposals/{other}"' in listed
+    page = client.get(f"/proposals/{shorter}").text
+    accepted = client.post(f"/proposals/{shorter}/accept", data={"csrf": csrf_of(page)}, follow_redirects=False)
+    assert accepted.status_code == 303
+    assert "Answer in <b>three</b> sentences." in daemon.render("reply", sample_variables()["reply"]).system
+    refused = client.post(f"/proposals/{other}/accept", data={"csrf": csrf_of(page)})  # it rewrote the old text
+    assert refused.status_code == 400 and "changed since proposal" in refused.text
+    assert client.post(f"/proposals/{other}/reject", data={"csrf": csrf_of(page)}).status_code == 200
+    assert [p.status for p in proposals.listing(db)] == ["rejected", "accepted"]
+    assert "No proposals waiting" in client.get("/proposals").text
+    assert [(e.action, e.object) for e in audit_log.listing(db)] == [("reject proposal", f"proposal {other}"),
+                                                                    ("accept proposal", f"proposal {shorter}")]
+    assert daemon.text_of("reply")[0] in [v for v, _at, _t in proposals.versions(db, "reply")]  # to roll back to
+    assert client.get("/proposals/999").status_code == 400
