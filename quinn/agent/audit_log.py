@@ -11,6 +11,8 @@ DB functions run on the DB thread (``Database.run``).
 
 from __future__ import annotations
 
+import getpass
+import os
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -37,6 +39,12 @@ class Entry:
 def _short(text: str, limit: int) -> str:
     """One line, at most ``limit`` characters."""
     return " ".join(str(text).split())[:limit]
+
+
+def cli_actor() -> str:
+    """Who runs a command-line change: ``cli:<login name>`` (sudo's caller when run through sudo)."""
+    name = os.environ.get("SUDO_USER") or getpass.getuser()
+    return f"cli:{name}"
 
 
 def record(db: Database, actor: str, action: str, obj: str = "", *, user_id: str | None = None, detail: str = "",

@@ -185,7 +185,7 @@ def proposal_command(args: argparse.Namespace, config: Config) -> int:
 
 def decide_command(args: argparse.Namespace, config: Config) -> int:
     """Accept (write the template) or reject a proposal."""
-    from quinn.agent import proposals
+    from quinn.agent import audit_log, proposals
     from quinn.clock import utcnow
 
     with opened_database(config) as db:
@@ -195,4 +195,7 @@ def decide_command(args: argparse.Namespace, config: Config) -> int:
         else:
             proposals.decide(db, args.id, "rejected", utcnow())
             print(f"proposal {args.id} rejected")
+        decided = proposals.get(db, args.id)
+        audit_log.record(db, audit_log.cli_actor(), f"{args.verb} proposal", f"proposal {args.id}",
+                         detail=f"template {decided.name}, rewrites {decided.base_version}; from the command line")
     return 0
