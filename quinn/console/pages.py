@@ -110,7 +110,7 @@ def edit(console: Console) -> Endpoint:
         new_id = await store.db.run(store.update, memory_id, content, reason=reason)
         await store.db.run(audit_log.record, store.db, admin.name, "edit memory", f"memory {memory_id}",
                            user_id=before.user_id if before else None,
-                           detail=f"new version: memory {new_id}; {why_of(form)}")  # fmt: skip
+                           detail=with_why(f"new version: memory {new_id}", form))  # fmt: skip
         audit.info("console: %s edited memory %s -> %s", admin.name, memory_id, new_id)
         return RedirectResponse(f"/memories/{new_id}", status_code=303, headers=SECURITY_HEADERS)
 
@@ -144,6 +144,12 @@ def change_reason(admin: str, verb: str, form: dict[str, str]) -> str:
 def why_of(form: dict[str, str]) -> str:
     """The reason the admin typed, on one line and at most 500 characters."""
     return " ".join(form.get("reason", "").split())[:500]
+
+
+def with_why(detail: str, form: dict[str, str]) -> str:
+    """An audit detail and, when the admin gave one, their reason."""
+    why = why_of(form)
+    return f"{detail}; {why}" if why else detail
 
 
 def mail(console: Console) -> Endpoint:

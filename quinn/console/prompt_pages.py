@@ -23,6 +23,7 @@ from quinn.agent.prompts import SUFFIX, TEMPLATE_NAMES, PromptStore, packaged_di
 from quinn.agent.samples import sample_variables
 from quinn.clock import utcnow
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
+from quinn.console.pages import with_why
 from quinn.errors import TemplateError
 
 MAX_TEMPLATE_CHARS = 40_000
@@ -178,7 +179,7 @@ def save(console: Console) -> Endpoint:
         except TemplateError as exc:
             return await _editor(console, request, name, 400, source=source, error=f"Not saved: {exc.message}")
         await db.run(audit_log.record, db, admin.name, "save template", f"template {name}",
-                     detail=f"{before} -> {version}; {' '.join(form.get('reason', '').split())}")  # fmt: skip
+                     detail=with_why(f"{before} -> {version}", form))  # fmt: skip
         audit.info("console: %s saved template %s as %s", admin.name, name, version)
         return RedirectResponse(f"/prompts/{name}", status_code=303, headers=SECURITY_HEADERS)
 
@@ -284,9 +285,8 @@ def decide(console: Console, verb: str) -> Endpoint:
         else:
             await db.run(proposals.decide, db, proposal_id, "rejected", utcnow())
         proposal = await db.run(proposals.get, db, proposal_id)
-        why = " ".join(form_of(request).get("reason", "").split())
-        await db.run(audit_log.record, db, admin.name, f"{verb} proposal", f"proposal {proposal_id}",
-                     detail=f"template {proposal.name}, rewrites {proposal.base_version}; {why}")  # fmt: skip
+        detail = with_why(f"template {proposal.name}, rewrites {proposal.base_version}", form_of(request))
+        await db.run(audit_log.record, db, admin.name, f"{verb} proposal", f"proposal {proposal_id}", detail=detail)
         audit.info("console: %s %sed proposal %s", admin.name, verb.rstrip("e"), proposal_id)
         return RedirectResponse(f"/proposals/{proposal_id}", status_code=303, headers=SECURITY_HEADERS)
 

@@ -108,6 +108,7 @@ def test_save_diff_rollback_and_the_daemon_sees_it_without_a_restart(world, clie
         ("root", "save template", "template reply"), ("root", "save template", "template reply"),
     ]  # fmt: skip
     assert entries[-1].detail == f"{default_version} -> {first.version}; first"
+    assert entries[-2].detail == f"{first.version} -> {second.version}"  # no reason given: none shown
     assert "template reply" in client.get("/audit").text
 
 
@@ -191,5 +192,6 @@ def test_proposals_are_read_escaped_then_accepted_or_rejected_and_audited(world,
     assert "No proposals waiting" in client.get("/proposals").text
     assert [(e.action, e.object) for e in audit_log.listing(db)] == [("reject proposal", f"proposal {other}"),
                                                                     ("accept proposal", f"proposal {shorter}")]
+    assert f'href="/proposals/{shorter}"' in client.get("/audit").text
     assert daemon.text_of("reply")[0] in [v for v, _at, _t in proposals.versions(db, "reply")]  # to roll back to
     assert client.get("/proposals/999").status_code == 400
