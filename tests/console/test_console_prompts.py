@@ -78,6 +78,8 @@ def test_preview_uses_the_persons_real_memory_escaped(world, client, admin_dir: 
     sample = edit(client, "preview", EXTEND).text  # nobody chosen: the sample data
     assert "sister is called Jo" not in sample and "Sign as" in sample
     assert list(admin_dir.iterdir()) == []  # a preview saves nothing
+    nobody = edit(client, "preview", EXTEND.replace("MARK", "kept"), user="not-an-address")
+    assert nobody.status_code == 400 and "not an email address" in nobody.text and "Quinn from kept" in nobody.text
 
 
 def test_save_diff_rollback_and_the_daemon_sees_it_without_a_restart(world, client, admin_dir: Path):
