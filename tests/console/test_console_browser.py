@@ -183,7 +183,12 @@ def test_edit_a_template_see_the_error_fix_it_preview_save_and_roll_back(served_
     assert "Quinn from the browser" in (admin_dir / "reply.j2").read_text(encoding="utf-8")
     assert "the admin's copy" in driver.page_source
 
-    driver.find_element(By.ID, "rollback-default").click()
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    shown = driver.find_element(By.ID, "version")
+    driver.find_element(By.ID, "rollback-default").click()  # back to the same address: wait for the new page
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(shown))
     arrive(driver, f"{served}/prompts/reply")
     assert driver.find_element(By.ID, "version").text == default_version
     assert not (admin_dir / "reply.j2").exists()
