@@ -98,7 +98,7 @@ class Service:
             from quinn.console.serve import ConsoleServer
 
             assert self.app.store is not None
-            self.console = ConsoleServer(c.console, self.app.store)
+            self.console = ConsoleServer(c.console, self.app.store, c)
             self.console.start()
         self.ready = True
         self._last_status = self.status_line()

@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from quinn.agent import proposals
+from quinn.agent import audit_log, proposals
 from quinn.agent.prompts import PromptStore, packaged_dir
 from quinn.cli import main
 from quinn.clock import iso, utcnow
@@ -99,5 +99,8 @@ def test_an_admin_accepts_or_rejects_from_the_command_line(tmp_path: Path, lab_c
     try:
         assert db.query("SELECT id, status FROM prompt_proposals ORDER BY id") == [(shorter, "accepted"),
                                                                                  (other, "rejected")]  # fmt: skip
+        audited = [(e.actor.startswith("cli:"), e.action, e.object) for e in audit_log.listing(db)]
+        assert audited == [(True, "reject proposal", f"proposal {other}"),
+                           (True, "accept proposal", f"proposal {shorter}")]  # refused tries leave no entry
     finally:
         db.close()

@@ -11,7 +11,9 @@ template directory, picked up by the daemon without a restart; refused when the 
 The suggestions come from reviews of mail people wrote, so a proposal is untrusted text: it is shown as a diff, it
 can only be a Jinja template in the sandbox, and nothing changes until a person accepts it.
 
-This module owns ``prompt_versions`` and ``prompt_proposals`` (migration 0011). DB functions run on the DB thread.
+A hand edit in the console goes through ``save`` (the same checks, the same atomic write, its text kept as a
+version) and ``restore_default``. This module owns ``prompt_versions`` and ``prompt_proposals`` (migration 0011).
+DB functions run on the DB thread.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from quinn.agent.prompts import SUFFIX, PromptStore
+from quinn.agent.prompts import SUFFIX, TEMPLATE_NAMES, PromptStore, RenderedPrompt
 from quinn.agent.samples import sample_variables
 from quinn.clock import iso
 from quinn.errors import ConfigError, TemplateError
@@ -104,21 +106,27 @@ def get(db: Database, proposal_id: int) -> Proposal:
 def diff(db: Database, proposal: Proposal) -> str:
     """The proposal as a unified diff against the version it rewrites."""
     base = version_text(db, proposal.base_version) or ""
-    lines = difflib.unified_diff(base.splitlines(keepends=True), proposal.source.splitlines(keepends=True),
-                                 fromfile=proposal.base_version, tofile=f"proposal {proposal.id}")  # fmt: skip
-    return "".join(lines)
+    return text_diff(base, proposal.source, proposal.base_version, f"proposal {proposal.id}")
+
+
+def render_source(name: str, source: str, variables: dict[str, Any],
+                  samples: dict[str, dict[str, Any]] | None = None) -> RenderedPrompt:  # fmt: skip
+    """``source`` as ``name``'s template, compiled in the sandbox (``default/…`` reachable) and rendered with
+    ``variables``, without touching any template directory; a ``TemplateError`` says what is wrong and where.
+    ``samples``: it must also render them (the trial render every edit gets)."""
+    with tempfile.TemporaryDirectory(prefix="quinn-template-") as tmp:
+        (Path(tmp) / f"{name}{SUFFIX}").write_text(source, encoding="utf-8")
+        store = PromptStore(Path(tmp), samples=None if samples is None else lambda: samples)
+        return store.render(name, variables)
 
 
 def checked(name: str, source: str, samples: dict[str, dict[str, Any]]) -> str | None:
     """Why ``source`` cannot be ``name``'s template (compiled in the sandbox, rendered with the samples, both
     blocks present), or None when it can."""
-    with tempfile.TemporaryDirectory(prefix="quinn-proposal-") as tmp:
-        (Path(tmp) / f"{name}{SUFFIX}").write_text(source, encoding="utf-8")
-        try:
-            store = PromptStore(Path(tmp), samples=lambda: samples)
-            rendered = store.render(name, samples[name])
-        except TemplateError as exc:
-            return exc.message
+    try:
+        rendered = render_source(name, source, samples[name], samples)
+    except TemplateError as exc:
+        return exc.message
     if not rendered.system.strip() or not rendered.user.strip():
         return "the template must fill both the system and the user block"
     return None
@@ -154,10 +162,82 @@ def accept(db: Database, prompts: PromptStore, proposal_id: int, now: datetime) 
     problem = checked(proposal.name, proposal.source, sample_variables())
     if problem is not None:
         raise ConfigError(f"proposal {proposal_id} no longer passes the template checks: {problem}", "reject it")
-    path = prompts.admin_dir / f"{proposal.name}{SUFFIX}"
-    fd, tmp = tempfile.mkstemp(prefix=f".{proposal.name}.", dir=prompts.admin_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(proposal.source)
-    os.replace(tmp, path)  # atomic: the daemon never reads half a file
+    path = write_template(prompts, proposal.name, proposal.source)
+    version, text = prompts.text_of(proposal.name)
+    keep_version(db, version, proposal.name, text, now)  # a version to diff with and roll back to
     decide(db, proposal_id, "accepted", now)
     return path
+
+
+def write_template(prompts: PromptStore, name: str, source: str) -> Path:
+    """Replace ``name`` in the admin's template directory atomically (the daemon never reads half a file; it
+    sees the new mtime and compiles it on its next render, no restart)."""
+    assert prompts.admin_dir is not None
+    path = prompts.admin_dir / f"{name}{SUFFIX}"
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=prompts.admin_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(source)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise unwritable(path, exc) from None
+    return path
+
+
+def unwritable(path: Path, exc: OSError) -> ConfigError:
+    """A template file this process may not change (the unit's ProtectSystem=strict makes /etc read-only)."""
+    return ConfigError(f"cannot change {path}: {exc.strerror or exc}",
+                       "let the service write [prompts] dir: `systemctl edit quinn`, add [Service] ReadWritePaths="
+                       f"{path.parent}, and restart; or move the directory under /var/lib/quinn")  # fmt: skip
+
+
+NO_ADMIN_DIR = ConfigError("changing a template needs an admin template directory",
+                           "set [prompts] dir = \"/etc/quinn/prompts\" in quinn.toml and restart")  # fmt: skip
+
+
+def save(db: Database, prompts: PromptStore, name: str, source: str, now: datetime) -> str:
+    """A hand edit (the console's): refused with the reason unless it passes the same checks as ``quinn prompts
+    check`` (nothing is written then); else written to the admin's directory and its text kept in
+    ``prompt_versions``, so it can be diffed and rolled back to. Returns the new version."""
+    if name not in TEMPLATE_NAMES:
+        raise ConfigError(f"there is no template {name!r}", f"one of {', '.join(TEMPLATE_NAMES)}")
+    if prompts.admin_dir is None:
+        raise NO_ADMIN_DIR
+    problem = checked(name, source, sample_variables())
+    if problem is not None:
+        raise TemplateError(problem, "nothing was saved: fix the template and try again")
+    write_template(prompts, name, source)
+    version, text = prompts.text_of(name)
+    keep_version(db, version, name, text, now)
+    return version
+
+
+def restore_default(prompts: PromptStore, name: str) -> bool:
+    """Remove the admin's copy of ``name``, so the packaged default is used again; False when there was none."""
+    if prompts.admin_dir is None:
+        raise NO_ADMIN_DIR
+    path = prompts.admin_dir / f"{name}{SUFFIX}"
+    if name not in TEMPLATE_NAMES or not path.exists():
+        return False
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise unwritable(path, exc) from None
+    return True
+
+
+def versions(db: Database, name: str) -> list[tuple[str, str, str]]:
+    """(version, recorded at, text) of every kept version of ``name``, newest first."""
+    rows = db.query("SELECT version, first_used_at, source FROM prompt_versions WHERE name = ?"
+                    " ORDER BY first_used_at DESC, rowid DESC", (name,))  # fmt: skip
+    return [(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+
+def text_diff(old: str, new: str, old_name: str, new_name: str) -> str:
+    """A unified diff of two template texts."""
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 fromfile=old_name, tofile=new_name)  # fmt: skip
+    return "".join(lines)

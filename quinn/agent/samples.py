@@ -6,16 +6,21 @@ with them before putting it in use, so a misspelt variable is caught at the edit
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quinn.agent.context import ReplyInputs, ThreadMessage, reply_variables
+from quinn.agent.context import ReplyInputs, ThreadMessage, reply_variables, visible
 from quinn.agent.extract import extract_variables
 from quinn.agent.memory_mail import digest_groups
 from quinn.documents.extract import Extracted, Section
 from quinn.mailbox.message import Address, InboundEmail
 from quinn.memory.models import Memory, SearchHit
 from quinn.memory.passages import Passage, PassageHit
+
+if TYPE_CHECKING:
+    from quinn.agent.respond import Agent
+    from quinn.config import Config
 
 SAMPLE_USER = "alice@example.org"
 _WHEN = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
@@ -82,3 +87,27 @@ def sample_variables() -> dict[str, dict[str, Any]]:
             {"id": m.id, "content": m.content, "date": m.valid_from[:10]} for m in memories]},
         "digest": {"user": {"address": SAMPLE_USER}, "groups": digest_groups(memories), "others_on_thread": False},
     }  # fmt: skip
+
+
+def preview_variables(config: Config, agent: Agent, name: str, user: str, text: str, subject: str) -> dict[str, Any]:
+    """The variables ``name`` gets for a sample email from ``user`` with the user's real memory (read, never
+    changed or touched): ``quinn prompts render --user`` and the console's preview. Runs on the DB thread."""
+    c = config
+    email = replace(sample_email(text), subject=subject, from_=Address("", user),
+                    to=(Address(c.smtp.from_name, c.smtp.from_address),))  # fmt: skip
+    memories = agent.store.get_all(user)
+    if name == "reply":
+        return reply_variables(agent.reply_inputs(email, user, True, touch=False))
+    if name == "extract":
+        known = [{"name": d.name, "description": d.description} for d in c.domains]
+        return extract_variables(user, email, memories, known)
+    if name == "digest":
+        return {"user": {"address": user}, "groups": digest_groups(visible(memories, True)), "others_on_thread": False}
+    variables = {**sample_variables()[name], "user": {"address": user}}
+    if name == "consolidate":
+        variables["memories"] = [{"id": m.id, "type": m.type, "content": m.content, "valid_from": m.valid_from}
+                                 for m in memories[:10]]  # fmt: skip
+    elif name == "reflect":
+        variables["episodes"] = [{"id": m.id, "content": m.content, "date": m.valid_from[:10]}
+                                 for m in memories if m.scope == "episodic"][:20]  # fmt: skip
+    return variables

@@ -88,13 +88,7 @@ def check_command(args: argparse.Namespace, config: Config) -> int:
 
 def render_command(args: argparse.Namespace, config: Config) -> int:
     """Print the system and user messages ``name`` would get, with the user's real memory and a sample email."""
-    from dataclasses import replace
-
-    from quinn.agent.context import reply_variables, visible
-    from quinn.agent.extract import extract_variables
-    from quinn.agent.memory_mail import digest_groups
-    from quinn.agent.samples import sample_email, sample_variables
-    from quinn.mailbox.message import Address
+    from quinn.agent.samples import preview_variables
 
     user = args.user.strip().lower()
     if "@" not in user:
@@ -105,25 +99,7 @@ def render_command(args: argparse.Namespace, config: Config) -> int:
     try:
         store = parts.store(db, parts.embedder(c.embeddings))
         agent = parts.agent(c, parts.llm(c), store_prompts, store)
-        email = replace(sample_email(args.text), subject=args.subject, from_=Address("", user),
-                        to=(Address(c.smtp.from_name, c.smtp.from_address),))  # fmt: skip
-        memories = store.get_all(user)
-        if args.name == "reply":
-            variables = reply_variables(agent.reply_inputs(email, user, True, touch=False))
-        elif args.name == "extract":
-            known = [{"name": d.name, "description": d.description} for d in c.domains]
-            variables = extract_variables(user, email, memories, known)
-        elif args.name == "digest":
-            variables = {"user": {"address": user}, "groups": digest_groups(visible(memories, True)),
-                         "others_on_thread": False}  # fmt: skip
-        else:
-            variables = {**sample_variables()[args.name], "user": {"address": user}}
-            if args.name == "consolidate":
-                variables["memories"] = [{"id": m.id, "type": m.type, "content": m.content,
-                                          "valid_from": m.valid_from} for m in memories[:10]]  # fmt: skip
-            elif args.name == "reflect":
-                variables["episodes"] = [{"id": m.id, "content": m.content, "date": m.valid_from[:10]}
-                                         for m in memories if m.scope == "episodic"][:20]  # fmt: skip
+        variables = preview_variables(c, agent, args.name, user, args.text, args.subject)
         rendered = store_prompts.render(args.name, variables)
     finally:
         db.close()
@@ -209,7 +185,7 @@ def proposal_command(args: argparse.Namespace, config: Config) -> int:
 
 def decide_command(args: argparse.Namespace, config: Config) -> int:
     """Accept (write the template) or reject a proposal."""
-    from quinn.agent import proposals
+    from quinn.agent import audit_log, proposals
     from quinn.clock import utcnow
 
     with opened_database(config) as db:
@@ -219,4 +195,7 @@ def decide_command(args: argparse.Namespace, config: Config) -> int:
         else:
             proposals.decide(db, args.id, "rejected", utcnow())
             print(f"proposal {args.id} rejected")
+        decided = proposals.get(db, args.id)
+        audit_log.record(db, audit_log.cli_actor(), f"{args.verb} proposal", f"proposal {args.id}",
+                         detail=f"template {decided.name}, rewrites {decided.base_version}; from the command line")
     return 0

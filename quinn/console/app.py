@@ -22,6 +22,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from quinn.agent.prompts import PromptStore
+from quinn.agent.samples import sample_variables
 from quinn.config import ConsoleConfig
 from quinn.console.auth import Admin, LoginLimiter, Session, Sessions, admins_from, csrf_ok
 from quinn.errors import QuinnError
@@ -58,6 +60,11 @@ class Console:
     config: ConsoleConfig
     store: MemoryStore
     admins: dict[str, Admin] = field(default_factory=dict)
+    #: The templates of ``[prompts] dir`` (this thread's own store; without one, the packaged defaults only and
+    #: no saving), and the preview's variables: (template, person, email text, subject) -> variables, on the DB
+    #: thread (``serve.prompt_parts``); without it a preview uses the sample variables.
+    prompts: PromptStore = field(default_factory=lambda: PromptStore(None, samples=sample_variables))
+    preview: Callable[[str, str, str, str], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.admins:
@@ -147,7 +154,7 @@ def form_of(request: Request) -> dict[str, str]:
 
 def build_app(console: Console) -> Starlette:
     """The Starlette app: the login routes, then every page under ``Console.guarded``."""
-    from quinn.console import login, pages
+    from quinn.console import login, pages, prompt_pages
 
     guarded = console.guarded
     routes = [
@@ -162,5 +169,18 @@ def build_app(console: Console) -> Starlette:
         Route("/memories/{memory_id:int}/edit", guarded(pages.edit(console), changes=True), methods=["POST"]),
         Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
+        Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
+        Route("/prompts", guarded(prompt_pages.listing(console)), methods=["GET"]),
+        Route("/prompts/{name}", guarded(prompt_pages.page(console)), methods=["GET"]),
+        Route("/prompts/{name}/diff", guarded(prompt_pages.diff(console)), methods=["GET"]),
+        Route("/prompts/{name}/preview", guarded(prompt_pages.preview(console)), methods=["POST"]),
+        Route("/prompts/{name}/save", guarded(prompt_pages.save(console), changes=True), methods=["POST"]),
+        Route("/prompts/{name}/rollback", guarded(prompt_pages.rollback(console), changes=True), methods=["POST"]),
+        Route("/proposals", guarded(prompt_pages.proposal_list(console)), methods=["GET"]),
+        Route("/proposals/{proposal_id:int}", guarded(prompt_pages.proposal_page(console)), methods=["GET"]),
+        Route("/proposals/{proposal_id:int}/accept", guarded(prompt_pages.decide(console, "accept"), changes=True),
+              methods=["POST"]),
+        Route("/proposals/{proposal_id:int}/reject", guarded(prompt_pages.decide(console, "reject"), changes=True),
+              methods=["POST"]),
     ]
     return Starlette(routes=routes)

@@ -2,7 +2,8 @@
 
 Each reads and writes only through the store and the ledger (on the database's thread, ``Database.run``). An edit
 is ``MemoryStore.update`` (a new version; the old one stays in history) and a forget ``MemoryStore.forget``, with
-the admin's name in the change log's reason and one audit line each.
+the admin's name in the change log's reason and one entry each in the audit log (``quinn.agent.audit``), which
+the Audit page shows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import Counter
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from quinn.agent import audit_log
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.memory.people import list_users
 
@@ -20,6 +22,7 @@ MEMORIES_LIMIT = 500
 SEARCH_HITS = 50
 MAIL_LIMIT = 200
 MAX_MEMORY_CHARS = 10_000
+AUDIT_LIMIT = 500
 
 
 def home(console: Console) -> Endpoint:
@@ -103,7 +106,11 @@ def edit(console: Console) -> Endpoint:
         admin = console.admin_of(request)
         reason = change_reason(admin.name, "edited", form)
         store = console.store
+        before = await store.db.run(store.get, memory_id)
         new_id = await store.db.run(store.update, memory_id, content, reason=reason)
+        await store.db.run(audit_log.record, store.db, admin.name, "edit memory", f"memory {memory_id}",
+                           user_id=before.user_id if before else None,
+                           detail=with_why(f"new version: memory {new_id}", form))  # fmt: skip
         audit.info("console: %s edited memory %s -> %s", admin.name, memory_id, new_id)
         return RedirectResponse(f"/memories/{new_id}", status_code=303, headers=SECURITY_HEADERS)
 
@@ -118,7 +125,10 @@ def forget(console: Console) -> Endpoint:
         admin = console.admin_of(request)
         reason = change_reason(admin.name, "forgotten", form_of(request))
         store = console.store
+        before = await store.db.run(store.get, memory_id)
         await store.db.run(store.forget, memory_id, reason=reason)
+        await store.db.run(audit_log.record, store.db, admin.name, "forget memory", f"memory {memory_id}",
+                           user_id=before.user_id if before else None, detail=why_of(form_of(request)))  # fmt: skip
         audit.info("console: %s forgot memory %s", admin.name, memory_id)
         return RedirectResponse(f"/memories/{memory_id}", status_code=303, headers=SECURITY_HEADERS)
 
@@ -127,8 +137,19 @@ def forget(console: Console) -> Endpoint:
 
 def change_reason(admin: str, verb: str, form: dict[str, str]) -> str:
     """The change log's reason: which admin, through the console, and why if they said."""
-    why = " ".join(form.get("reason", "").split())[:500]
+    why = why_of(form)
     return f"{verb} in the console by {admin}" + (f": {why}" if why else "")
+
+
+def why_of(form: dict[str, str]) -> str:
+    """The reason the admin typed, on one line and at most 500 characters."""
+    return " ".join(form.get("reason", "").split())[:500]
+
+
+def with_why(detail: str, form: dict[str, str]) -> str:
+    """An audit detail and, when the admin gave one, their reason."""
+    why = why_of(form)
+    return f"{detail}; {why}" if why else detail
 
 
 def mail(console: Console) -> Endpoint:
@@ -144,3 +165,15 @@ def mail(console: Console) -> Endpoint:
                               user=user, limit=MAIL_LIMIT)  # fmt: skip
 
     return show_mail
+
+
+def audit_page(console: Console) -> Endpoint:
+    """GET /audit?actor=: the audit log, newest first (every role may read it)."""
+
+    async def show_audit(request: Request) -> Response:
+        actor = (request.query_params.get("actor") or "").strip() or None
+        db = console.store.db
+        entries = await db.run(audit_log.listing, db, actor=actor, limit=AUDIT_LIMIT)
+        return console.render(request, "audit.html", entries=entries, actor=actor, limit=AUDIT_LIMIT)
+
+    return show_audit

@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 import time
+from typing import Any
 
 from quinn.config import Config, ConsoleConfig
 from quinn.errors import ConfigError
@@ -27,14 +28,16 @@ EXTRA_HINT = "install the console extra: pip install 'quinn-mail[console]'"
 class ConsoleServer:
     """The console app under uvicorn on a socket bound to ``[console] host:port``; not serving until asked."""
 
-    def __init__(self, config: ConsoleConfig, store: MemoryStore) -> None:
+    def __init__(self, config: ConsoleConfig, store: MemoryStore, full: Config | None = None) -> None:
+        """``full``: the whole config, for the Prompts pages' template directory and previews."""
         try:
             import uvicorn
 
             from quinn.console.app import Console, build_app
         except ImportError as exc:
             raise ConfigError(f"the console needs {exc.name}, which is not installed", EXTRA_HINT) from None
-        console = Console(config, store)  # checks the admins' hashes before anything listens
+        extra = prompt_parts(full, store) if full is not None else {}
+        console = Console(config, store, **extra)  # checks the admins' hashes before anything listens
         self.socket = bind(config.host, config.port)
         host, port = self.socket.getsockname()[:2]
         self.url = f"http://{host}:{port}/" if ":" not in host else f"http://[{host}]:{port}/"
@@ -68,6 +71,24 @@ class ConsoleServer:
         self.socket.close()
 
 
+def prompt_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
+    """The console's own ``PromptStore`` over ``[prompts] dir`` and its preview: the variables a template gets
+    for a sample email with a person's real memory (``samples.preview_variables``; the agent is built on the
+    first preview, which needs no model key)."""
+    from quinn.agent.samples import preview_variables
+    from quinn.engine import parts
+
+    prompts = parts.prompts(config, checked=False)
+    agents: list[Any] = []
+
+    def preview(name: str, user: str, text: str, subject: str) -> dict[str, Any]:
+        if not agents:
+            agents.append(parts.agent(config, parts.llm(config), prompts, store))
+        return preview_variables(config, agents[0], name, user, text, subject)
+
+    return {"prompts": prompts, "preview": preview}
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port``; an address in use or not ours is a ``ConfigError``."""
     try:
@@ -88,7 +109,7 @@ def serve(config: Config) -> int:
 
     store = MemoryStore(open_database(config), embedder_for(config.embeddings))  # an edit embeds the new text
     try:
-        server = ConsoleServer(config.console, store)
+        server = ConsoleServer(config.console, store, config)
         # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again for the handler it found:
         # a quiet one here, so a stop is exit 0 (as for `quinn run`), not death by SIGTERM.
         stopped: list[int] = []

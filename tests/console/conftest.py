@@ -23,6 +23,13 @@ from tests.test_config import MINIMAL  # [imap], [smtp], [llm]; the database is 
 ALICE = "alice@example.org"
 BOB = "bob@example.org"
 PASSWORDS = {"root": "correct horse battery", "viewer": "read only please"}
+# A reply template that extends the default (MARK: a word to find), and the same with an undefined name.
+EXTEND = """{% extends "default/reply.j2" %}
+{% block system %}{{ super() }}
+Sign as "Quinn from MARK".
+{% endblock %}
+"""
+BROKEN = EXTEND.replace("super()", "supper()")  # undefined: the sample render catches it
 # Cheapest scrypt the parser accepts: the tests log in often, and the cost is not what they test.
 TEST_COST = {"n": 2**14, "r": 8, "p": 1}
 

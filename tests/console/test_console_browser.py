@@ -1,5 +1,6 @@
 """The console in a real browser: Debian's chromium, headless, driven by Selenium through chromium-driver, against
-the console served by uvicorn on 127.0.0.1. Log in, find a person, edit a memory, see the new version.
+the console served by uvicorn on 127.0.0.1. Log in, find a person, edit a memory, see the new version; edit a
+template with an error and see the message, fix it and see the preview with a person's memory, save, roll back.
 
 QUINN_CONSOLE_SCREENSHOT=docs/console.png also saves the memory page after the edit (the README's picture).
 """
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from quinn.config import load_config
+from quinn.console.auth import hash_password
 from quinn.console.serve import ConsoleServer
-from tests.console.conftest import ALICE, PASSWORDS, World, add_mail, mail_bytes
+from tests.console.conftest import ALICE, BROKEN, CONFIG, EXTEND, PASSWORDS, TEST_COST, World, add_mail, mail_bytes
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -64,17 +67,23 @@ def arrive(driver, url: str) -> None:  # type: ignore[no-untyped-def]
     WebDriverWait(driver, 15).until(expected_conditions.url_to_be(url))
 
 
-def test_log_in_find_a_person_edit_a_memory_see_the_new_version(world, served, browser):
+def log_in(driver, served: str) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    driver = browser
     driver.get(f"{served}/people")
     assert driver.current_url == f"{served}/login"  # no page without a login
     driver.find_element(By.ID, "name").send_keys("root")
     driver.find_element(By.ID, "password").send_keys(PASSWORDS["root"])
     driver.find_element(By.ID, "login").click()
     arrive(driver, f"{served}/people")
+
+
+def test_log_in_find_a_person_edit_a_memory_see_the_new_version(world, served, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = browser
+    log_in(driver, served)
 
     driver.find_element(By.ID, "q").send_keys("alice")
     driver.find_element(By.ID, "find").click()
@@ -115,3 +124,75 @@ def test_log_in_find_a_person_edit_a_memory_see_the_new_version(world, served, b
     if shot:
         driver.set_window_size(1200, 1150)
         Path(shot).write_bytes(driver.get_screenshot_as_png())
+
+
+@pytest.fixture
+def served_with_prompts(world: World, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    admin_dir = tmp_path / "prompts"
+    admin_dir.mkdir()
+    path = tmp_path / "full.toml"
+    path.write_text(CONFIG.replace("[console]", f'[prompts]\ndir = "{admin_dir}"\n[console]'), encoding="utf-8")
+    env = {"Q_IMAP": "x"} | {f"Q_CONSOLE_{name.upper()}": hash_password(pw, **TEST_COST)
+                             for name, pw in PASSWORDS.items()}  # fmt: skip
+    full = load_config(path, env=env)
+    full.console.port = 0
+    server = ConsoleServer(full.console, world.store, full)
+    server.start()
+    try:
+        yield server.url.rstrip("/"), admin_dir
+    finally:
+        server.stop()
+
+
+def test_edit_a_template_see_the_error_fix_it_preview_save_and_roll_back(served_with_prompts, browser):
+    from selenium.webdriver.common.by import By
+
+    served, admin_dir = served_with_prompts
+    driver = browser
+    log_in(driver, served)
+    driver.find_element(By.LINK_TEXT, "Prompts").click()
+    arrive(driver, f"{served}/prompts")
+    assert "packaged default" in driver.page_source
+    driver.find_element(By.LINK_TEXT, "reply").click()
+    arrive(driver, f"{served}/prompts/reply")
+    default_version = driver.find_element(By.ID, "version").text
+
+    def write(source: str) -> None:
+        box = driver.find_element(By.ID, "source")
+        box.clear()
+        box.send_keys(source)
+
+    write(BROKEN)
+    driver.find_element(By.ID, "save-template").click()
+    arrive(driver, f"{served}/prompts/reply/save")
+    error = driver.find_element(By.CSS_SELECTOR, "p.error").text
+    assert "Not saved" in error and "supper" in error and "reply.j2:" in error
+    assert list(admin_dir.iterdir()) == []
+
+    write(EXTEND.replace("MARK", "the browser"))
+    driver.find_element(By.ID, "preview-user").send_keys(ALICE)
+    driver.find_element(By.ID, "preview").click()
+    arrive(driver, f"{served}/prompts/reply/preview")
+    system = driver.find_element(By.ID, "preview-system").text
+    assert 'Sign as "Quinn from the browser".' in system and "Alice's sister is called Jo" in system
+    assert list(admin_dir.iterdir()) == []  # a preview saves nothing
+
+    driver.find_element(By.ID, "save-template").click()
+    arrive(driver, f"{served}/prompts/reply")
+    assert driver.find_element(By.ID, "version").text != default_version
+    assert "Quinn from the browser" in (admin_dir / "reply.j2").read_text(encoding="utf-8")
+    assert "the admin's copy" in driver.page_source
+
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    shown = driver.find_element(By.ID, "version")
+    driver.find_element(By.ID, "rollback-default").click()  # back to the same address: wait for the new page
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(shown))
+    arrive(driver, f"{served}/prompts/reply")
+    assert driver.find_element(By.ID, "version").text == default_version
+    assert not (admin_dir / "reply.j2").exists()
+    driver.find_element(By.LINK_TEXT, "Audit").click()
+    arrive(driver, f"{served}/audit")
+    rows = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "table.audit tbody tr")]
+    assert "roll back template" in rows[0] and "save template" in rows[1] and len(rows) == 2

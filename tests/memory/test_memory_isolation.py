@@ -164,6 +164,8 @@ def _plant(store: MemoryStore, user: str, marker: str, uid: int) -> None:
         tx.execute("INSERT INTO memory_retrievals (memory_id, session_id, at) VALUES (?, ?, ?)", (mid, sid, t))
         tx.execute("INSERT INTO learning_queue (message_id, user_id, raw, created_at) VALUES (?, ?, ?, ?)",
                    (f"<{marker}-queued@x>", user, f"Subject: {marker} queued\r\n\r\nbody".encode(), t))  # fmt: skip
+        tx.execute("INSERT INTO audit_log (at, actor, action, object, user_id, detail) VALUES (?, 'root', 'edit',"
+                   " ?, ?, ?)", (t, f"memory {mid}", user, f"{marker} audited reason"))  # fmt: skip
         doc = tx.execute("INSERT INTO documents (user_id, sha256, kind, size, created_at) VALUES (?, ?, 'pdf', 9, ?)",
                          (user, marker * 2, t))  # fmt: skip
         tx.execute("INSERT INTO document_parts (document_id, part, user_id, bytes) VALUES (?, 0, ?, ?)",
@@ -194,7 +196,7 @@ def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
             "memories": 3, "memory_versions": 5, "messages": 1, "session_ids": 1, "sessions": 1, "user_state": 1,
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,
             "mail_state": 1, "memory_retrievals": 1, "confirmations": 0, "passages": 1, "digests": 1,
-            "documents": 1, "document_parts": 1, "message_documents": 1, "learning_queue": 1,
+            "documents": 1, "document_parts": 1, "message_documents": 1, "learning_queue": 1, "audit_log": 1,
         }  # fmt: skip
         assert store.get_all("alice@example.test", include_inactive=True) == []
         assert store.search("alice@example.test", "qzalicemark flat", k=5, include_inactive=True) == []
