@@ -200,7 +200,7 @@ async def search_conversations(ctx: llm.Context[MemoryDeps], query: str) -> str:
 @llm.tool
 async def search_documents(ctx: llm.Context[MemoryDeps], query: str) -> str:
     """Search only files: those this person attached to their emails (PDFs, documents, spreadsheets, invites) and
-    the knowledge base every user shares, e.g. "the deposit in the lease". Returns passages citing the file and
+    the knowledge base everyone shares, e.g. "the deposit in the lease". Returns passages citing the file and
     page, e.g. [doc:lease.pdf p.2]."""
     deps = ctx.deps
     hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others,

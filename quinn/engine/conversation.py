@@ -50,6 +50,14 @@ class Asked:
     learnt: list[Memory]
 
 
+@dataclass(frozen=True)
+class Replied:
+    """What ``Conversation.reply`` did: the mail's ledger state, and whether it may be learnt from."""
+
+    state: str
+    learnable: bool
+
+
 class Conversation:
     """Replies and learning, on the parts of ``parts`` (``open_memory`` and ``connect_delivery`` done)."""
 
@@ -60,8 +68,9 @@ class Conversation:
         self._db = run_db
         self.purges = purges
 
-    async def reply(self, email: InboundEmail, decision: Decision) -> str:
-        """Write the reply to the outbox (once), deliver it, and keep it in the conversation. Returns the state."""
+    async def reply(self, email: InboundEmail, decision: Decision) -> Replied:
+        """Write the reply to the outbox (once), deliver it, and keep it in the conversation. Returns the ledger
+        state and whether the mail may be learnt from (not after a purge, an export or their questions)."""
         p = self.parts
         assert p.store is not None and p.delivery is not None and decision.sender is not None
         outbox = Outbox(p.store.db)
@@ -90,13 +99,15 @@ class Conversation:
                                   template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
             if session_id is not None and keep:
                 await self._keep_reply(session_id, user, email, reply, answer.template)
+        template = await self._db(outbox.template_of, message_id)
         with self.metrics.stage("send"):
             state = await p.delivery.deliver(item)
         if receipt:
             await self._db(self._forget_receipt, item.message_id, email.message_id)
             # Their mail goes from the mailbox too, once this pass has filed it away.
             self.purges.add(user)
-        return state
+        # Nothing of a purged person may be written again (not even to a queue: its bytes would outlive the vacuum).
+        return Replied(state, not receipt and template not in NO_LEARNING_TEMPLATES)
 
     async def join_session(self, email: InboundEmail, decision: Decision, user: str) -> str:
         """Join the mail to its session and store it there (memory mail only); returns the session id."""

@@ -268,7 +268,7 @@ class MailHandler:
             return
         await self._move(mail, "handling", decision.reason, **ids)
         try:
-            state = await self.conversation.reply(email, decision)
+            replied = await self.conversation.reply(email, decision)
         except RetryLater as exc:
             await self.retry_later(mail.key.uid, exc.message)
             return
@@ -281,12 +281,12 @@ class MailHandler:
             return
         if self.hold.clear("a reply went through"):
             self.release_held = True  # the probe worked: every held mail is due at once
-        learn = decision.use_memory and decision.user_id is not None
+        learn = decision.use_memory and decision.user_id is not None and replied.learnable
         if learn:  # queued before the row turns final: a crash from here on loses no learning
             assert decision.user_id is not None and p.store is not None
             await self._db(learning.put, p.store.db, email.message_id, decision.user_id, ready.raw,
                            ready.internal_date)  # fmt: skip
-        await self._finish(mail, state, decision.reason)
+        await self._finish(mail, replied.state, decision.reason)
         self.handled += 1
         if learn:
             await self.learn_queued(email.message_id)
