@@ -73,6 +73,8 @@ def test_two_daemons_share_the_mailbox_and_one_is_killed(request, dovecot, smtp_
     assert {mid: n for mid, n in sends.items() if n != 1} == {}  # one SMTP send per reply, none repeated
     assert set(sends) == set(expected)
     assert by_first > 0 and by_second > 0, "both daemons answered mail"
-    assert by_first + by_second >= len(expected)  # a mail whose log line the kill cut off is counted by neither
+    # Each mail is logged "-> replied" by at most one daemon (the kill may cut off the killed one's last lines, so
+    # the sum may fall short: CI10 counted 3 + 46 of 50, the ledger 50); more would mean a mail answered twice.
+    assert by_first + by_second <= len(expected)
     assert states.get("replied") == len(expected)
     assert queued == 0  # everything answered was learnt from, by one daemon or the other
