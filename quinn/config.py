@@ -23,6 +23,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -359,6 +360,12 @@ class SchedulerConfig(Section):
         description="Minutes between runs, per job, e.g. { consolidate = 120 }; unnamed jobs keep their default "
         "(`quinn jobs list` shows them).",
     )
+    timeouts_min: dict[str, float] = Field(
+        default_factory=dict,
+        description="Minutes one run of a job may take before it is stopped and recorded failed (its work so far "
+        "stays; the next run goes on), per job, e.g. { reflect = 360 }; unnamed jobs keep their default "
+        "(`quinn jobs list` shows them).",
+    )
     startup_delay_s: float = Field(
         default=60.0, ge=0,
         description="Seconds after start before due jobs run; runs missed while down are coalesced into one.",
@@ -429,15 +436,16 @@ class SchedulerConfig(Section):
             raise ValueError(f"unknown job {', '.join(unknown)}; jobs are {', '.join(JOB_NAMES)}")
         return value
 
-    @field_validator("intervals_min")
+    @field_validator("intervals_min", "timeouts_min")
     @classmethod
-    def _known_intervals(cls, value: dict[str, float]) -> dict[str, float]:
+    def _known_minutes(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
         unknown = sorted(set(value) - set(JOB_NAMES))
         if unknown:
             raise ValueError(f"unknown job {', '.join(unknown)}; jobs are {', '.join(JOB_NAMES)}")
         bad = sorted(name for name, minutes in value.items() if not minutes > 0)
         if bad:
-            raise ValueError(f"intervals must be positive minutes: {', '.join(bad)}")
+            what = "intervals" if info.field_name == "intervals_min" else "time limits"
+            raise ValueError(f"{what} must be positive minutes: {', '.join(bad)}")
         return value
 
 

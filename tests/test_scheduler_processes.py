@@ -239,6 +239,7 @@ def test_the_daemon_runs_every_job_and_the_cli_lists_and_runs_them(lab_config, q
     assert jobs["reflect"]["enabled"] is False and jobs["reflect"]["last_run"] is None
     cleanup = jobs["cleanup"]
     assert cleanup["interval_min"] == 720 and cleanup["last_run"]["status"] == "ok"
+    assert cleanup["timeout_min"] == 15 and cleanup["tunables"]["cleanup_unused_days"] == 30
     started = datetime.fromisoformat(cleanup["last_run"]["started_at"])
     assert datetime.fromisoformat(cleanup["next_run"]) == started + timedelta(minutes=720)
     assert daemon.terminate() == 0
@@ -246,8 +247,9 @@ def test_the_daemon_runs_every_job_and_the_cli_lists_and_runs_them(lab_config, q
 
     table = quinn_cli(lab, "jobs", "list")
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["JOB", "EVERY", "LLM", "LAST", "RUN", "RESULT", "COUNTS", "NEXT", "RUN"]
-    assert [line.split()[0] for line in lines[1:]] == [s.name for s in JOBS]
+    assert lines[0].split() == ["JOB", "EVERY", "LIMIT", "LLM", "LAST", "RUN", "RESULT", "COUNTS", "NEXT", "RUN"]
+    assert [line.split()[0] for line in lines[1 : len(JOBS) + 1]] == [s.name for s in JOBS]
+    assert "  reflect: reflect_min_episodes = 3, reflect_similarity = 0.6, core_update_min_days = 7.0" in lines
     assert "disabled" in next(line for line in lines if line.startswith("reflect"))
 
     ran = quinn_cli(lab, "jobs", "run", "reflect")  # disabled jobs still run by hand

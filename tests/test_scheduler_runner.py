@@ -148,13 +148,69 @@ async def test_start_registers_jobs_and_coalesces_missed_runs(bench):
     assert decay_at is not None and timedelta(minutes=59) < decay_at - before < timedelta(minutes=61)
 
 
-def slow_job(started: asyncio.Event):
+def slow_job(started: asyncio.Event, timeout_min: float = 60, stopped: list[str] | None = None):
     async def run(ctx: JobContext) -> None:
         ctx.counts.processed = 1
         started.set()
-        await asyncio.Event().wait()  # never finishes on its own
+        try:
+            await asyncio.Event().wait()  # never finishes on its own
+        finally:
+            if stopped is not None:
+                stopped.append("cancelled")
 
-    return JobSpec("slow", run, "interval", 60, needs_llm=False, uses_embeddings=False, description="test job")
+    return JobSpec("slow", run, "interval", 60, needs_llm=False, uses_embeddings=False, description="test job",
+                   default_timeout_min=timeout_min)  # fmt: skip
+
+
+async def test_a_run_over_its_time_limit_is_stopped_and_recorded_failed(bench):
+    started, stopped = asyncio.Event(), []
+    runner = JobRunner(bench.store, None, bench.prompts, bench.config.scheduler, clock=bench.clock,
+                       jobs=[slow_job(started, timeout_min=0.005, stopped=stopped)])  # fmt: skip
+    outcome = await asyncio.wait_for(runner.run_job("slow"), 30)
+    assert outcome.status == "failed" and outcome.error.startswith("timed out after 0.005min")
+    assert stopped == ["cancelled"]  # the job itself was stopped, not left running behind the record
+    [run] = bench.runs("slow")
+    assert run["status"] == "failed" and run["counts"]["processed"] == 1  # what it did is kept
+    assert bench.db.query("SELECT * FROM leases") == []
+    # The operator's limit wins over the declaration's.
+    settings = bench.config.scheduler.model_copy(update={"timeouts_min": {"slow": 0.001}})
+    stopped.clear()
+    runner = JobRunner(bench.store, None, bench.prompts, settings, clock=bench.clock,
+                       jobs=[slow_job(asyncio.Event(), timeout_min=600, stopped=stopped)])  # fmt: skip
+    outcome = await asyncio.wait_for(runner.run_job("slow", force=True), 30)
+    assert outcome.error.startswith("timed out after 0.001min") and stopped == ["cancelled"]
+
+
+async def test_a_jobs_own_timeout_error_is_an_ordinary_failure(bench):
+    async def run(ctx: JobContext) -> None:
+        raise TimeoutError("the socket timed out")
+
+    spec = JobSpec("sock", run, "interval", 60, needs_llm=False, uses_embeddings=False, description="test job",
+                   default_timeout_min=60)  # fmt: skip
+    runner = JobRunner(bench.store, None, bench.prompts, bench.config.scheduler, clock=bench.clock, jobs=[spec])
+    outcome = await runner.run_job("sock")
+    assert outcome.status == "failed" and outcome.error == "TimeoutError: the socket timed out"
+
+
+GENERAL_SETTINGS = {"enabled", "disabled", "intervals_min", "timeouts_min", "startup_delay_s", "lease_s"}
+
+
+def test_each_job_declares_the_settings_its_module_reads():
+    import inspect
+    import re
+    import sys
+
+    from quinn.config import SchedulerConfig
+
+    fields = set(SchedulerConfig.model_fields)
+    claimed: set[str] = set()
+    for spec in JOBS:
+        source = inspect.getsource(sys.modules[spec.run.__module__])
+        read = set(re.findall(r"settings\.(\w+)", source)) & fields
+        assert read == set(spec.tunables), f"{spec.name} reads {sorted(read)}, declares {sorted(spec.tunables)}"
+        assert spec.timeout(SchedulerConfig()).total_seconds() > 0
+        claimed |= read
+    assert fields - GENERAL_SETTINGS == claimed  # every job setting belongs to a job that reads it
 
 
 async def test_stop_gives_running_jobs_a_grace_period_then_records_them_interrupted(bench):
@@ -224,8 +280,14 @@ def test_config_rejects_unknown_jobs(tmp_path):
         parse_config({**base, "scheduler": {"disabled": ["reflection"]}})
     with pytest.raises(ConfigError, match=r"scheduler\.intervals_min: unknown job sumarize"):
         parse_config({**base, "scheduler": {"intervals_min": {"sumarize": 5}}})
-    with pytest.raises(ConfigError, match="positive minutes: decay"):
+    with pytest.raises(ConfigError, match="intervals must be positive minutes: decay"):
         parse_config({**base, "scheduler": {"intervals_min": {"decay": 0}}})
+    with pytest.raises(ConfigError, match=r"scheduler\.timeouts_min: unknown job reflection"):
+        parse_config({**base, "scheduler": {"timeouts_min": {"reflection": 5}}})
+    with pytest.raises(ConfigError, match="time limits must be positive minutes: reflect"):
+        parse_config({**base, "scheduler": {"timeouts_min": {"reflect": -1}}})
+    assert parse_config({**base, "scheduler": {"timeouts_min": {"reflect": 360}}}).scheduler.timeouts_min == {
+        "reflect": 360}
 
 
 async def test_a_dead_holder_on_this_host_is_taken_over_without_waiting(bench):

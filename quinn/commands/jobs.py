@@ -55,7 +55,7 @@ def list_jobs(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         print(json.dumps([_status_record(s) for s in statuses], indent=2))
         return EXIT_OK
-    rows = [("JOB", "EVERY", "LLM", "LAST RUN", "RESULT", "COUNTS", "NEXT RUN")]
+    rows = [("JOB", "EVERY", "LIMIT", "LLM", "LAST RUN", "RESULT", "COUNTS", "NEXT RUN")]
     for s in statuses:
         last = s.last
         result = "-" if last is None else last.status + (f" {last.duration_s:.1f}s" if last.duration_s else "")
@@ -68,12 +68,16 @@ def list_jobs(args: argparse.Namespace, config: Config) -> int:
             upcoming = f"running now in {s.lease.holder}"
         else:
             upcoming = s.next_run.isoformat(" ", "minutes") if s.next_run else "at daemon start"
-        rows.append((s.name, _every(s.interval_min), "yes" if s.needs_llm else "no",
+        rows.append((s.name, _every(s.interval_min), _every(s.timeout_min), "yes" if s.needs_llm else "no",
                      last.started_at.replace("T", " ")[:16] if last else "never", result, counts or "-",
                      upcoming))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print("\nSettings ([scheduler]) by job:")
+    for s in statuses:
+        if s.tunables:
+            print(f"  {s.name}: " + ", ".join(f"{key} = {value}" for key, value in s.tunables.items()))
     return EXIT_OK
 
 
@@ -118,7 +122,8 @@ def _outcome_record(outcome: JobOutcome) -> dict[str, Any]:
 def _status_record(s: JobStatus) -> dict[str, Any]:
     last = s.last
     return {
-        "name": s.name, "enabled": s.enabled, "interval_min": s.interval_min, "needs_llm": s.needs_llm,
+        "name": s.name, "enabled": s.enabled, "interval_min": s.interval_min, "timeout_min": s.timeout_min,
+        "tunables": s.tunables, "needs_llm": s.needs_llm,
         "description": s.description,
         "last_run": None if last is None else {
             "id": last.id, "started_at": last.started_at, "finished_at": last.finished_at, "status": last.status,

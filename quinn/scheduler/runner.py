@@ -9,7 +9,9 @@ Every run, scheduled or by hand (``quinn jobs run``), takes the job's lease firs
 database only the holder runs it, and a scheduled run is skipped when any daemon ran the job within the current
 interval, so each job runs once per interval however many daemons there are. The lease is renewed while the
 job runs and released after; a crashed holder's lease expires after ``lease_s`` and the run it left ``running``
-is marked ``interrupted``. Time comes from a ``Clock`` (a ``ManualClock`` in tests), never from a global.
+is marked ``interrupted``. A run still going after its job's time limit (``JobSpec.timeout``) is stopped and
+recorded ``failed``; jobs are resumable, so the next run goes on. Time comes from a ``Clock`` (a ``ManualClock``
+in tests), never from a global.
 """
 
 from __future__ import annotations
@@ -254,8 +256,19 @@ class JobRunner:
         lost = asyncio.Event()
         heartbeat = asyncio.ensure_future(self._renew(name, work, lost))
         status, error = OK, ""
+        limit = spec.timeout(self.settings)
         try:
-            await work
+            async with asyncio.timeout(limit.total_seconds()) as deadline:
+                await work
+        except TimeoutError as exc:
+            if not deadline.expired():  # the job's own TimeoutError (a socket, say): a failure like any other
+                status, error = FAILED, f"{exc.__class__.__name__}: {exc}"
+                log.exception("job %s failed", name)
+            else:
+                status = FAILED
+                error = (f"timed out after {_minutes(limit)} ([scheduler] timeouts_min): stopped; what it did "
+                         "stays and the next run goes on")  # fmt: skip
+                log.warning("job %s %s", name, error)
         except asyncio.CancelledError:
             status = INTERRUPTED
             error = "interrupted: the lease was lost to another daemon" if lost.is_set() else "interrupted: stopped"
@@ -328,6 +341,8 @@ class JobStatus:
     last: JobRun | None
     next_run: datetime | None  # None: at the next daemon start (never ran, or disabled)
     lease: LeaseHolder | None
+    timeout_min: float = 0.0
+    tunables: dict[str, Any] = field(default_factory=dict)  # the [scheduler] settings it reads, with their values
 
 
 def job_statuses(db: Database, settings: SchedulerConfig, now: datetime,
@@ -346,5 +361,7 @@ def job_statuses(db: Database, settings: SchedulerConfig, now: datetime,
         if lease is not None and datetime.fromisoformat(lease.expires_at) <= now:
             lease = None  # expired: its holder is gone
         out.append(JobStatus(spec.name, enabled, interval.total_seconds() / 60, spec.needs_llm, spec.description,
-                             latest[0] if latest else None, next_run, lease))  # fmt: skip
+                             latest[0] if latest else None, next_run, lease,
+                             spec.timeout(settings).total_seconds() / 60,
+                             {key: getattr(settings, key) for key in spec.tunables}))  # fmt: skip
     return out
