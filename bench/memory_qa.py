@@ -64,7 +64,7 @@ RESULTS = ROOT / "bench" / "results"
 EXTRACT_MARK = "long-term memory of an email assistant"  # a sentence of prompts/extract.j2
 CONDITIONS = ("quinn", "no_memory", "full_history")
 JOBS = ("session_close", "consolidate", "reflect")
-MAX_OUTPUT_TOKENS = 200
+MAX_OUTPUT_TOKENS = 400  # 200 cut extractions of three facts short (each fact is ~70 tokens of JSON)
 FOOTER = "\n\n---\nChanges to what I remember about you:"  # memory_mail.changes_footer's first line
 
 

@@ -38,11 +38,6 @@ RUNTIME_HINT = (
     "(compiles ~6 min on 2 cores; .ci/run does it)"
 )
 MODEL_NAME = "qwen2.5-coder-0.5b-instruct"
-# The server keeps the model's state after each answer (llama-cpp-python's RAM cache) and starts the next prompt
-# from the longest cached prefix: Quinn's calls alternate between a few templates (reply, gate, extraction) whose
-# instructions come first, so a call re-reads only what differs (measured: a 1,600-token prompt whose prefix was
-# seen two calls back, 18 s -> 3 s on 2 cores; same output). About 12 KB a token for the 0.5B model.
-CACHE_BYTES = 2 << 30
 
 
 class RealLLMError(RuntimeError):
@@ -57,8 +52,9 @@ def runtime_available() -> bool:
 class RealLLM(LabServer):
     """``python -m llama_cpp.server`` on a free port with its log in a temp dir.
 
-    ``n_ctx`` bounds prompt + answer in tokens (memory grows with it); two threads match CI's two cores; prompt
-    prefixes are cached (`CACHE_BYTES`).
+    ``n_ctx`` bounds prompt + answer in tokens (memory grows with it); two threads match CI's two cores. No
+    ``--cache``: in 0.3.36 its RAM cache grows the server by ~200 MB a request whatever ``--cache_size`` says
+    (measured: 1.5 GB -> 6.2 GB in 24 short requests; a memory-QA run was OOM-killed at 23 GB).
     """
 
     restart_timeout_s = 60.0
@@ -93,7 +89,7 @@ class RealLLM(LabServer):
             raise RealLLMError(f"llama-cpp-python's server is not installed: {RUNTIME_HINT}")
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias",
                MODEL_NAME, "--host", self.host, "--port", str(self.port), "--n_threads", str(self.n_threads),
-               "--n_ctx", str(self.n_ctx), "--cache", "True", "--cache_size", str(CACHE_BYTES)]  # fmt: skip
+               "--n_ctx", str(self.n_ctx)]  # fmt: skip
         self._spawn(cmd, self.log_path, lambda: self._status("/v1/models") == 200, timeout_s, RealLLMError)
 
     def _status(self, path: str) -> int:
