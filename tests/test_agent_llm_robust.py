@@ -89,6 +89,40 @@ async def test_invalid_twice_is_retried_later_not_lost(llm_server: ScriptedLLM) 
         await local(llm_server).structured("Extract.", "Ana...", Facts)
 
 
+class Scored(BaseModel):
+    content: str
+    importance: float = Field(default=0.5, ge=0, le=1)
+    confidence: float = Field(default=0.5, ge=0, le=1)
+
+
+class ScoredFacts(BaseModel):
+    facts: list[Scored] = Field(default_factory=list)
+
+
+async def test_scores_on_another_scale_are_put_back_on_ours_without_asking_again(llm_server: ScriptedLLM) -> None:
+    answer = {"facts": [{"content": "Ana lives in Porto.", "importance": 8, "confidence": 95},
+                        {"content": "Ana has a dog.", "importance": -0.2, "confidence": 1000}]}  # fmt: skip
+    llm_server.script(Json(answer))
+    facts, usage = await local(llm_server).structured("Extract.", "Ana...", ScoredFacts)
+    assert [(f.importance, f.confidence) for f in facts.facts] == [(0.8, 0.95), (0.0, 1.0)]
+    assert usage.calls == 1
+
+
+async def test_an_answer_still_invalid_keeps_its_valid_items(llm_server: ScriptedLLM) -> None:
+    bad = {"facts": [{"content": "Ana lives in Porto."}, {"text": "no content"}, {"content": "Ana has a dog."}]}
+    llm_server.script(Json(bad), Json(bad))
+    facts, usage = await local(llm_server).structured("Extract.", "Ana...", ScoredFacts)
+    assert [f.content for f in facts.facts] == ["Ana lives in Porto.", "Ana has a dog."]
+    assert usage.calls == 2  # asked once more first: the model may fix the item
+
+
+async def test_an_answer_with_no_valid_item_is_still_retried_later(llm_server: ScriptedLLM) -> None:
+    bad = {"facts": [{"text": "no content"}]}
+    llm_server.script(Json(bad), Json(bad))
+    with pytest.raises(RetryLater, match=r"facts\.0\.content"):
+        await local(llm_server).structured("Extract.", "Ana...", ScoredFacts)
+
+
 async def test_json_schema_refused_falls_back_to_json_object_with_the_schema_and_remembers(
     llm_server: ScriptedLLM,
 ) -> None:

@@ -22,6 +22,7 @@ from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ValidationError
 
 from quinn.agent.json_text import echoed, find_json, is_schema_dump, tool_calls_in_text, unfenced, whole_json
+from quinn.agent.salvage import rescaled, without_invalid_items
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.sdks import skipped
@@ -390,14 +391,14 @@ class LLM:
         response = await model.call_async(self._messages(system, user), format=spec)
         usage += _usage(response, model.model_id)
         try:
-            return _parse_answer(response, format, model.model_id, allow_empty=False), usage
+            return _parse_answer(response, format, model.model_id, last_try=False), usage
         except _InvalidAnswer as exc:
             log.info("model %s gave invalid %s, asking once more: %s", model.model_id, format.__name__, exc)
             response = await response.resume(f"That was not valid: {exc}. Answer again with only the JSON object "
                                               "the schema describes.")  # fmt: skip
             usage += _usage(response, model.model_id)
         try:
-            return _parse_answer(response, format, model.model_id, allow_empty=True), usage
+            return _parse_answer(response, format, model.model_id, last_try=True), usage
         except _InvalidAnswer as exc:
             raise RetryLater(f"model {model.model_id} gave no valid {format.__name__} twice: {exc}") from exc
 
@@ -414,8 +415,10 @@ class _InvalidAnswer(ValueError):
     """A structured answer that is not one; the message is what the model is told."""
 
 
-def _parse_answer(response: Any, format: type[T], model: str, *, allow_empty: bool) -> T:
-    """The answer in `response` validated into `format`; `_InvalidAnswer` says what is wrong with it."""
+def _parse_answer(response: Any, format: type[T], model: str, *, last_try: bool) -> T:
+    """The answer in `response` validated into `format`; `_InvalidAnswer` says what is wrong with it. Numbers out
+    of range are put back in range (quinn.agent.salvage); on the `last_try` an empty object means nothing to say
+    and an answer still invalid keeps its valid list items."""
     text = response.text()
     try:
         value, repaired = find_json(text)
@@ -433,14 +436,22 @@ def _parse_answer(response: Any, format: type[T], model: str, *, allow_empty: bo
             value = inner  # {"Extraction": {...}}: the answer wrapped in one more object
         else:
             raise _InvalidAnswer(f"keys {sorted(value)} are not in the schema; use {sorted(fields)}")
-    if value == {} and fields and not allow_empty:
+    if value == {} and fields and not last_try:
         raise _InvalidAnswer("an empty object {}: give the schema's fields (an empty list where there is nothing)")
     if repaired:
         log.warning("model %s: the %s answer was cut off; keeping its complete part", model, format.__name__)
+    value, notes = rescaled(format, value)
+    if notes:
+        log.info("model %s: %s numbers out of range put back in range: %s", model, format.__name__, "; ".join(notes))
     try:
         return format.model_validate(value)
     except ValidationError as exc:
         errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        kept = without_invalid_items(format, value) if last_try else None
+        if kept is not None:
+            log.warning("model %s: %s answer still invalid (%s); keeping its valid items (%s)", model,
+                        format.__name__, errors, ", ".join(kept[1]))  # fmt: skip
+            return kept[0]
         raise _InvalidAnswer(errors) from exc
 
 

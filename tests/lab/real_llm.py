@@ -52,7 +52,9 @@ def runtime_available() -> bool:
 class RealLLM(LabServer):
     """``python -m llama_cpp.server`` on a free port with its log in a temp dir.
 
-    ``n_ctx`` bounds prompt + answer in tokens (memory grows with it); two threads match CI's two cores.
+    ``n_ctx`` bounds prompt + answer in tokens (memory grows with it); two threads match CI's two cores. No
+    ``--cache``: in 0.3.36 its RAM cache grows the server by ~200 MB a request whatever ``--cache_size`` says
+    (measured: 1.5 GB -> 6.2 GB in 24 short requests; a memory-QA run was OOM-killed at 23 GB).
     """
 
     restart_timeout_s = 60.0
