@@ -7,6 +7,10 @@ was interrupted mid-try, and is learnt again only when no memory names the mail 
 ``metadata.source.message_id``), since the store writes an extraction's memories in one go. With several daemons
 ``begin`` is a claim with a lease (migration 0015): exactly one daemon learns from a mail; a try of a daemon that
 was killed is taken over once its lease ran out.
+
+A try that failed for a reason that passes (the model gave no valid extraction twice, or could not be reached:
+``RetryLater``, ``ConnectError``) leaves the row queued until ``retry_at`` (migration 0017, set by ``later``);
+``blocked`` keeps the user's later mails behind it, so what a person wrote is learnt in the order they wrote it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class Queued:
     raw: bytes
     internal_date: datetime | None
     interrupted: bool  # a try had begun when the process stopped
+    attempts: int = 1  # tries so far, this one included
 
 
 def put(db: Database, message_id: str, user_id: str, raw: bytes, internal_date: datetime | None) -> None:
@@ -48,15 +53,34 @@ def begin(db: Database, message_id: str, holder: str, now: datetime, lease_s: fl
             return None
         tx.execute("UPDATE learning_queue SET state = 'learning', attempts = attempts + 1, holder = ?,"
                    " lease_until = ? WHERE message_id = ? AND (holder IS NULL OR holder IN (?, ?)"
-                   " OR lease_until IS NULL OR lease_until <= ?)",
+                   " OR lease_until IS NULL OR lease_until <= ?) AND (retry_at IS NULL OR retry_at <= ?)",
                    (holder, iso(now + timedelta(seconds=lease_s)), message_id, holder, dead or holder,
-                    iso(now)))  # fmt: skip
-        mine = tx.query("SELECT holder FROM learning_queue WHERE message_id = ?", (message_id,))
+                    iso(now), iso(now)))  # fmt: skip
+        mine = tx.query("SELECT holder, attempts FROM learning_queue WHERE message_id = ?", (message_id,))
     if not mine or mine[0][0] != holder:
         return None
     user_id, raw, internal_date, state = rows[0]
     when = datetime.fromisoformat(internal_date) if internal_date else None
-    return Queued(message_id, user_id, bytes(raw), when, state == "learning")
+    return Queued(message_id, user_id, bytes(raw), when, state == "learning", int(mine[0][1]))
+
+
+def later(db: Database, message_id: str, at: datetime, error: str) -> None:
+    """The try failed for a reason that passes: queued again, not to be tried before ``at``."""
+    db.execute("UPDATE learning_queue SET state = 'waiting', holder = NULL, lease_until = NULL, retry_at = ?,"
+               " last_error = ? WHERE message_id = ?", (iso(at), error[:500], message_id))  # fmt: skip
+
+
+def blocked(db: Database, user_id: str, message_id: str) -> bool:
+    """True when an older mail of the user is still queued: this one waits until it is learnt (or given up)."""
+    return db.query_one("SELECT 1 FROM learning_queue q, learning_queue me WHERE me.message_id = ?"
+                        " AND q.user_id = ? AND q.message_id <> me.message_id AND (q.created_at < me.created_at"
+                        " OR (q.created_at = me.created_at AND q.rowid < me.rowid)) LIMIT 1",
+                        (message_id, user_id)) is not None  # fmt: skip
+
+
+def user_of(db: Database, message_id: str) -> str | None:
+    """Whose mail ``message_id`` is, while it is queued; None once learnt."""
+    return db.query_value("SELECT user_id FROM learning_queue WHERE message_id = ?", (message_id,))
 
 
 def holder_of(db: Database, message_id: str) -> str | None:

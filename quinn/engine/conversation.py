@@ -21,7 +21,7 @@ from quinn.documents.extract import Extracted
 from quinn.documents.library import take_documents
 from quinn.engine.parts import Parts
 from quinn.engine.purges import MailboxPurges
-from quinn.errors import QuinnError
+from quinn.errors import ConnectError, QuinnError, RetryLater
 from quinn.faults import fault_point
 from quinn.mailbox.identity import canonical_address, user_for
 from quinn.mailbox.imap import IMAP_FAILURES
@@ -234,9 +234,11 @@ class Conversation:
         assert store is not None
         return recallable(email) and not await self._db(opted_out, store.db, user)
 
-    async def learn(self, user: str, email: InboundEmail, *, template: str | None = None) -> ExtractionOutcome | None:
+    async def learn(self, user: str, email: InboundEmail, *, template: str | None = None,
+                    transient: bool = False) -> ExtractionOutcome | None:  # fmt: skip
         """Extract memories from the mail; a failure here never affects the reply already sent. ``template``: the
-        reply's, when known (else read from the outbox)."""
+        reply's, when known (else read from the outbox). ``transient``: a failure that passes (``RetryLater``,
+        ``ConnectError``) is raised for the caller to try again later, instead of logged."""
         p = self.parts
         assert p.agent is not None and p.store is not None
         if template is None:
@@ -248,6 +250,10 @@ class Conversation:
         try:
             with self.metrics.llm_call(p.llm.background_model_id, "extract"):
                 return await p.agent.learn(user, email)
+        except (RetryLater, ConnectError) as exc:
+            if transient:
+                raise
+            log.warning("memory extraction for %s failed for good: %s", email.message_id, exc)
         except QuinnError as exc:
             log.warning("memory extraction for %s failed: %s", email.message_id, exc)
         except IMAP_FAILURES:

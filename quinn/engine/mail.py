@@ -293,11 +293,16 @@ class MailHandler:
 
     async def learn_queued(self, message_id: str) -> None:
         """Learn from a queued mail, then take it off the queue. A try a crash interrupted is not repeated when
-        its memories were already stored (they name the mail as their source): learning is applied once."""
+        its memories were already stored (they name the mail as their source): learning is applied once. A try
+        that fails for a reason that passes stays queued with backoff (the last of ``MAX_ATTEMPTS`` tries logs
+        the failure and lets go), and the user's later mails wait behind it."""
         store = self.parts.store
         assert store is not None
         p = self.parts
         lease_s = p.config.service.mail_lease_s
+        user = await self._db(learning.user_of, store.db, message_id)
+        if user is None or await self._db(learning.blocked, store.db, user, message_id):
+            return  # learnt already, or an older mail of the user waits for a retry: this one follows it
         queued = await self._db(learning.begin, store.db, message_id, self.holder, p.clock.now(), lease_s)
         if queued is None:
             other = await self._db(learning.holder_of, store.db, message_id)
@@ -311,12 +316,20 @@ class MailHandler:
         else:
             fault_point("before_learn")
             email = parse_email(queued.raw, internal_date=queued.internal_date)  # it was parsed once already
-            await self.conversation.learn(queued.user_id, email)
+            try:
+                await self.conversation.learn(queued.user_id, email, transient=queued.attempts < MAX_ATTEMPTS)
+            except (RetryLater, ConnectError) as exc:
+                delay = min(LLM_RETRY_BASE * 2 ** (queued.attempts - 1), LLM_RETRY_MAX)
+                await self._db(learning.later, store.db, message_id, p.clock.now() + delay, str(exc))
+                log.warning("mail %s: learning deferred (try %d, next in %s): %s", message_id, queued.attempts,
+                            delay, exc)  # fmt: skip
+                return
             fault_point("after_learn")
         await self._db(learning.done, store.db, message_id)
 
     async def learn_pending(self) -> None:
-        """Learn from what a crash left queued, oldest first (each folder pass, before new mail)."""
+        """Learn from what a crash or a failed try left queued and is due, oldest first (each folder pass,
+        before new mail)."""
         store = self.parts.store
         assert store is not None
         for message_id in await self._db(learning.waiting, store.db):
