@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -191,14 +191,69 @@ def real_llm() -> Iterator[Any]:
         server.close()
 
 
+# Fixtures that stand up a lab server or process. A test using none of them is in the unit layer (marker
+# ``unit``, ``pytest -m unit``: about a minute, no Dovecot) unless marked ``lab`` or ``heavy`` (in process but
+# slow); `_unit_stays_in_process` holds it to
+# that, so a test that starts a server by hand without saying so fails instead of slowing the layer down.
+LAB_FIXTURES = frozenset({"dovecot", "make_dovecot", "smtp_lab", "mail_lab", "sqld", "real_llm", "llm_server",
+                          "lab_config", "quinn_daemon", "make_quinn", "brain", "job_bench", "tls_cert",
+                          "browser", "served", "served_with_prompts"})  # fmt: skip
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without ``--long``, tests marked ``long`` are skipped (CI's default run stays fast)."""
+    """Tests that need no lab server are marked ``unit``; without ``--long``, tests marked ``long`` are
+    skipped (CI's default run stays fast)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_sqld = callspec is not None and "sqld" in callspec.params.values()  # tests/memory's backend param
+        lab = "lab" in item.keywords or "heavy" in item.keywords or on_sqld
+        if not lab and not LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.unit)
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="long variant: run with --long")
     for item in items:
         if "long" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _unit_stays_in_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``unit`` test may not start a process or open a TCP connection (even on 127.0.0.1): either is a lab
+    server in disguise. The attempt raises, and the test fails at teardown even if the code under test swallowed
+    that error (it would be testing this guard, not itself). Mark the test ``lab`` if it really needs one."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    import socket
+    import subprocess
+
+    seen: list[str] = []
+
+    def refuse(what: str) -> NoReturn:
+        seen.append(what)
+        raise RuntimeError(f"a unit test (no lab fixture) {what}: use a lab fixture or mark the test lab")
+
+    popen_init, connect = subprocess.Popen.__init__, socket.socket.connect
+
+    def no_process(self: Any, *args: Any, **kwargs: Any) -> None:
+        refuse(f"started a process: {args[0] if args else kwargs.get('args')!r}")
+
+    def no_tcp(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            self.close()
+            refuse(f"opened a TCP connection to {address!r}")
+        connect(self, address)
+
+    subprocess.Popen.__init__ = no_process  # type: ignore[method-assign]
+    socket.socket.connect = no_tcp  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+        socket.socket.connect = connect  # type: ignore[method-assign]
+    if seen:
+        pytest.fail(f"a unit test (no lab fixture) {seen[0]}: use a lab fixture or mark the test lab", pytrace=False)
 
 
 @pytest.fixture

@@ -113,6 +113,7 @@ def as_json(result: subprocess.CompletedProcess[str]):
     return json.loads(result.stdout)
 
 
+@pytest.mark.lab  # runs a process
 def test_users_list(admin_db):
     users = {u["user"]: u for u in as_json(quinn(admin_db["config"], "users", "list", "--json"))}
     assert set(users) == {ALICE, BOB}
@@ -123,6 +124,7 @@ def test_users_list(admin_db):
     assert table.returncode == 0 and ALICE in table.stdout and "memories" in table.stdout
 
 
+@pytest.mark.lab  # runs a process
 def test_sessions_list_and_show(admin_db):
     listed = as_json(quinn(admin_db["config"], "sessions", "list", "--user", ALICE.upper(), "--json"))
     assert [s["id"] for s in listed] == [admin_db["session"]]
@@ -138,6 +140,7 @@ def test_sessions_list_and_show(admin_db):
     assert "Have a good flight." in table.stdout and SUBJECT in table.stdout  # printed as text, not as markup
 
 
+@pytest.mark.lab  # runs a process
 def test_sessions_show_unknown_is_one_line_with_a_hint(admin_db):
     result = quinn(admin_db["config"], "sessions", "show", "no-such-session")
     assert result.returncode == 1
@@ -146,6 +149,7 @@ def test_sessions_show_unknown_is_one_line_with_a_hint(admin_db):
     ]
 
 
+@pytest.mark.lab  # runs a process
 def test_mail_status(admin_db):
     report = as_json(quinn(admin_db["config"], "mail", "status", "--json"))
     assert report["counts"] == {"replied": 1, "failed": 1, "quarantined": 1, "ignored": 1, "deferred": 1}
@@ -167,12 +171,14 @@ def test_mail_status(admin_db):
      ("INBOX:7:99", "no mail INBOX:7:99 in the ledger (hint: copy a key from `quinn mail status`)"),
      ("nonsense", "mail key 'nonsense' is not FOLDER:UIDVALIDITY:UID (hint: copy the key from `quinn mail status`)")],
 )  # fmt: skip
+@pytest.mark.lab  # runs a process
 def test_mail_retry_refuses_what_it_cannot_retry(admin_db, key, message):
     result = quinn(admin_db["config"], "mail", "status", "--retry", key, env={"QUINN_ADMIN_TEST_IMAP_PASSWORD": "x"})
     assert result.returncode != 0
     assert result.stderr.strip() == f"quinn: {message}"
 
 
+@pytest.mark.lab  # runs a process
 def test_prompts_stats(admin_db):
     stats = {s["prompt_version"]: s for s in as_json(quinn(admin_db["config"], "prompts", "stats", "--json"))}
     assert stats["reply@aaaaaaaaaaaa"] == {
@@ -184,6 +190,7 @@ def test_prompts_stats(admin_db):
     assert table.returncode == 0 and "reply@aaaaaaaaaaaa" in table.stdout
 
 
+@pytest.mark.lab  # runs a process
 def test_admin_commands_refuse_a_missing_database(tmp_path):
     config = tmp_path / "quinn.toml"
     config.write_text(CONFIG.replace('url = "quinn.db"', 'url = "nowhere/quinn.db"'), encoding="utf-8")
@@ -230,6 +237,7 @@ def test_mail_retry_answers_a_failed_mail(mail_lab, lab_config, llm_server, quin
     assert daemon.terminate() == 0
 
 
+@pytest.mark.lab  # runs a process
 def test_database_copy_moves_everything_to_a_libsql_server(admin_db):
     from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld
 
@@ -281,6 +289,7 @@ def test_memory_purge_with_mailbox_deletes_their_mail_too(mail_lab, lab_config):
     assert b"<p-3@x.test>" in kept  # bob's mail stays
 
 
+@pytest.mark.lab  # runs a process
 def test_users_list_and_the_user_metric_count_the_same_people(admin_db, tmp_path):
     """Carol's only trace is a mail in the ledger (an auto-reply of hers, ignored); the metric once counted
     sessions and memories only, the store memories and messages: all three now read ``quinn.users``."""

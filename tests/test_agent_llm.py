@@ -13,6 +13,8 @@ from quinn.config import LlmConfig, parse_config, resolve_secrets
 from quinn.errors import ConfigError, RetryLater
 from tests.lab.llm_server import Delay, Error, Json, ScriptedLLM, Text, ToolCall, count_tokens
 
+pytestmark = pytest.mark.lab  # every test here talks to the scripted model's HTTP server
+
 # Anthropic structured output goes through the SDK's deprecated beta `output_format` (Mirascope 2.8.2): the SDK
 # warns about it, and so does pydantic when Mirascope dumps the parsed block. Both happen against the real API too.
 ANTHROPIC_WARNINGS = [

@@ -41,6 +41,7 @@ def test_fault_point_is_inert_without_the_variable(monkeypatch: pytest.MonkeyPat
         fault_point("after_send")  # would kill this test run if it were active
 
 
+@pytest.mark.lab  # runs a process
 def test_fault_point_kills_on_the_nth_pass() -> None:
     code = (
         "from quinn.faults import fault_point\n"

@@ -28,6 +28,7 @@ def model() -> LocalEmbedder:
     return LocalEmbedder()
 
 
+@pytest.mark.lab  # runs a process
 def test_memory_search_runs_and_its_sql_scan_is_exact(tmp_path: Path, model: LocalEmbedder) -> None:
     memory_search.main(["--quick", "--out", str(tmp_path), "--queries", "10", "--sample", "20"], embedder=model)
     report = json.loads((tmp_path / "memory_search.json").read_text())
@@ -48,6 +49,7 @@ def test_memory_search_runs_and_its_sql_scan_is_exact(tmp_path: Path, model: Loc
     assert (tmp_path / "memory_search_recall.png").read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.lab  # runs a process
 def test_retrieval_quality_runs_every_set_and_method_on_one_user(tmp_path: Path, model: LocalEmbedder) -> None:
     retrieval_quality.main(["--quick", "--out", str(tmp_path)], embedder=model)
     report = json.loads((tmp_path / "retrieval_quality.json").read_text())
@@ -80,6 +82,7 @@ def test_chats_data_set_has_every_kind_and_answers_in_other_sessions() -> None:
     assert chats.generate(conversations=2) == data  # fixed seed: the same set every run
 
 
+@pytest.mark.lab  # runs a process
 def test_pipeline_runs_through_the_lab_and_answers_every_mail(tmp_path: Path, model: LocalEmbedder) -> None:
     # One embedder thread: the quick run shares the 2 cores with the rest of the suite.
     pipeline.main(["--quick", "--out", str(tmp_path), "--embed-threads", "1"], embedder=model)
@@ -103,6 +106,7 @@ def test_pipeline_runs_through_the_lab_and_answers_every_mail(tmp_path: Path, mo
     assert "| every mail answered | 0 replies missing | met |" in (tmp_path / "pipeline.md").read_text()
 
 
+@pytest.mark.lab  # runs a process
 def test_concurrency_bench_answers_every_mail_at_each_limit(tmp_path: Path) -> None:
     """bench/concurrency.py at its quick size: every mail answered with 1 and with 4 in flight, the files written."""
     report = concurrency.main(["--quick", "--out", str(tmp_path)])

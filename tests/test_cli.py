@@ -115,6 +115,7 @@ def test_run_with_missing_key_is_one_line(lab_config):
         "quinn config example))"  # fmt: skip
 
 
+@pytest.mark.lab  # runs a process
 @pytest.mark.timeout(300)
 def test_wheel_ships_the_prompt_templates(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",

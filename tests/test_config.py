@@ -111,12 +111,14 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           env=env)  # fmt: skip
 
 
+@pytest.mark.lab  # runs a process
 def test_cli_version():
     result = run_cli("--version")
     assert result.returncode == 0
     assert result.stdout.startswith("quinn ")
 
 
+@pytest.mark.lab  # runs a process
 def test_cli_missing_key_is_one_line(tmp_path):
     path = write(tmp_path, MINIMAL.replace('host = "smtp.example.org"\n', ""))
     result = run_cli("run", "-c", str(path), env={"Q_IMAP": "x", "PATH": "/usr/bin:/bin"})
@@ -126,6 +128,7 @@ def test_cli_missing_key_is_one_line(tmp_path):
     assert "missing key smtp.host" in lines[0]
 
 
+@pytest.mark.lab  # runs a process
 def test_cli_missing_file_is_one_line(tmp_path):
     result = run_cli("check", "-c", str(tmp_path / "absent.toml"))
     assert result.returncode == 2

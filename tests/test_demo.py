@@ -87,6 +87,7 @@ def test_demo_without_a_usable_model_option_says_which_and_shows_ollama(
     assert says in err and "--model ollama/llama3.2" in err
 
 
+@pytest.mark.lab  # runs a process
 def test_demo_with_a_model_server_that_does_not_answer_says_so_and_stops(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

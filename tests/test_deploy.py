@@ -49,6 +49,7 @@ def unit_directives() -> dict[str, list[str]]:
     return directives
 
 
+@pytest.mark.lab  # runs a process
 def test_unit_passes_systemd_analyze_verify(tmp_path):
     tool = systemd_analyze()
     # verify checks that ExecStart exists: point it at this environment's quinn, every other line unchanged.
@@ -62,6 +63,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
     assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
 
 
+@pytest.mark.lab  # runs a process
 def test_unit_security_exposure_is_at_most_the_goal():
     tool = systemd_analyze()
     result = subprocess.run([tool, "security", "--offline=true", str(UNIT)], capture_output=True, text=True,
@@ -154,6 +156,7 @@ MDWE_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.lab  # runs a process
 @pytest.mark.timeout(240)
 def test_the_embedder_works_under_memory_deny_write_execute():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -200,6 +200,7 @@ async def test_the_search_documents_tool_finds_only_the_users_files(make_quinn, 
     assert bobs == "No file matches."
 
 
+@pytest.mark.lab  # runs a process
 def test_database_copy_moves_files_to_a_libsql_server_in_small_batches(tmp_path) -> None:
     """`quinn database copy` reads a table a batch at a time; file parts are 1 MiB each, so they go 8 at a time
     (BATCH_ROWS_OF), and arrive on a fresh sqld byte for byte."""

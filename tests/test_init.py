@@ -10,6 +10,8 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.lab.daemon import init_flags
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import ScriptedLLM
@@ -53,6 +55,7 @@ def test_init_writes_a_config_that_quinn_check_passes(
     assert forced.returncode == 0 and tomllib.loads(path.read_text())["smtp"]["reply_mode"] == "send"
 
 
+@pytest.mark.lab  # runs a process
 def test_init_asks_for_what_the_flags_leave_out(tmp_path: Path) -> None:
     path = tmp_path / "quinn.toml"
     # address, then IMAP host/tls/port/login, SMTP host/tls/port/login, reply mode, provider, model, URL, state
@@ -70,6 +73,7 @@ def test_init_asks_for_what_the_flags_leave_out(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.lab  # runs a process
 def test_init_refuses_answers_that_make_no_config(tmp_path: Path) -> None:
     made = quinn("init", "-c", str(tmp_path / "q.toml"), "--non-interactive", "--address", "quinn@example.test",
                  "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:1/v1")  # fmt: skip

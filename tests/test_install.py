@@ -91,6 +91,7 @@ def test_the_wheel_carries_what_the_docs_name(wheel: Path):
     assert any(r.startswith("Requires-Dist: starlette") and "extra == 'console'" in r for r in requires), requires
 
 
+@pytest.mark.lab  # runs a process
 @INSTALLS
 def test_the_install_has_no_torch_no_cuda_and_fits(venv: Path):
     listed = run(venv / "bin" / "pip", "list", "--format=json", "--disable-pip-version-check")
@@ -102,6 +103,7 @@ def test_the_install_has_no_torch_no_cuda_and_fits(venv: Path):
     assert size_mb <= MAX_VENV_MB
 
 
+@pytest.mark.lab  # runs a process
 @INSTALLS
 def test_the_installed_quinn_runs_offline(venv: Path, tmp_path: Path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}

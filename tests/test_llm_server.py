@@ -28,6 +28,8 @@ from tests.lab.llm_server import (
     tune_provider_clients,
 )
 
+pytestmark = pytest.mark.lab  # every test here talks to the scripted model's HTTP server
+
 # Anthropic + a bare pydantic `format=` goes through `client.beta.messages.parse(output_format=...)`
 # (Mirascope 2.8.2, anthropic 0.125): the SDK deprecates `output_format`, and dumping the
 # parsed text block trips a pydantic serializer warning. Both happen against the real API too.

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import json, sys
 from quinn.config import LlmConfig
@@ -32,6 +34,7 @@ def probe(model: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.lab  # runs a process
 def test_only_the_configured_providers_sdk_is_imported() -> None:
     lean = probe("openai/gpt-test")
     assert lean["skipped"] == ["anthropic", "google"]
@@ -39,6 +42,7 @@ def test_only_the_configured_providers_sdk_is_imported() -> None:
     assert "started without the anthropic SDK" in lean["refused"] and "restart quinn" in lean["refused"]
 
 
+@pytest.mark.lab  # runs a process
 def test_a_configured_provider_keeps_its_sdk() -> None:
     anthropic = probe("anthropic/claude-test")
     assert anthropic["skipped"] == ["google"]

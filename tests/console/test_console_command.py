@@ -9,6 +9,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from quinn.console.auth import hash_password
 from quinn.lab.ports import free_port
@@ -16,6 +17,7 @@ from quinn.memory.store import MemoryStore
 from tests.console.conftest import CONFIG, PASSWORDS, TEST_COST
 
 
+@pytest.mark.lab  # runs a process
 def test_quinn_console_serves_the_configured_database_until_sigterm(tmp_path):
     port = free_port()
     config = CONFIG.replace("login_attempts = 3", f"port = {port}")

@@ -18,6 +18,7 @@ from quinn.memory.embed import MINILM_SHA256, LocalEmbedder, build_embedder, pac
 REFERENCE = Path(__file__).parents[1] / "fixtures" / "embeddings" / "minilm_reference.json"
 
 
+@pytest.mark.heavy  # ~10 s in process
 def test_vectors_equal_sentence_transformers(embedder: LocalEmbedder):
     """Made once on torch by tests/fixtures/embeddings/make_minilm_reference.py (long, unicode, empty texts)."""
     reference = json.loads(REFERENCE.read_text(encoding="utf-8"))

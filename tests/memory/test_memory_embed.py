@@ -76,6 +76,7 @@ def test_recent_embeddings_forget_the_oldest_text(llm_server: ScriptedLLM):
     assert inputs == [["a"], ["b"], ["c"], ["b"]]
 
 
+@pytest.mark.lab  # a real refused TCP connection
 def test_unreachable_embeddings_endpoint_is_a_connect_error():
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ConnectError) as info:

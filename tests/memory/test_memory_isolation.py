@@ -67,6 +67,7 @@ def _populate(store: MemoryStore, rng: random.Random, users: list[str]) -> dict[
     return owner
 
 
+@pytest.mark.heavy  # ~15 s in process
 def test_fifty_users_never_see_each_other(database_url: str, embedder: LocalEmbedder):
     """1,000 randomized searches, get_all calls and memory blocks: only the asking user's memories come back."""
     rng = random.Random(7)

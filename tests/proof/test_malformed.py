@@ -40,6 +40,7 @@ def generated_cases(request: pytest.FixtureRequest) -> int:
     return 10_000 if request.config.getoption("--long") else 2_000
 
 
+@pytest.mark.heavy  # ~25 s in process
 @pytest.mark.timeout(900)
 def test_generated_mime_never_crashes(request):
     outcomes: dict[str, int] = {"parsed": 0, "quarantined": 0}
