@@ -5,9 +5,11 @@ The data set (`bench/memory_qa_data.py`, fixed seed): 5 people, 8 mails each ove
 Quinn's real pipeline, in-process against the test lab (tests/lab/inprocess.py): each mail is delivered by SMTP into
 Dovecot, fetched, parsed, answered by the real model, learnt from (gate + extraction), and filed; after each
 person's history the background jobs that turn conversations into memory run once (session_close, consolidate,
-reflect); then each question arrives as a new thread and Quinn answers it like any mail, except that it does not
-learn from it: questions are probes, and one must not teach the next (as in LongMemEval and LoCoMo). Rate caps are
-lifted (a person's 28 mails arrive within minutes here, not over six months).
+reflect), after what waited was retried (a mail deferred because the model only copied it, a learning try that
+failed: made due, at most three more passes); then each question arrives as a new thread and Quinn answers it
+like any mail, except that it does not learn from it: questions are probes, and one must not teach the next (as
+in LongMemEval and LoCoMo). Rate caps are lifted (a person's 28 mails arrive within minutes here, not over six
+months).
 
 Three conditions, same model, same run, same reply template and the same sampling settings:
 
@@ -64,6 +66,7 @@ RESULTS = ROOT / "bench" / "results"
 EXTRACT_MARK = "long-term memory of an email assistant"  # a sentence of prompts/extract.j2
 CONDITIONS = ("quinn", "no_memory", "full_history")
 JOBS = ("session_close", "consolidate", "reflect")
+SETTLE_PASSES = 3
 MAX_OUTPUT_TOKENS = 400  # 200 cut extractions of three facts short (each fact is ~70 tokens of JSON)
 FOOTER = "\n\n---\nChanges to what I remember about you:"  # memory_mail.changes_footer's first line
 
@@ -115,21 +118,6 @@ def text_of(body: Any) -> str:
     return "\n".join(str(m.get("content")) for m in body.get("messages", []))
 
 
-@contextlib.contextmanager
-def probe(app: Any) -> Iterator[None]:
-    """Quinn answers the mail as usual but learns nothing from it (the question is a probe)."""
-
-    async def learn_nothing(user_id: str, email: Any) -> None:
-        return None
-
-    learn = app.conversation.learn
-    app.conversation.learn = learn_nothing
-    try:
-        yield
-    finally:
-        app.conversation.learn = learn
-
-
 class Bench:
     """The lab, one Quinn for everybody, and the recorder in front of the model."""
 
@@ -157,6 +145,35 @@ class Bench:
         path.write_text(text, encoding="utf-8")
         env = {"QUINN_TEST_IMAP_PASSWORD": lab.dovecot.password, "QUINN_TEST_LLM_KEY": "unused"}
         self.quinn = LabQuinn(LabConfig(path, env, address, db_path), lab)
+        self.probes: set[str] = set()  # Message-IDs of the questions: answered, never learnt from
+
+    async def start(self) -> None:
+        """Start Quinn; from then on a question is answered like any mail but not learnt from."""
+        await self.quinn.start()
+        conversation = self.app.conversation
+        learn = conversation.learn
+
+        async def learn_unless_probe(user_id: str, email: Any, **kwargs: Any) -> Any:
+            if email.message_id in self.probes:
+                return None
+            return await learn(user_id, email, **kwargs)
+
+        conversation.learn = learn_unless_probe
+
+    async def settle(self) -> int:
+        """Let what waits finish as it would over the months the history spans: a deferred mail (the model
+        answered with a copy of the mail, say) and a learning try to be retried are made due and another pass
+        runs, at most ``SETTLE_PASSES`` times. Returns the passes run."""
+        for passes in range(SETTLE_PASSES):
+            waiting = self.quinn.query("SELECT (SELECT count(*) FROM mail_state WHERE state = 'deferred')"
+                                       " + (SELECT count(*) FROM learning_queue)")[0][0]  # fmt: skip
+            if not waiting:
+                return passes
+            now = utcnow().isoformat()
+            self.quinn.execute("UPDATE mail_state SET next_attempt_at = ? WHERE state = 'deferred'", (now,))
+            self.quinn.execute("UPDATE learning_queue SET retry_at = ? WHERE retry_at IS NOT NULL", (now,))
+            await self.quinn.process()
+        return SETTLE_PASSES
 
     @property
     def app(self) -> Any:
@@ -194,8 +211,9 @@ class Bench:
         subject, body = question_mail(script, question)
         start = len(self.recorder.requests)
         started = time.perf_counter()
-        with probe(self.app):
-            mid = await self.quinn.send(user, subject, body, name=f"{script.first} {script.last}")
+        mid = await self.quinn.send(user, subject, body, name=f"{script.first} {script.last}", process=False)
+        self.probes.add(mid)
+        await self.quinn.process()
         seconds = time.perf_counter() - started
         reply = ""
         for message in self.quinn.replies(user):
@@ -444,6 +462,7 @@ class Run:
     jobs: list[dict[str, Any]] = field(default_factory=list)
     memories: list[int] = field(default_factory=list)
     kept: list[tuple[int, int]] = field(default_factory=list)
+    settled: list[int] = field(default_factory=list)
     users_done: int = 0
 
     def result(self) -> dict[str, Any]:
@@ -472,6 +491,7 @@ class Run:
                 "mails": len(replay),
                 "seconds_per_mail_mean": round(statistics.mean(replay), 1) if replay else 0,
                 "seconds_per_mail_p50": round(statistics.median(replay), 1) if replay else 0,
+                "settle_passes": self.settled,
                 "jobs": self.jobs,
                 "jobs_seconds": round(sum(j["seconds"] for run in self.jobs for j in run.values()), 1),
                 "memories_per_user": self.memories,
@@ -500,11 +520,12 @@ async def run(state: Run, target: Target, workdir: Path) -> None:
     with Dovecot() as dovecot, SmtpLab(dovecot) as smtp, ModelRecorder(target) as recorder:  # type: ignore[arg-type]
         bench = Bench(workdir, recorder, MailLab(dovecot, smtp, unique_address), args.n_ctx)
         bench.kept = state.kept
-        await bench.quinn.start()
+        await bench.start()
         try:
             for script in build(args.seed, args.users):
                 user = unique_address(script.first.lower())
                 state.replay += await bench.replay(script, user)
+                state.settled.append(await bench.settle())
                 state.jobs.append(await bench.jobs())
                 current = f"SELECT count(*) FROM memories WHERE user_id = ? AND {CURRENT}"
                 state.memories.append(int(bench.quinn.query(current, (user,))[0][0]))

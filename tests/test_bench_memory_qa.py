@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench import memory_qa
-from bench.memory_qa_data import CATEGORIES, HISTORY_MAILS, answered, build, date_patterns
+from bench.memory_qa_data import CATEGORIES, HISTORY_MAILS, SEED, answered, build, date_patterns
 from tests.lab.llm_server import Json, RecordedRequest, ScriptedLLM
 
 
@@ -96,3 +96,9 @@ def test_the_benchmark_runs_through_the_lab_and_memory_reaches_quinns_prompt(
     # What the scripted extraction stored reaches Quinn's prompt (how much of it is the real model's figure).
     assert summary["quinn"]["overall"]["recall_in_prompt"] > 0
     assert all(r["tokens_in"] > 0 for r in rows)
+    # The questions are probes: answered, never learnt from (no structured call, as the gate and the extraction
+    # are, carries a question).
+    asked = [q.text for q in build(SEED, 1)[0].questions[:4]]
+    calls = [r for r in llm_server.requests if r.kind == "chat" and any(text in r.text for text in asked)]
+    assert calls and not [r for r in calls if "response_format" in r.body_json]
+    assert [r for r in llm_server.requests if "response_format" in r.body_json]  # which the history had
