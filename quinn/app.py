@@ -18,6 +18,7 @@ from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.agent.respond import Agent
 from quinn.clock import Clock
 from quinn.config import Config
+from quinn.db import Database
 from quinn.engine.conversation import Asked, Conversation
 from quinn.engine.digests import send_digests
 from quinn.engine.flight import Flight
@@ -34,7 +35,6 @@ from quinn.mailbox.imap import IMAP_FAILURES, HostUnknown, ImapLoginRejected, Im
 from quinn.mailbox.ledger import MailLedger
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.policy import trust_warnings
-from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan

@@ -108,7 +108,7 @@ def run(config: Config, config_path: Path, redactor: RedactingFilter | None = No
 
 async def check(config: Config) -> int:
     """``quinn check``: each dependency reported as ok or failed with the reason."""
-    from quinn.memory.db import is_remote
+    from quinn.db import is_remote
 
     results: list[tuple[str, bool, str]] = []
 

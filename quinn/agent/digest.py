@@ -28,8 +28,8 @@ from email.policy import SMTP
 from email.utils import format_datetime, formataddr
 
 from quinn.clock import iso
+from quinn.db import Database, Transaction
 from quinn.mailbox.smtp import LOOP_HEADER, Reply, html_alternative
-from quinn.memory.db import Database, Transaction
 from quinn.memory.filters import CURRENT
 from quinn.memory.models import Memory
 from quinn.memory.store import MemoryStore

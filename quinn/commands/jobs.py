@@ -20,7 +20,7 @@ from quinn.config import JOB_NAMES, Config
 from quinn.engine import parts
 
 if TYPE_CHECKING:  # the scheduler pulls in the model SDKs: imported when a jobs command runs, not at CLI start
-    from quinn.memory.db import Database
+    from quinn.db import Database
     from quinn.scheduler.runner import JobOutcome, JobStatus
 
 EXIT_OK, EXIT_FAILED = 0, 1

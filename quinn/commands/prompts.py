@@ -15,9 +15,9 @@ from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config
+from quinn.db import Database
 from quinn.engine import parts
 from quinn.errors import ConfigError, TemplateError
-from quinn.memory.db import Database
 
 COLUMNS = ["prompt_version", "replies", "summaries", "avg_reward", "last_used", "latest_suggestion"]
 

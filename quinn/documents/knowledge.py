@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quinn.config import DocumentsConfig
+from quinn.db import Transaction
 from quinn.documents.extract import display_name
 from quinn.documents.library import document_pieces
 from quinn.documents.reading import read_in_child
 from quinn.mailbox.message import Attachment
-from quinn.memory.db import Transaction
 from quinn.memory.models import iso, utcnow
 from quinn.memory.passages import KNOWLEDGE_OWNER, StoredMessage, _embedded_text, insert_passages
 
 if TYPE_CHECKING:
-    from quinn.memory.db import Database
+    from quinn.db import Database
     from quinn.memory.store import MemoryStore
 
 

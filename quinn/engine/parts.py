@@ -21,11 +21,11 @@ if TYPE_CHECKING:  # the CLI imports this module for every command: the heavy pa
     from quinn.agent.llm import LLM
     from quinn.agent.prompts import PromptStore
     from quinn.agent.respond import Agent
+    from quinn.db import Database
     from quinn.mailbox.delivery import Delivery
     from quinn.mailbox.imap import ImapMailbox
     from quinn.mailbox.policy import Rules
     from quinn.mailbox.smtp import SmtpSender
-    from quinn.memory.db import Database
     from quinn.memory.embed import Embedder
     from quinn.memory.store import MemoryStore
     from quinn.scheduler.runner import JobRunner
@@ -77,7 +77,7 @@ def mailbox(config: Config) -> ImapMailbox:
 
 def database(config: Config) -> Database:
     """The database of ``database.url``, opened and migrated."""
-    from quinn.memory.db import Database
+    from quinn.db import Database
 
     return Database.open(config.database.url, config.database.secret("auth_token"))
 

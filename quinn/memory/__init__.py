@@ -1,6 +1,5 @@
 """Long-term memory: the libSQL store, versioned memories and hybrid retrieval."""
 
-from quinn.memory.db import Database
 from quinn.memory.filters import memory_filter
 from quinn.memory.models import Change, Memory, NewMemory, SearchHit
 from quinn.memory.search import find_similar, hybrid_search
@@ -8,7 +7,6 @@ from quinn.memory.store import MemoryStore
 
 __all__ = [
     "Change",
-    "Database",
     "Memory",
     "MemoryStore",
     "NewMemory",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
 from quinn.memory.lexical import CANDIDATES, idf, owned, query_terms, within_budget
 from quinn.memory.models import iso, utcnow

@@ -33,8 +33,8 @@ from quinn.agent.llm import LLM
 from quinn.agent.prompts import PromptStore
 from quinn.clock import Clock
 from quinn.config import RetentionConfig, SchedulerConfig
+from quinn.db import Database
 from quinn.errors import QuinnError
-from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.context import JobContext, JobCounts
 from quinn.scheduler.jobs import JOBS, JobSpec, job

@@ -1,4 +1,4 @@
-"""The one door to the database: the only module that imports the libSQL driver.
+"""The one door to the database: the only module that imports the libSQL driver (quinn.db, issue 17).
 
 The same code serves an embedded file (the default) and a remote libSQL server (``http://``, ``https://`` or
 ``libsql://`` with an auth token). The driver is synchronous and holds the GIL for a whole query, so every
@@ -38,10 +38,10 @@ REMOTE_SCHEMES = ("http://", "https://", "libsql://")
 DriverError: type[Exception] = libsql.Error if isinstance(libsql.Error, type) else Exception
 
 
-def migrations() -> list[tuple[int, str]]:
+def migration_scripts() -> list[tuple[int, str]]:
     """The numbered migration scripts shipped in this package, in order: (version, sql)."""
     found = []
-    for entry in resources.files("quinn.memory").joinpath("migrations").iterdir():
+    for entry in resources.files("quinn.db").joinpath("migrations").iterdir():
         match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)
         if match:
             found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
@@ -172,7 +172,7 @@ class Database:
         A database written by a newer Quinn is refused rather than used: its schema may hold what this code
         would silently drop.
         """
-        available = migrations()
+        available = migration_scripts()
         latest = available[-1][0] if available else 0
         with self._lock:
             current = int(self.query_value("PRAGMA user_version") or 0)
