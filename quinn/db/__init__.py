@@ -9,13 +9,14 @@ from quinn.db.connection import (
     Row,
     Transaction,
     is_remote,
-    migration_scripts,
-    split_statements,
 )
+from quinn.db.executor import DbThread
+from quinn.db.schema import migration_scripts, split_statements
 
 __all__ = [
     "REMOTE_SCHEMES",
     "Database",
+    "DbThread",
     "DriverError",
     "Row",
     "Transaction",

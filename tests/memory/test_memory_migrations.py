@@ -175,7 +175,7 @@ def test_split_statements_keeps_trigger_bodies_whole_and_drops_comments():
 def test_a_failing_migration_leaves_nothing_behind(database_url: str, monkeypatch: pytest.MonkeyPatch):
     Database.open(database_url).close()
     broken = (LATEST + 1, "CREATE TABLE half_done (x);\nINSERT INTO half_done VALUES (1);\nSELECT nope FROM missing;")
-    monkeypatch.setattr("quinn.db.connection.migration_scripts", lambda: [*migration_scripts(), broken])
+    monkeypatch.setattr("quinn.db.schema.migration_scripts", lambda: [*migration_scripts(), broken])
     with pytest.raises(StoreError, match=f"migration {LATEST + 1:04d} failed: .*missing") as caught:
         Database.open(database_url)
     assert "nothing of it was applied" in str(caught.value.hint)
