@@ -142,8 +142,7 @@ async def check(config: Config) -> int:
         return detail
 
     async def trust() -> str:
-        from quinn.mailbox.parse import parse_email
-        from quinn.mailbox.policy import check_trust
+        from quinn.mailbox import check_trust, parse_email
 
         samples = []
         for raw in headers:
@@ -183,7 +182,7 @@ async def check(config: Config) -> int:
         return f"{db.redacted_url}, schema version {version}"
 
     async def backlog() -> str:
-        from quinn.mailbox.backlog import ANSWER_HINT, Watches, first_uid
+        from quinn.mailbox import ANSWER_HINT, Watches, first_uid
 
         name = config.imap.folder
         if config.imap.backlog == "answer":

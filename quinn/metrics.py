@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from quinn.db import Database
 from quinn.errors import ConfigError
-from quinn.memory.filters import CURRENT
+from quinn.memory import CURRENT
 from quinn.users import count_users
 
 log = logging.getLogger(__name__)

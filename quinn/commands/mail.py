@@ -23,7 +23,7 @@ from quinn.config import Config, resolve_secrets
 from quinn.db import Database
 from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
-from quinn.mailbox.ledger import MailKey, MailLedger
+from quinn.mailbox import MailKey, MailLedger
 
 ATTENTION_STATES = ("failed", "quarantined", "deferred", "handling", "retried")
 
