@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,14 @@ def test_an_already_migrated_database_opens_without_running_a_migration(
         assert again.query("SELECT user_id FROM memory_consent") == [("alice",)]  # the data stayed
     finally:
         again.close()
+
+
+def test_every_table_a_migration_creates_has_an_owner_in_the_architecture_page() -> None:
+    """docs/architecture.md's picture names the owner of every table, as datasette's docs name every setting."""
+    created = set()
+    for _version, sql in migration_scripts():
+        created |= set(re.findall(r"CREATE (?:VIRTUAL )?TABLE (?:IF NOT EXISTS )?(\w+)", sql, flags=re.IGNORECASE))
+    page = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    picture = page.split("## Layers and owners", 1)[1].split("```", 2)[1]
+    named = set(re.findall(r"\b[a-z]+(?:_[a-z]+)*\b", picture))
+    assert created - named == set(), "tables without an owner in docs/architecture.md's picture"
