@@ -33,8 +33,8 @@ import numpy as np
 
 from bench.machine import ROOT, machine_info, percentile_ms, require_matplotlib
 from bench.synthetic import DIM, Generator
+from quinn.db import Database
 from quinn.memory import MemoryStore, NewMemory
-from quinn.memory.db import Database
 from quinn.memory.embed import Embedder
 from quinn.memory.passages import search_passages
 from quinn.memory.search import hybrid_search

@@ -73,8 +73,8 @@ QUICK = Sizes(20, 4, 6, 0.5, 10, (1, 10, 40), 2, 2, 2, 1.0)
 
 def populate(db_path: Path, embedder: Any, plan: dict[str, int], seed: int) -> int:
     """Store ``plan[user]`` generated memories per user with the real model (as extraction would, in bulk)."""
+    from quinn.db import Database
     from quinn.memory import MemoryStore, NewMemory
-    from quinn.memory.db import Database
 
     gen = Generator(seed)
     items = []
@@ -328,7 +328,7 @@ def time_io_calls(app: Any) -> None:
     """``--profile-io``: time every call Quinn hands to its DB thread and its IMAP thread, as stages named
     ``db:<function>`` and ``imap:<function>`` (they nest inside the pipeline's stages). A diagnosis, not a figure
     to report: the wrapper itself costs a little."""
-    from quinn.memory.db import Database
+    from quinn.db import Database
 
     metrics = app.metrics
     run_db, run_imap = Database.run, app._imap

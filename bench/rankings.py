@@ -18,7 +18,7 @@ from datetime import datetime
 
 import numpy as np
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.filters import memory_filter
 from quinn.memory.lexical import (
     CANDIDATES,

@@ -38,8 +38,8 @@ from bench import chats, conversations
 from bench.conversations import Dataset, Message
 from bench.machine import ROOT, machine_info, require_matplotlib
 from bench.rankings import build_scratch, legs, methods, user_index
+from quinn.db import Database
 from quinn.memory import MemoryStore, NewMemory
-from quinn.memory.db import Database
 from quinn.memory.embed import Embedder
 from quinn.memory.lexical import content_words
 from quinn.memory.models import utcnow

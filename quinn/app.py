@@ -13,11 +13,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from quinn.agent.llm import LLM
-from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
-from quinn.agent.respond import Agent
+from quinn.agent import LLM, TEMPLATE_NAMES, Agent, PromptStore
 from quinn.clock import Clock
 from quinn.config import Config
+from quinn.db import Database
 from quinn.engine.conversation import Asked, Conversation
 from quinn.engine.digests import send_digests
 from quinn.engine.flight import Flight
@@ -28,17 +27,21 @@ from quinn.engine.purges import MailboxPurges
 from quinn.errors import ConnectError, QuinnError
 from quinn.hold import HELD_PREFIX, SetupHold
 from quinn.logs import set_level
-from quinn.mailbox.backoff import Backoff
-from quinn.mailbox.delivery import Delivery
-from quinn.mailbox.imap import IMAP_FAILURES, HostUnknown, ImapLoginRejected, ImapMailbox
-from quinn.mailbox.ledger import MailLedger
-from quinn.mailbox.message import InboundEmail
-from quinn.mailbox.policy import trust_warnings
-from quinn.memory.db import Database
-from quinn.memory.store import MemoryStore
+from quinn.mailbox import (
+    IMAP_FAILURES,
+    Backoff,
+    Delivery,
+    HostUnknown,
+    ImapLoginRejected,
+    ImapMailbox,
+    InboundEmail,
+    MailLedger,
+    trust_warnings,
+)
+from quinn.memory import MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan
-from quinn.scheduler.runner import JobRunner
+from quinn.scheduler import JobRunner
 
 __all__ = ["Asked", "Quinn"]
 

@@ -108,7 +108,7 @@ def run(config: Config, config_path: Path, redactor: RedactingFilter | None = No
 
 async def check(config: Config) -> int:
     """``quinn check``: each dependency reported as ok or failed with the reason."""
-    from quinn.memory.db import is_remote
+    from quinn.db import is_remote
 
     results: list[tuple[str, bool, str]] = []
 
@@ -142,8 +142,7 @@ async def check(config: Config) -> int:
         return detail
 
     async def trust() -> str:
-        from quinn.mailbox.parse import parse_email
-        from quinn.mailbox.policy import check_trust
+        from quinn.mailbox import check_trust, parse_email
 
         samples = []
         for raw in headers:
@@ -183,7 +182,7 @@ async def check(config: Config) -> int:
         return f"{db.redacted_url}, schema version {version}"
 
     async def backlog() -> str:
-        from quinn.mailbox.backlog import ANSWER_HINT, Watches, first_uid
+        from quinn.mailbox import ANSWER_HINT, Watches, first_uid
 
         name = config.imap.folder
         if config.imap.backlog == "answer":

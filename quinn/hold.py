@@ -19,7 +19,7 @@ import logging
 from datetime import datetime, timedelta
 
 from quinn.errors import QuinnError
-from quinn.mailbox.backoff import Backoff
+from quinn.mailbox import Backoff
 
 log = logging.getLogger(__name__)
 

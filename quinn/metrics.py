@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from quinn.db import Database
 from quinn.errors import ConfigError
-from quinn.memory.db import Database
-from quinn.memory.filters import CURRENT
+from quinn.memory import CURRENT
 from quinn.users import count_users
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from quinn.memory.db import Database
+    from quinn.db import Database
 
 USER_IDS = (
     "SELECT user_id FROM memories WHERE user_id IS NOT NULL"

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from quinn.clock import utcnow
+from quinn.db import Database
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
-from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
 from tests.lab.llm_server import Json, RecordedRequest, Text
 

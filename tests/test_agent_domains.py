@@ -11,8 +11,8 @@ from quinn.agent.domains import DomainDetector
 from quinn.agent.llm import Usage
 from quinn.agent.usage import record_usage, usage_totals
 from quinn.config import DomainConfig, parse_config
+from quinn.db import Database
 from quinn.errors import ConfigError
-from quinn.memory.db import Database
 from quinn.memory.embed import LocalEmbedder
 
 DOMAINS = [

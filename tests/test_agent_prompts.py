@@ -14,8 +14,8 @@ import pytest
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
 from quinn.agent.samples import sample_variables
 from quinn.cli import main
+from quinn.db import Database
 from quinn.errors import TemplateError
-from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
 from tests.lab.brain import Brain
 from tests.lab.inprocess import build_mail

@@ -128,4 +128,4 @@ def test_wheel_ships_the_prompt_templates(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in ("reply", "extract", "summarize", "consolidate", "reflect", "digest"):
         assert f"quinn/_prompts/{template}.j2" in names
-    assert "quinn/memory/migrations/0001_initial.sql" in names
+    assert "quinn/db/migrations/0001_initial.sql" in names

@@ -290,7 +290,7 @@ def test_rate_caps_defer_and_never_drop(
 
 
 def _age_replies(db_path: Path) -> None:
-    from quinn.memory.db import Database
+    from quinn.db import Database
 
     db = Database.open(str(db_path), migrate=False)
     try:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from quinn.db import Database
 from quinn.errors import ConnectError, RetryLater
 from quinn.mailbox.delivery import Delivery
 from quinn.mailbox.imap import ImapMailbox
 from quinn.mailbox.outbox import Outbox, OutboxItem
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.smtp import SmtpSender, compose_reply
-from quinn.memory.db import Database
 from tests.lab.dovecot import Dovecot
 from tests.lab.mails import lab_settings, make_mail
 from tests.lab.smtp import SmtpLab

@@ -228,7 +228,7 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    from quinn.memory.db import Database
+    from quinn.db import Database
 
     db = Database.open(str(config.db_path))
     try:

@@ -202,7 +202,7 @@ def test_files_are_read_in_a_child_process_and_come_back_whole() -> None:
 def test_a_file_goes_with_the_last_stored_mail_that_carried_it(tmp_path) -> None:
     """Retention deletes old messages (scheduler/retention.py); migration 0013's triggers take their links, and
     a file with its bytes once no message carries it."""
-    from quinn.memory.db import Database
+    from quinn.db import Database
 
     db = Database.open(str(tmp_path / "q.db"))
     try:

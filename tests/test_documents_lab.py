@@ -207,7 +207,7 @@ def test_database_copy_moves_files_to_a_libsql_server_in_small_batches(tmp_path)
     import os
 
     from quinn.commands.database import copy_database
-    from quinn.memory.db import Database
+    from quinn.db import Database
     from tests.lab.sqld import Sqld
 
     data = os.urandom(20 * PART_BYTES + 5)  # 21 parts: three batches

@@ -11,8 +11,8 @@ import pytest
 
 from quinn.cli import main
 from quinn.config import DocumentsConfig
+from quinn.db import Database
 from quinn.documents.knowledge import add_file
-from quinn.memory.db import Database
 from quinn.memory.passages import KNOWLEDGE_OWNER
 from quinn.memory.store import MemoryStore
 from tests.lab.documents import make_pdf

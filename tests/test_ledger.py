@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from quinn.agent import learning
+from quinn.db import Database
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.outbox import Outbox
-from quinn.memory.db import Database
 
 NOW = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
 

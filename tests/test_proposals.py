@@ -12,7 +12,7 @@ from quinn.agent import audit_log, proposals
 from quinn.agent.prompts import PromptStore, packaged_dir
 from quinn.cli import main
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database
+from quinn.db import Database
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
 REWRITER = "You improve the prompt template of an email assistant"

@@ -22,7 +22,7 @@ import pytest
 from quinn.agent.json_text import whole_json
 from quinn.agent.llm import LLM
 from quinn.clock import utcnow
-from quinn.memory.db import Database
+from quinn.db import Database
 from tests.conftest import lab_config_text
 from tests.lab.daemon import LabConfig
 from tests.lab.inprocess import build_mail

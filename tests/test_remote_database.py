@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from tests.lab.inprocess import LabQuinn
 from tests.lab.mails import plain_model
 from tests.lab.sqld import Sqld

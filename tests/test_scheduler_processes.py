@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.scheduler.jobs import JOBS
 from tests.lab.llm_server import Delay, RecordedRequest, Text
 from tests.lab.process import kill_group

@@ -19,7 +19,7 @@ import pytest
 from quinn.app import Quinn
 from quinn.clock import ManualClock, utcnow
 from quinn.config import load_config
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.scheduler.runner import JobRunner
 from tests.lab.llm_server import Json, RecordedRequest, Text, count_tokens
 from tests.lab.scheduler import inbound_mail, write_thread

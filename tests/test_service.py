@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.notify import Notifier, watchdog_usec
 from tests.lab.llm_server import Delay, Json, RecordedRequest, Text
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from quinn.db import Database
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions, thread_key
-from quinn.memory.db import Database
 from tests.lab.mails import make_mail
 
 NOW = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)

@@ -1,1 +1,86 @@
-"""Quinn's agent."""
+"""Quinn's agent: the reply and what it learns (the model, the prompts, extraction, the learning queue) and the
+tables that are the agent's own (consent, confirmations, digests, usage, the audit log, prompt versions).
+
+This is the agent's face: what other packages may use (tests/test_layers.py). It loads each module on first use
+(``quinn.faces``): the agent's modules import the model SDKs, which ``sdks.skip_unused`` must see first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from quinn.faces import lazy_face
+
+# name -> the module it lives in ("": a module used as a namespace).
+HOMES = {
+    "audit_log": "",
+    "digest": "",
+    "learning": "",
+    "proposals": "",
+    "purge": "",
+    "opted_out": "consent",
+    "ThreadMessage": "context",
+    "estimate_tokens": "context",
+    "others_on_thread": "context",
+    "evaluate_extraction": "evaluation",
+    "load_cases": "evaluation",
+    "Extraction": "extract",
+    "ExtractionOutcome": "extract",
+    "apply_extraction": "extract",
+    "LLM": "llm",
+    "Usage": "llm",
+    "NO_LEARNING_TEMPLATES": "memory_mail",
+    "PURGE_DONE_TEMPLATE": "memory_mail",
+    "SUFFIX": "prompts",
+    "TEMPLATE_NAMES": "prompts",
+    "PromptStore": "prompts",
+    "packaged_dir": "prompts",
+    "TemplateRewrite": "proposals",
+    "Agent": "respond",
+    "Answer": "respond",
+    "recallable": "respond",
+    "recallable_text": "respond",
+    "preview_variables": "samples",
+    "sample_variables": "samples",
+    "ALL_STATE_FIELDS": "state",
+    "STATE_FIELDS": "state",
+    "user_state": "state",
+    "record_usage": "usage",
+}
+__all__ = [*HOMES]
+__getattr__ = lazy_face(__name__, HOMES)
+
+if TYPE_CHECKING:
+    from quinn.agent import audit_log as audit_log
+    from quinn.agent import digest as digest
+    from quinn.agent import learning as learning
+    from quinn.agent import proposals as proposals
+    from quinn.agent import purge as purge
+    from quinn.agent.consent import opted_out as opted_out
+    from quinn.agent.context import ThreadMessage as ThreadMessage
+    from quinn.agent.context import estimate_tokens as estimate_tokens
+    from quinn.agent.context import others_on_thread as others_on_thread
+    from quinn.agent.evaluation import evaluate_extraction as evaluate_extraction
+    from quinn.agent.evaluation import load_cases as load_cases
+    from quinn.agent.extract import Extraction as Extraction
+    from quinn.agent.extract import ExtractionOutcome as ExtractionOutcome
+    from quinn.agent.extract import apply_extraction as apply_extraction
+    from quinn.agent.llm import LLM as LLM
+    from quinn.agent.llm import Usage as Usage
+    from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES as NO_LEARNING_TEMPLATES
+    from quinn.agent.memory_mail import PURGE_DONE_TEMPLATE as PURGE_DONE_TEMPLATE
+    from quinn.agent.prompts import SUFFIX as SUFFIX
+    from quinn.agent.prompts import TEMPLATE_NAMES as TEMPLATE_NAMES
+    from quinn.agent.prompts import PromptStore as PromptStore
+    from quinn.agent.prompts import packaged_dir as packaged_dir
+    from quinn.agent.proposals import TemplateRewrite as TemplateRewrite
+    from quinn.agent.respond import Agent as Agent
+    from quinn.agent.respond import Answer as Answer
+    from quinn.agent.respond import recallable as recallable
+    from quinn.agent.respond import recallable_text as recallable_text
+    from quinn.agent.samples import preview_variables as preview_variables
+    from quinn.agent.samples import sample_variables as sample_variables
+    from quinn.agent.state import ALL_STATE_FIELDS as ALL_STATE_FIELDS
+    from quinn.agent.state import STATE_FIELDS as STATE_FIELDS
+    from quinn.agent.state import user_state as user_state
+    from quinn.agent.usage import record_usage as record_usage

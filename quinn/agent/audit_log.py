@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 
 MAX_DETAIL = 500
 MAX_FIELD = 200

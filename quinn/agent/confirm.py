@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from quinn.clock import iso
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 
 Action = Literal["purge", "export"]
 TTL = timedelta(hours=24)

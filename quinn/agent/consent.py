@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from quinn.clock import iso
-from quinn.memory.db import Database
+from quinn.db import Database
 
 FOOTER = ('\n\n---\nAs you asked, I am not remembering anything new from our emails. Write "you may remember me '
           'again" to change that.')  # fmt: skip

@@ -18,10 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from quinn.clock import iso
-from quinn.documents.extract import Extracted
-from quinn.mailbox.message import InboundEmail
-from quinn.memory.models import Memory, SearchHit
-from quinn.memory.passages import PassageHit
+from quinn.documents import Extracted
+from quinn.mailbox import InboundEmail
+from quinn.memory import Memory, PassageHit, SearchHit
 
 PROFILE_SHARE = 0.4  # at most this share of the memory budget goes to the always-present profile
 

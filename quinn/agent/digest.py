@@ -28,11 +28,9 @@ from email.policy import SMTP
 from email.utils import format_datetime, formataddr
 
 from quinn.clock import iso
-from quinn.mailbox.smtp import LOOP_HEADER, Reply, html_alternative
-from quinn.memory.db import Database, Transaction
-from quinn.memory.filters import CURRENT
-from quinn.memory.models import Memory
-from quinn.memory.store import MemoryStore
+from quinn.db import Database, Transaction
+from quinn.mailbox import LOOP_HEADER, Reply, html_alternative
+from quinn.memory import CURRENT, Memory, MemoryStore
 
 TEMPLATE = "digest"  # the outbox's template column: a digest, not a reply to a mail
 _CURRENT = f"{CURRENT} AND immutable = 0"  # an operator's immutable memories are not the user's to correct

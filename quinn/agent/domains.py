@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quinn.config import DomainConfig
-from quinn.memory.embed import Embedder
-from quinn.memory.search import query_chunks
+from quinn.memory import Embedder, query_chunks
 
 log = logging.getLogger(__name__)
 

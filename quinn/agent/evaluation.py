@@ -29,8 +29,8 @@ from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.samples import sample_memory
 from quinn.errors import ConfigError
-from quinn.mailbox.message import Address, InboundEmail
-from quinn.memory.search import content_words
+from quinn.mailbox import Address, InboundEmail
+from quinn.memory import content_words
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,8 @@ from quinn.agent.prompts import PromptStore
 from quinn.agent.tools import scope_for
 from quinn.clock import iso
 from quinn.errors import StoreError
-from quinn.mailbox.message import InboundEmail
-from quinn.memory.models import Memory, NewMemory
-from quinn.memory.search import find_similar
-from quinn.memory.store import MemoryStore
+from quinn.mailbox import InboundEmail
+from quinn.memory import Memory, MemoryStore, NewMemory, find_similar
 
 log = logging.getLogger(__name__)
 

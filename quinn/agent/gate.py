@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from quinn.memory.search import content_words
+from quinn.memory import content_words
 
 _PERSONAL = re.compile(r"\b(?:i|i'm|i’m|i've|i’ve|i'd|i’d|i'll|i’ll|my|mine|me|we|we're|our|us)\b", re.IGNORECASE)
 _PREFERENCE = re.compile(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 
 
 @dataclass(frozen=True)

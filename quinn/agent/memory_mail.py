@@ -19,10 +19,7 @@ from typing import Any, Literal
 from quinn.agent.extract import DUPLICATE_SIMILARITY
 from quinn.agent.tools import MemoryChange
 from quinn.clock import iso, utcnow
-from quinn.memory.models import Memory
-from quinn.memory.passages import Passage
-from quinn.memory.search import content_words, find_similar, hybrid_search
-from quinn.memory.store import MemoryStore
+from quinn.memory import Memory, MemoryStore, Passage, content_words, find_similar, hybrid_search
 
 RequestKind = Literal["remember", "forget", "digest", "export", "purge", "stop", "resume"]
 FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten

@@ -32,8 +32,8 @@ from pydantic import BaseModel, Field
 from quinn.agent.prompts import SUFFIX, TEMPLATE_NAMES, PromptStore, RenderedPrompt
 from quinn.agent.samples import sample_variables
 from quinn.clock import iso
+from quinn.db import Database
 from quinn.errors import ConfigError, TemplateError
-from quinn.memory.db import Database
 
 MIN_SUGGESTIONS = 3  # reviews with a suggestion before a version gets a proposal
 

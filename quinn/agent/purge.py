@@ -11,7 +11,7 @@ from __future__ import annotations
 from quinn.agent import audit_log, confirm, digest, learning, state, usage
 from quinn.documents import library
 from quinn.mailbox import ledger, outbox, threads
-from quinn.memory.store import MemoryStore, PurgeUser
+from quinn.memory import MemoryStore, PurgeUser
 
 #: Besides memory (``quinn.memory.store.purge_user``, run first), in order: files (before the messages they are
 #: linked to), conversations, replies, the ledger, then what the agent keeps of the user (the audit log

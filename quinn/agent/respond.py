@@ -31,14 +31,10 @@ from quinn.agent.tools import MEMORY_TOOLS, MemoryChange, MemoryDeps
 from quinn.agent.usage import record_usage
 from quinn.clock import utcnow
 from quinn.config import Config
-from quinn.documents.extract import Extracted
+from quinn.documents import Extracted
 from quinn.errors import RetryLater, StoreError, TemplateError
-from quinn.mailbox.message import InboundEmail
-from quinn.memory.graph import linked_hits
-from quinn.memory.passages import search_passages, user_passages
-from quinn.memory.retrievals import record_retrievals
-from quinn.memory.search import hybrid_search
-from quinn.memory.store import MemoryStore
+from quinn.mailbox import InboundEmail
+from quinn.memory import MemoryStore, hybrid_search, linked_hits, record_retrievals, search_passages, user_passages
 
 log = logging.getLogger(__name__)
 

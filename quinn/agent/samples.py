@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 from quinn.agent.context import ReplyInputs, ThreadMessage, reply_variables, visible
 from quinn.agent.extract import extract_variables
 from quinn.agent.memory_mail import digest_groups
-from quinn.documents.extract import Extracted, Section
-from quinn.mailbox.message import Address, InboundEmail
-from quinn.memory.models import Memory, SearchHit
-from quinn.memory.passages import Passage, PassageHit
+from quinn.documents import Extracted, Section
+from quinn.mailbox import Address, InboundEmail
+from quinn.memory import Memory, Passage, PassageHit, SearchHit
 
 if TYPE_CHECKING:
     from quinn.agent.respond import Agent

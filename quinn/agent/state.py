@@ -7,7 +7,7 @@ the last conversation's summary, their goal and its status, and what Quinn must 
 
 from __future__ import annotations
 
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 
 #: What the session-close review may change (null leaves a field as it was).
 STATE_FIELDS = ("user_info", "recent_goal_and_status", "important_context", "agent_beliefs", "agent_info")

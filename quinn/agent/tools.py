@@ -17,10 +17,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from mirascope import llm
 
 from quinn.errors import StoreError
-from quinn.memory.models import Memory, NewMemory
-from quinn.memory.passages import search_passages
-from quinn.memory.search import hybrid_search
-from quinn.memory.store import MemoryStore
+from quinn.memory import Memory, MemoryStore, NewMemory, hybrid_search, search_passages
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from quinn.agent.llm import Usage
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def message(
 def ask_command(args: argparse.Namespace, config: Config) -> int:
     """Print the reply, the memories the prompt showed the model, and what was learnt."""
     from quinn.app import Quinn
-    from quinn.mailbox.parse import parse_email
+    from quinn.mailbox import parse_email
 
     text = sys.stdin.read() if args.text == "-" else args.text
     email = parse_email(message(config, args.user, args.subject, text))

@@ -18,9 +18,9 @@ from typing import Any
 
 from quinn.commands.output import add_json_flag, console, print_json, table
 from quinn.config import Config, read_secret
+from quinn.db import Database, is_remote
 from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
-from quinn.memory.db import Database, is_remote
 
 # Admin commands that only read the database resolve no other secrets (no IMAP password needed).
 DATABASE_ONLY = ("database",)

@@ -29,7 +29,7 @@ def extraction_command(args: argparse.Namespace, config: Config) -> int:
     """Run the labelled set through the extraction prompt and print the scores."""
     import asyncio
 
-    from quinn.agent.evaluation import evaluate_extraction, load_cases
+    from quinn.agent import evaluate_extraction, load_cases
 
     if args.data is None:
         from quinn.packaged import packaged_file

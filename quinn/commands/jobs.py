@@ -20,8 +20,8 @@ from quinn.config import JOB_NAMES, Config
 from quinn.engine import parts
 
 if TYPE_CHECKING:  # the scheduler pulls in the model SDKs: imported when a jobs command runs, not at CLI start
-    from quinn.memory.db import Database
-    from quinn.scheduler.runner import JobOutcome, JobStatus
+    from quinn.db import Database
+    from quinn.scheduler import JobOutcome, JobStatus
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -45,7 +45,7 @@ def _open(config: Config) -> Database:
 
 def list_jobs(args: argparse.Namespace, config: Config) -> int:
     """Print every job with its settings, its last run and when it runs next."""
-    from quinn.scheduler.runner import job_statuses
+    from quinn.scheduler import job_statuses
 
     db = _open(config)
     try:
@@ -83,7 +83,7 @@ def list_jobs(args: argparse.Namespace, config: Config) -> int:
 
 def run_job(args: argparse.Namespace, config: Config) -> int:
     """Run one job now and print what it did; exit 1 when it failed or another daemon holds it."""
-    from quinn.scheduler.jobs import job
+    from quinn.scheduler import job
 
     spec = job(args.name)
     prompts = parts.prompts(config, checked=False)

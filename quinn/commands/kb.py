@@ -16,10 +16,9 @@ from quinn.commands.database import DATABASE_ONLY
 from quinn.commands.memory import open_store
 from quinn.commands.output import answer, print_json, progress_bar, shorten, table
 from quinn.config import Config
-from quinn.documents import knowledge
-from quinn.documents.extract import display_name
+from quinn.documents import display_name, knowledge
 from quinn.errors import StoreError
-from quinn.memory.passages import KNOWLEDGE_OWNER, reembed, search_passages
+from quinn.memory import KNOWLEDGE_OWNER, reembed, search_passages
 
 Handler = Callable[[argparse.Namespace, Config], int]
 

@@ -20,10 +20,10 @@ from quinn.clock import iso, utcnow
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config, resolve_secrets
+from quinn.db import Database
 from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
-from quinn.mailbox.ledger import MailKey, MailLedger
-from quinn.memory.db import Database
+from quinn.mailbox import MailKey, MailLedger
 
 ATTENTION_STATES = ("failed", "quarantined", "deferred", "handling", "retried")
 

@@ -23,11 +23,8 @@ from quinn.commands.output import progress_bar
 from quinn.config import Config, resolve_secrets
 from quinn.engine import parts
 from quinn.errors import StoreError
-from quinn.memory.models import Memory
-from quinn.memory.passages import backfill
-from quinn.memory.passages import reembed as reembed_passages
-from quinn.memory.records import dump_document, export_document
-from quinn.memory.store import MemoryStore
+from quinn.memory import Memory, MemoryStore, backfill, dump_document, export_document
+from quinn.memory import reembed as reembed_passages
 
 Handler = Callable[[argparse.Namespace, Config], int]
 CONTENT_WIDTH = 70  # characters of content shown per table row; `show` prints it whole
@@ -230,10 +227,10 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     user = args.user.strip().lower()
     if args.mailbox:  # checked first: a missing password must fail before anything is deleted
         resolve_secrets(config, os.environ, ("imap",))
-    from quinn.agent.purge import purge  # the agent's modules own tables too; a fast `quinn --help` without them
+    from quinn.agent import purge  # the agent's modules own tables too; a fast `quinn --help` without them
 
     with open_store(config) as store:
-        counts = purge(store, user)
+        counts = purge.purge(store, user)
     if args.mailbox:
 
         mailbox = parts.mailbox(config)
@@ -287,7 +284,7 @@ def reembed_memories(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory reembed``: memories, then conversation recall's passages (vectors of another model), then
     mail stored before recall existed (an upgrade from a version without migration 0008) or while the embedder
     was down."""
-    from quinn.agent.respond import recallable_text
+    from quinn.agent import recallable_text
 
     with open_store(config, embed=True) as store:
         if store.embedder is None:

@@ -11,13 +11,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
+from quinn.agent import TEMPLATE_NAMES, PromptStore
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config
+from quinn.db import Database
 from quinn.engine import parts
 from quinn.errors import ConfigError, TemplateError
-from quinn.memory.db import Database
 
 COLUMNS = ["prompt_version", "replies", "summaries", "avg_reward", "last_used", "latest_suggestion"]
 
@@ -60,7 +60,7 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
 
 def check_templates(store: PromptStore) -> list[tuple[str, bool, str]]:
     """(name, ok, detail) for every template: detail is the version and file, or the error with file:line."""
-    from quinn.agent.samples import sample_variables
+    from quinn.agent import sample_variables
 
     samples = sample_variables()
     results = []
@@ -88,7 +88,7 @@ def check_command(args: argparse.Namespace, config: Config) -> int:
 
 def render_command(args: argparse.Namespace, config: Config) -> int:
     """Print the system and user messages ``name`` would get, with the user's real memory and a sample email."""
-    from quinn.agent.samples import preview_variables
+    from quinn.agent import preview_variables
 
     user = args.user.strip().lower()
     if "@" not in user:

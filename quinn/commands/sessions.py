@@ -11,8 +11,8 @@ from rich.text import Text
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config
+from quinn.db import Database
 from quinn.errors import QuinnError
-from quinn.memory.db import Database
 
 LIST_COLUMNS = ["id", "user", "subject", "messages", "last_message_at", "status"]
 

@@ -8,7 +8,7 @@ from typing import Any
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, table
 from quinn.config import Config
-from quinn.memory.people import COLUMNS, list_users
+from quinn.memory import list_users, people
 
 
 def register(sub: Any, with_config: Any) -> None:
@@ -23,5 +23,5 @@ def users_list(args: argparse.Namespace, config: Config) -> int:
     """Print the users."""
     with opened_database(config) as db:
         users = list_users(db)
-    return answer(args, users, lambda out: out.print(table(f"Users ({len(users)})", COLUMNS, users,
+    return answer(args, users, lambda out: out.print(table(f"Users ({len(users)})", people.COLUMNS, users,
                                                            empty="nobody has written yet")))  # fmt: skip

@@ -22,13 +22,12 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from quinn.agent.prompts import PromptStore
-from quinn.agent.samples import sample_variables
+from quinn.agent import PromptStore, sample_variables
 from quinn.config import ConsoleConfig
 from quinn.console.auth import Admin, LoginLimiter, Session, Sessions, admins_from, csrf_ok
 from quinn.errors import QuinnError
-from quinn.mailbox.ledger import MailLedger
-from quinn.memory.store import MemoryStore
+from quinn.mailbox import MailLedger
+from quinn.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("quinn.console.audit")  # one line per change: who did what (also in memory_versions)

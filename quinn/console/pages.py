@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from quinn.agent import audit_log
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
-from quinn.memory.people import list_users
+from quinn.memory import list_users
 
 PEOPLE_LIMIT = 500
 MEMORIES_LIMIT = 500

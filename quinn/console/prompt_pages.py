@@ -18,9 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log, proposals
-from quinn.agent.prompts import SUFFIX, TEMPLATE_NAMES, PromptStore, packaged_dir
-from quinn.agent.samples import sample_variables
+from quinn.agent import SUFFIX, TEMPLATE_NAMES, PromptStore, audit_log, packaged_dir, proposals, sample_variables
 from quinn.clock import utcnow
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.console.pages import with_why

@@ -18,7 +18,7 @@ from typing import Any
 
 from quinn.config import Config, ConsoleConfig
 from quinn.errors import ConfigError
-from quinn.memory.store import MemoryStore
+from quinn.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -75,7 +75,7 @@ def prompt_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
     """The console's own ``PromptStore`` over ``[prompts] dir`` and its preview: the variables a template gets
     for a sample email with a person's real memory (``samples.preview_variables``; the agent is built on the
     first preview, which needs no model key)."""
-    from quinn.agent.samples import preview_variables
+    from quinn.agent import preview_variables
     from quinn.engine import parts
 
     prompts = parts.prompts(config, checked=False)
@@ -105,7 +105,7 @@ def serve(config: Config) -> int:
         raise ConfigError("the console is off (console.enabled = false)",
                           "set enabled = true in [console] and add a [[console.admins]] table")  # fmt: skip
     from quinn.commands.database import open_database
-    from quinn.memory.embed import embedder_for
+    from quinn.memory import embedder_for
 
     store = MemoryStore(open_database(config), embedder_for(config.embeddings))  # an edit embeds the new text
     try:

@@ -128,7 +128,7 @@ def read_markdown(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list
 
 def read_html(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """HTML through the mail body's converter (its cost bounded the same way)."""
-    from quinn.mailbox.parse import html_to_text
+    from quinn.mailbox import html_to_text
 
     cut: list[str] = []
     return [Section("", html_to_text(decode_text(data), cut))], cut
@@ -236,7 +236,7 @@ def read_ics(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sect
 def read_eml(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """A forwarded mail: its headers and text through Quinn's own parser; files inside it are named, not read."""
     from quinn.errors import MailParseError
-    from quinn.mailbox.parse import parse_email
+    from quinn.mailbox import parse_email
 
     try:
         inner = parse_email(data, max_bytes=limits.max_file_bytes)

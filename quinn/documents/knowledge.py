@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quinn.clock import iso, utcnow
 from quinn.config import DocumentsConfig
+from quinn.db import Transaction
 from quinn.documents.extract import display_name
 from quinn.documents.library import document_pieces
 from quinn.documents.reading import read_in_child
-from quinn.mailbox.message import Attachment
-from quinn.memory.db import Transaction
-from quinn.memory.models import iso, utcnow
-from quinn.memory.passages import KNOWLEDGE_OWNER, StoredMessage, _embedded_text, insert_passages
+from quinn.mailbox import Attachment
+from quinn.memory import KNOWLEDGE_OWNER, StoredMessage, embedded_text, insert_passages
 
 if TYPE_CHECKING:
-    from quinn.memory.db import Database
-    from quinn.memory.store import MemoryStore
+    from quinn.db import Database
+    from quinn.memory import MemoryStore
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _store(
 ) -> int:  # fmt: skip
     """Embed the file's passages, then in one transaction drop its old version (``known``) and store it."""
     embedder = store.embedder
-    vectors = embedder.embed([_embedded_text(name, content) for _ref, content in pieces]) if embedder else None
+    vectors = embedder.embed([embedded_text(name, content) for _ref, content in pieces]) if embedder else None
     now = iso(utcnow())
     with store.db.transaction() as tx:
         if known is not None:

@@ -12,18 +12,17 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from quinn.clock import iso, utcnow
 from quinn.config import DocumentsConfig
+from quinn.db import Transaction
 from quinn.documents.extract import Extracted
 from quinn.documents.reading import read_in_child, unread
-from quinn.mailbox.message import Attachment, InboundEmail
-from quinn.memory.db import Transaction
-from quinn.memory.filters import normalise_user
-from quinn.memory.models import iso, utcnow
-from quinn.memory.passages import split_passages, stored_message, write_passages
+from quinn.mailbox import Attachment, InboundEmail
+from quinn.memory import normalise_user, split_passages, stored_message, write_passages
 
 if TYPE_CHECKING:
-    from quinn.memory.db import Database
-    from quinn.memory.store import MemoryStore
+    from quinn.db import Database
+    from quinn.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 
 from quinn.config import DocumentsConfig
 from quinn.documents.extract import Deadline, Extracted, Limits, display_name, extract
-from quinn.mailbox.message import Attachment
+from quinn.mailbox import Attachment
 
 MEMORY_CAP_BYTES = 1024 * 1024 * 1024  # address space of the reading process: far above any file within limits
 STUCK_GRACE_S = 2.0  # past the deadline, the reader is given up on and killed

@@ -12,30 +12,37 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quinn.agent.consent import opted_out
-from quinn.agent.context import ThreadMessage, others_on_thread
-from quinn.agent.extract import ExtractionOutcome
-from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES, PURGE_DONE_TEMPLATE
-from quinn.agent.respond import Answer, recallable
-from quinn.documents.extract import Extracted
-from quinn.documents.library import take_documents
+from quinn.agent import (
+    NO_LEARNING_TEMPLATES,
+    PURGE_DONE_TEMPLATE,
+    Answer,
+    ExtractionOutcome,
+    ThreadMessage,
+    opted_out,
+    others_on_thread,
+    recallable,
+)
+from quinn.documents import Extracted, take_documents
 from quinn.engine.parts import Parts
 from quinn.engine.purges import MailboxPurges
 from quinn.errors import ConnectError, QuinnError, RetryLater
 from quinn.faults import fault_point
-from quinn.mailbox.identity import canonical_address, user_for
-from quinn.mailbox.imap import IMAP_FAILURES
-from quinn.mailbox.ledger import MailLedger
-from quinn.mailbox.message import InboundEmail
-from quinn.mailbox.outbox import Outbox
-from quinn.mailbox.policy import Decision
-from quinn.mailbox.smtp import Reply, compose_reply, reply_message_id
-from quinn.mailbox.threads import Sessions
-from quinn.memory.models import Memory
-from quinn.memory.passages import index_message
+from quinn.mailbox import (
+    IMAP_FAILURES,
+    Decision,
+    InboundEmail,
+    MailLedger,
+    Outbox,
+    Reply,
+    Sessions,
+    canonical_address,
+    compose_reply,
+    reply_message_id,
+    user_for,
+)
+from quinn.memory import Memory, index_message
 from quinn.metrics import Metrics
-from quinn.scheduler.context import JobContext
-from quinn.scheduler.summarize import reply_with_summary, wants_summary
+from quinn.scheduler import JobContext, reply_with_summary, wants_summary
 
 log = logging.getLogger(__name__)
 

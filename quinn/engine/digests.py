@@ -13,9 +13,8 @@ from quinn.agent import digest
 from quinn.engine.parts import Parts
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.hold import SetupHold
-from quinn.mailbox.outbox import Outbox
-from quinn.scheduler.runlog import LeaseHolder, Leases
-from quinn.scheduler.runner import holder_is_dead
+from quinn.mailbox import Outbox
+from quinn.scheduler import LeaseHolder, Leases, holder_is_dead
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quinn.engine.parts import Parts
-from quinn.mailbox.backlog import ANSWER_HINT, Watches, WatchMark
-from quinn.mailbox.ledger import MailLedger
-from quinn.scheduler.runner import holder_is_dead
+from quinn.mailbox import ANSWER_HINT, MailLedger, Watches, WatchMark
+from quinn.scheduler import holder_is_dead
 
 log = logging.getLogger(__name__)
 

@@ -27,15 +27,23 @@ from quinn.engine.parts import Parts
 from quinn.errors import ConfigError, ConnectError, MailParseError, RetryLater
 from quinn.faults import fault_point
 from quinn.hold import SetupHold
-from quinn.mailbox.imap import IMAP_FAILURES, ImapLoginRejected
-from quinn.mailbox.ledger import HANDED_ON_STATES, MailKey, MailLedger, MailRecord
-from quinn.mailbox.message import InboundEmail
-from quinn.mailbox.outbox import Outbox
-from quinn.mailbox.parse import parse_email
-from quinn.mailbox.policy import UNVERIFIED_PREFIX, Decision, decide
-from quinn.mailbox.threads import thread_key
+from quinn.mailbox import (
+    HANDED_ON_STATES,
+    IMAP_FAILURES,
+    UNVERIFIED_PREFIX,
+    Decision,
+    ImapLoginRejected,
+    InboundEmail,
+    MailKey,
+    MailLedger,
+    MailRecord,
+    Outbox,
+    decide,
+    parse_email,
+    thread_key,
+)
 from quinn.metrics import Metrics
-from quinn.scheduler.runner import default_holder, holder_is_dead
+from quinn.scheduler import default_holder, holder_is_dead
 
 log = logging.getLogger(__name__)
 

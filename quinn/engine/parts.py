@@ -18,17 +18,11 @@ from quinn.config import Config, EmbeddingsConfig
 from quinn.reload import ReloadPlan, plan_reload
 
 if TYPE_CHECKING:  # the CLI imports this module for every command: the heavy parts load when first built
-    from quinn.agent.llm import LLM
-    from quinn.agent.prompts import PromptStore
-    from quinn.agent.respond import Agent
-    from quinn.mailbox.delivery import Delivery
-    from quinn.mailbox.imap import ImapMailbox
-    from quinn.mailbox.policy import Rules
-    from quinn.mailbox.smtp import SmtpSender
-    from quinn.memory.db import Database
-    from quinn.memory.embed import Embedder
-    from quinn.memory.store import MemoryStore
-    from quinn.scheduler.runner import JobRunner
+    from quinn.agent import LLM, Agent, PromptStore
+    from quinn.db import Database
+    from quinn.mailbox import Delivery, ImapMailbox, Rules, SmtpSender
+    from quinn.memory import Embedder, MemoryStore
+    from quinn.scheduler import JobRunner
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +30,7 @@ log = logging.getLogger(__name__)
 def prompts(config: Config, *, checked: bool = True) -> PromptStore:
     """The prompt templates of ``prompts.dir``; ``checked``: every template is loaded now, so a broken one is an
     error at start (or at reload), not on the first mail."""
-    from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore
-    from quinn.agent.samples import sample_variables
+    from quinn.agent import TEMPLATE_NAMES, PromptStore, sample_variables
 
     store = PromptStore(config.prompts.dir, samples=sample_variables)
     if checked:
@@ -48,36 +41,35 @@ def prompts(config: Config, *, checked: bool = True) -> PromptStore:
 
 def llm(config: Config) -> LLM:
     """The model client of ``[llm]``."""
-    from quinn.agent.llm import LLM
+    from quinn.agent import LLM
 
     return LLM(config.llm)
 
 
 def rules(config: Config) -> Rules:
     """Who gets an answer and how (``[policy]``, the address, the loop header)."""
-    from quinn.mailbox.policy import Rules
-    from quinn.mailbox.smtp import LOOP_HEADER
+    from quinn.mailbox import LOOP_HEADER, Rules
 
     return Rules.from_config(config, LOOP_HEADER)
 
 
 def sender(config: Config) -> SmtpSender:
     """The SMTP client of ``[smtp]``."""
-    from quinn.mailbox.smtp import SmtpSender
+    from quinn.mailbox import SmtpSender
 
     return SmtpSender(config.smtp)
 
 
 def mailbox(config: Config) -> ImapMailbox:
     """The IMAP client of ``[imap]`` (not connected yet)."""
-    from quinn.mailbox.imap import ImapMailbox
+    from quinn.mailbox import ImapMailbox
 
     return ImapMailbox(config.imap)
 
 
 def database(config: Config) -> Database:
     """The database of ``database.url``, opened and migrated."""
-    from quinn.memory.db import Database
+    from quinn.db import Database
 
     return Database.open(config.database.url, config.database.secret("auth_token"))
 
@@ -85,7 +77,7 @@ def database(config: Config) -> Database:
 def embedder(config: EmbeddingsConfig) -> Embedder | None:
     """The embedding model of ``[embeddings]`` (seconds to load a local one)."""
     from quinn.hardening import fit_torch_to_sandbox
-    from quinn.memory.embed import embedder_for
+    from quinn.memory import embedder_for
 
     if config.backend == "sentence-transformers":
         fit_torch_to_sandbox()  # under MemoryDenyWriteExecute=yes torch's JIT kernels would fail
@@ -94,14 +86,14 @@ def embedder(config: EmbeddingsConfig) -> Embedder | None:
 
 def store(db: Database, embedder: Embedder | None) -> MemoryStore:
     """The memory store on ``db``; without an embedder it searches by keywords only."""
-    from quinn.memory.store import MemoryStore
+    from quinn.memory import MemoryStore
 
     return MemoryStore(db, embedder)
 
 
 def agent(config: Config, llm: LLM, prompts: PromptStore, store: MemoryStore, stage: Any = None) -> Agent:
     """The agent that answers and learns; ``stage``: the metrics' stage timer, when there are metrics."""
-    from quinn.agent.respond import Agent
+    from quinn.agent import Agent
 
     return Agent(config, llm, prompts, store, stage) if stage is not None else Agent(config, llm, prompts, store)
 
@@ -109,7 +101,7 @@ def agent(config: Config, llm: LLM, prompts: PromptStore, store: MemoryStore, st
 def scheduler(config: Config, store: MemoryStore, llm: LLM | None, prompts: PromptStore,
               clock: Clock | None = None) -> JobRunner:  # fmt: skip
     """The background jobs' runner (``[scheduler]``, ``[retention]``)."""
-    from quinn.scheduler.runner import JobRunner
+    from quinn.scheduler import JobRunner
 
     return JobRunner(store, llm, prompts, config.scheduler, clock=clock or Clock(), retention=config.retention)
 
@@ -157,8 +149,7 @@ class Parts:
     def connect_delivery(self, run_db: Callable[..., Any], run_imap: Callable[..., Any]) -> Delivery:
         """The outbox's delivery through this SMTP client and mailbox; ``run_db``/``run_imap`` put a call on the
         database's and the IMAP connection's thread. Rebuilt on reload: it holds the SMTP and IMAP settings."""
-        from quinn.mailbox.delivery import Delivery
-        from quinn.mailbox.outbox import Outbox
+        from quinn.mailbox import Delivery, Outbox
 
         assert self.db is not None
         self._delivery_io = (run_db, run_imap)
@@ -174,7 +165,7 @@ class Parts:
         c = plan.config
         fresh = prompts(c, checked=False) if plan.changed("prompts") else self.prompts
         fresh.reload()
-        from quinn.agent.prompts import TEMPLATE_NAMES
+        from quinn.agent import TEMPLATE_NAMES
 
         for name in TEMPLATE_NAMES:  # a broken edit fails the reload, not the next mail
             fresh.load(name)

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from quinn.mailbox.imap import ImapMailbox
+from quinn.mailbox import ImapMailbox
 
 log = logging.getLogger(__name__)
 

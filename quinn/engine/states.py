@@ -17,7 +17,7 @@ open state may move to every state a mail can reach. A held mail is ``deferred``
 
 from __future__ import annotations
 
-from quinn.mailbox.ledger import FINAL_STATES, HANDED_ON_STATES
+from quinn.mailbox import FINAL_STATES, HANDED_ON_STATES
 
 OPEN_STATES = frozenset({"received", "handling", "deferred"})
 STATES = OPEN_STATES | FINAL_STATES | frozenset(HANDED_ON_STATES)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database
+from quinn.db import Database
 
 ANSWER_HINT = 'to answer them, run `quinn run --backlog` once or set imap.backlog = "answer"'
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from quinn.clock import iso, utcnow
+from quinn.db import Database, Transaction
 from quinn.mailbox.policy import UNVERIFIED_PREFIX
-from quinn.memory.db import Database, Transaction
 
 FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed"})
 REPLIED_STATES = ("replied", "drafted")

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from quinn.clock import iso, utcnow
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from quinn.clock import iso, utcnow
+from quinn.db import Database, Transaction
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.policy import normalise_subject
-from quinn.memory.db import Database, Transaction
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,78 @@
-"""Long-term memory: the libSQL store, versioned memories and hybrid retrieval."""
+"""Long-term memory: the libSQL store, versioned memories and hybrid retrieval, and conversation recall.
 
-from quinn.memory.db import Database
-from quinn.memory.filters import memory_filter
+This is memory's face: what other packages may use (tests/test_layers.py); the modules behind it are memory's
+own. Loaded whole: every command that opens the store needs most of it anyway.
+"""
+
+from quinn.memory import people
+from quinn.memory.clusters import current_with_vectors, similar_groups
+from quinn.memory.embed import Embedder, embedder_for
+from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
+from quinn.memory.graph import Relation, linked_hits, save_graph
 from quinn.memory.models import Change, Memory, NewMemory, SearchHit
-from quinn.memory.search import find_similar, hybrid_search
-from quinn.memory.store import MemoryStore
+from quinn.memory.passages import (
+    KNOWLEDGE_OWNER,
+    Passage,
+    PassageHit,
+    StoredMessage,
+    backfill,
+    embedded_text,
+    index_message,
+    insert_passages,
+    reembed,
+    search_passages,
+    split_passages,
+    stored_message,
+    user_passages,
+    write_passages,
+)
+from quinn.memory.people import list_users
+from quinn.memory.records import dump_document, export_document
+from quinn.memory.retrievals import apply_spacing, record_retrievals
+from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks
+from quinn.memory.store import MemoryStore, PurgeUser
 
 __all__ = [
+    "AGE_ANCHOR",
+    "CURRENT",
+    "KNOWLEDGE_OWNER",
+    "NOT_CURRENT",
     "Change",
-    "Database",
+    "Embedder",
     "Memory",
     "MemoryStore",
     "NewMemory",
+    "Passage",
+    "PassageHit",
+    "PurgeUser",
+    "Relation",
     "SearchHit",
+    "StoredMessage",
+    "apply_spacing",
+    "backfill",
+    "content_words",
+    "current_with_vectors",
+    "dump_document",
+    "embedded_text",
+    "embedder_for",
+    "export_document",
     "find_similar",
     "hybrid_search",
+    "index_message",
+    "insert_passages",
+    "linked_hits",
+    "list_users",
     "memory_filter",
+    "normalise_user",
+    "people",
+    "query_chunks",
+    "record_retrievals",
+    "reembed",
+    "save_graph",
+    "search_passages",
+    "similar_groups",
+    "split_passages",
+    "stored_message",
+    "user_passages",
+    "write_passages",
 ]

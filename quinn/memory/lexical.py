@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from quinn.memory.db import Database, Row
+from quinn.db import Database, Row
 from quinn.memory.models import memory_columns
 
 CANDIDATES = 50

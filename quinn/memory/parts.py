@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.embed import Embedder
 from quinn.memory.models import Memory
 from quinn.memory.vectors import VectorCache

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quinn.memory.db import Database, Transaction
+from quinn.db import Database, Transaction
 from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
 from quinn.memory.lexical import CANDIDATES, idf, owned, query_terms, within_budget
 from quinn.memory.models import iso, utcnow
@@ -201,7 +201,7 @@ def write_passages(
     if not pieces:
         return 0
     embedder = store.embedder
-    vectors = embedder.embed([_embedded_text(message.subject, content) for _ref, content in pieces]) \
+    vectors = embedder.embed([embedded_text(message.subject, content) for _ref, content in pieces]) \
         if embedder is not None else None  # fmt: skip
     with store.db.transaction() as tx:
         insert_passages(tx, user, message, pieces, vectors, embedder.model_id if embedder is not None else None,
@@ -286,7 +286,7 @@ def reembed(
         f"SELECT id, subject, content FROM passages WHERE id > ? AND {stale} ORDER BY id LIMIT ?",
         (last_id, *wanted, max(1, int(batch_size))),
     ):
-        vectors = embedder.embed([_embedded_text(subject, content) for _id, subject, content in rows])
+        vectors = embedder.embed([embedded_text(subject, content) for _id, subject, content in rows])
         with db.transaction() as tx:
             for (pid, _subject, _content), vector in zip(rows, vectors, strict=True):
                 tx.execute(
@@ -303,7 +303,7 @@ def reembed(
     return done
 
 
-def _embedded_text(subject: str, content: str) -> str:
+def embedded_text(subject: str, content: str) -> str:
     """What a passage's vector is computed from. With the subject, which often names the topic; a short mail's
     text is then exactly its search query (search.query_chunks of subject and text), so the embedder's cache
     serves both with one model call."""

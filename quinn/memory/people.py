@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.filters import current
 from quinn.users import USER_IDS
 

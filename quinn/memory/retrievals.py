@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from quinn.clock import iso
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.store import STABILITY_CAP_H
 
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from quinn.db import Transaction
 from quinn.errors import StoreError
-from quinn.memory.db import Transaction
 from quinn.memory.filters import normalise_user
 from quinn.memory.models import SCHEMA_VERSION, SCOPES, NewMemory, content_text, iso
 from quinn.memory.sensitive import detect

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from quinn.memory.db import Row
+from quinn.db import Row
 from quinn.memory.filters import CURRENT, memory_filter, normalise_user
 from quinn.memory.lexical import CANDIDATES, content_words, lexical_scores
 from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit, utcnow

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from quinn.db import Database, Transaction
 from quinn.errors import StoreError
-from quinn.memory.db import Database, Transaction
 from quinn.memory.embed import Embedder, default_embedder
 from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import (

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quinn.memory.db import Database
+from quinn.db import Database
 
 VECTOR_CACHE_MB = 256  # 100k memories of 384 float32 dimensions take 154 MB
 

@@ -18,8 +18,7 @@ from datetime import datetime, timedelta
 from quinn.clock import iso
 from quinn.config import SchedulerConfig
 from quinn.errors import StoreError
-from quinn.memory.filters import AGE_ANCHOR, CURRENT
-from quinn.memory.store import MemoryStore
+from quinn.memory import AGE_ANCHOR, CURRENT, MemoryStore
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.retention import expire
 

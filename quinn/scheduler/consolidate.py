@@ -16,10 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from quinn.errors import RetryLater, StoreError
-from quinn.memory.clusters import current_with_vectors, similar_groups
-from quinn.memory.filters import CURRENT
-from quinn.memory.models import Memory, NewMemory
-from quinn.memory.store import MemoryStore
+from quinn.memory import CURRENT, Memory, MemoryStore, NewMemory, current_with_vectors, similar_groups
 from quinn.scheduler.context import JobContext
 
 log = logging.getLogger(__name__)

@@ -8,13 +8,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
-from quinn.agent.llm import LLM, Usage
-from quinn.agent.prompts import PromptStore
-from quinn.agent.usage import record_usage
+from quinn.agent import LLM, PromptStore, Usage, record_usage
 from quinn.clock import Clock
 from quinn.config import RetentionConfig, SchedulerConfig
 from quinn.errors import ConfigError, RetryLater
-from quinn.memory.store import MemoryStore
+from quinn.memory import MemoryStore
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -15,9 +15,7 @@ import math
 from datetime import datetime
 
 from quinn.clock import iso
-from quinn.memory.filters import AGE_ANCHOR, CURRENT
-from quinn.memory.retrievals import apply_spacing
-from quinn.memory.store import MemoryStore
+from quinn.memory import AGE_ANCHOR, CURRENT, MemoryStore, apply_spacing
 from quinn.scheduler.context import JobContext
 
 FADED_SHARE = 0.1  # "faded": effective importance under a tenth of the importance

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from quinn.agent.digest import plan
+from quinn.agent import digest
 from quinn.scheduler.context import JobContext
 
 log = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 async def digest_job(ctx: JobContext) -> None:
     """Plan the digests that are due; counts them as ``created``."""
     settings = ctx.settings
-    planned = await ctx.db(plan, ctx.store.db, settings.digest_every_days, settings.digest_max_items, ctx.now())
+    planned = await ctx.db(digest.plan, ctx.store.db, settings.digest_every_days, settings.digest_max_items, ctx.now())
     ctx.counts.created += len(planned)
     if planned:
         log.info("digest: %d planned", len(planned))

@@ -11,11 +11,9 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-from quinn.agent import proposals
-from quinn.agent.proposals import TemplateRewrite
-from quinn.agent.samples import sample_variables
+from quinn.agent import TemplateRewrite, proposals, sample_variables
+from quinn.db import Database
 from quinn.errors import RetryLater
-from quinn.memory.db import Database
 from quinn.scheduler.context import JobContext
 
 log = logging.getLogger(__name__)

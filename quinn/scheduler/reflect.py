@@ -25,11 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from quinn.errors import RetryLater
-from quinn.memory.clusters import current_with_vectors, similar_groups
-from quinn.memory.graph import Relation, save_graph
-from quinn.memory.models import Memory
-from quinn.memory.search import find_similar
-from quinn.memory.store import MemoryStore
+from quinn.memory import Memory, MemoryStore, Relation, current_with_vectors, find_similar, save_graph, similar_groups
 from quinn.scheduler.context import JobContext
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 
 from quinn.clock import iso
 from quinn.config import RetentionConfig
-from quinn.memory.db import Database
-from quinn.memory.filters import NOT_CURRENT
+from quinn.db import Database
+from quinn.memory import NOT_CURRENT
 
 _GONE = f"({NOT_CURRENT})"
 

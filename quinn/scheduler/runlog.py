@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from quinn.clock import iso
-from quinn.memory.db import Database
+from quinn.db import Database
 
 RUNNING, OK, FAILED, INTERRUPTED = "running", "ok", "failed", "interrupted"
 

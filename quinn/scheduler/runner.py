@@ -31,13 +31,12 @@ from typing import Any, ParamSpec, TypeVar
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from quinn.agent.llm import LLM
-from quinn.agent.prompts import PromptStore
+from quinn.agent import LLM, PromptStore
 from quinn.clock import Clock
 from quinn.config import RetentionConfig, SchedulerConfig
+from quinn.db import Database
 from quinn.errors import QuinnError
-from quinn.memory.db import Database
-from quinn.memory.store import MemoryStore
+from quinn.memory import MemoryStore
 from quinn.scheduler.context import JobContext, JobCounts
 from quinn.scheduler.jobs import JOBS, JobSpec, job
 from quinn.scheduler.runlog import FAILED, INTERRUPTED, OK, JobRun, LeaseHolder, Leases, RunLog

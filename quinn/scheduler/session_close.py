@@ -18,12 +18,10 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from quinn.agent.consent import opted_out
-from quinn.agent.extract import Extraction, apply_extraction
-from quinn.agent.state import ALL_STATE_FIELDS, STATE_FIELDS, user_state
+from quinn.agent import ALL_STATE_FIELDS, STATE_FIELDS, Extraction, apply_extraction, opted_out, user_state
 from quinn.clock import iso
+from quinn.db import Database
 from quinn.errors import RetryLater
-from quinn.memory.db import Database
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.summarize import Message, session_text
 

@@ -17,13 +17,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-from quinn.agent.context import estimate_tokens
-from quinn.agent.llm import Usage
-from quinn.agent.respond import Answer
+from quinn.agent import Answer, Usage, estimate_tokens
+from quinn.db import Database
 from quinn.errors import RetryLater
-from quinn.memory.db import Database
-from quinn.memory.filters import CURRENT
-from quinn.memory.store import MemoryStore
+from quinn.memory import CURRENT, MemoryStore
 from quinn.scheduler.context import JobContext
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ import pytest
 from quinn.config import load_config
 from quinn.console.app import Console, build_app
 from quinn.console.auth import hash_password
+from quinn.db import Database
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
-from quinn.memory.db import Database
 from quinn.memory.store import MemoryStore
 from tests.test_config import MINIMAL  # [imap], [smtp], [llm]; the database is quinn.db beside the file
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from quinn.config import Config, parse_config, resolve_secrets
-from quinn.memory.db import Database
+from quinn.db import Database
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import FORMAT_TOOL_PREFIX, Json, RecordedRequest, Text
 from tests.lab.smtp import LAB_AUTHSERV

@@ -16,7 +16,7 @@ from quinn.agent.llm import LLM
 from quinn.agent.prompts import PromptStore
 from quinn.clock import ManualClock
 from quinn.config import Config, parse_config, resolve_secrets
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.embed import Embedder
 from quinn.memory.store import MemoryStore
 from quinn.scheduler.runner import JobRunner

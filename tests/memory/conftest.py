@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.embed import LocalEmbedder
 from quinn.memory.store import MemoryStore
 from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld

@@ -7,18 +7,18 @@ import re
 import numpy as np
 import pytest
 
+from quinn.db import Database, migration_scripts, split_statements
 from quinn.errors import StoreError
-from quinn.memory.db import Database, migrations, split_statements
 from quinn.memory.embed import LocalEmbedder
 from quinn.memory.rows import insert_rows
 from quinn.memory.store import MemoryStore
 
 ALICE = "alice@example.test"
-LATEST = migrations()[-1][0]
+LATEST = migration_scripts()[-1][0]
 
 
 def test_migrations_are_numbered_from_one():
-    assert [v for v, _ in migrations()] == list(range(1, LATEST + 1))
+    assert [v for v, _ in migration_scripts()] == list(range(1, LATEST + 1))
     assert LATEST >= 2
 
 
@@ -167,7 +167,7 @@ def test_split_statements_keeps_trigger_bodies_whole_and_drops_comments():
         ["--", "a"], ["CREATE", "TRIGGER"], ["PRAGMA", "user_version"], ["SELECT", "';'"]
     ]  # fmt: skip
     assert statements[0].endswith("CREATE TABLE t (x);") and statements[1].endswith("END;")
-    assert sum(len(split_statements(sql)) for _v, sql in migrations()) > 30  # the shipped scripts split too
+    assert sum(len(split_statements(sql)) for _v, sql in migration_scripts()) > 30  # the shipped scripts split too
     with pytest.raises(StoreError, match="ends inside a statement"):
         split_statements("CREATE TABLE t (x);\nCREATE TABLE u (y)")
 
@@ -175,7 +175,7 @@ def test_split_statements_keeps_trigger_bodies_whole_and_drops_comments():
 def test_a_failing_migration_leaves_nothing_behind(database_url: str, monkeypatch: pytest.MonkeyPatch):
     Database.open(database_url).close()
     broken = (LATEST + 1, "CREATE TABLE half_done (x);\nINSERT INTO half_done VALUES (1);\nSELECT nope FROM missing;")
-    monkeypatch.setattr("quinn.memory.db.migrations", lambda: [*migrations(), broken])
+    monkeypatch.setattr("quinn.db.schema.migration_scripts", lambda: [*migration_scripts(), broken])
     with pytest.raises(StoreError, match=f"migration {LATEST + 1:04d} failed: .*missing") as caught:
         Database.open(database_url)
     assert "nothing of it was applied" in str(caught.value.hint)

@@ -40,12 +40,12 @@ import pytest
 from quinn.agent.llm import LLM
 from quinn.agent.prompts import PromptStore
 from quinn.agent.respond import Agent, Answer
+from quinn.db import Database
 from quinn.documents.extract import Extracted, Section
 from quinn.documents.knowledge import add_file
 from quinn.documents.library import keep_documents
 from quinn.mailbox.message import Attachment
 from quinn.mailbox.parse import parse_email
-from quinn.memory.db import Database
 from quinn.memory.embed import RecentEmbeddings
 from quinn.memory.models import NewMemory
 from quinn.memory.passages import index_message

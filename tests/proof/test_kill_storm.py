@@ -16,7 +16,7 @@ from email.message import EmailMessage
 
 import pytest
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
 USERS = 20

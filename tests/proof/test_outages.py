@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from tests.lab.brain import EXTRACT_MARK
 from tests.lab.llm_server import Delay, Error, RecordedRequest, Text
 from tests.lab.mails import ledger, plain_model, wait_for

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from quinn.agent.memory_mail import PURGED_AS
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.store import MemoryStore
 from tests.lab.brain import Brain
 from tests.lab.inprocess import body_of, build_mail

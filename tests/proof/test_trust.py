@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from quinn.memory.store import MemoryStore
 from tests.conftest import lab_config_text
 from tests.lab.daemon import LabConfig, QuinnProcess

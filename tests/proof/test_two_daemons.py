@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from quinn.memory.db import Database
+from quinn.db import Database
 from tests.proof.test_kill_storm import answer, fill_mailbox, replies_by_parent
 from tests.test_scheduler_runner import private_sqld  # noqa: F401  (a fixture: a fresh sqld of this test's own)
 

@@ -1,4 +1,4 @@
-"""The one door to the database: the only module that imports the libSQL driver.
+"""The one door to the database: the only module that imports the libSQL driver (quinn.db, issue 17).
 
 The same code serves an embedded file (the default) and a remote libSQL server (``http://``, ``https://`` or
 ``libsql://`` with an auth token). The driver is synchronous and holds the GIL for a whole query, so every
@@ -6,26 +6,24 @@ statement runs under one lock, and async callers go through ``Database.run``, wh
 For the same reason a process must hold one connection per remote database: a second one that waits for the
 first's write lock holds the GIL, so the first can never commit (until sqld's 5 s transaction timeout). The
 daemon shares its one ``Database`` with every part; opening a second one to the same server is logged.
-Schema changes are numbered migrations applied at open (``PRAGMA user_version``).
+Schema changes are numbered migrations applied at open (``schema.migrate``); the DB thread is ``executor.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import libsql
 
+from quinn.db import schema
+from quinn.db.executor import DbThread
 from quinn.errors import ConfigError, ConnectError, StoreError
 
 log = logging.getLogger(__name__)
@@ -38,45 +36,9 @@ REMOTE_SCHEMES = ("http://", "https://", "libsql://")
 DriverError: type[Exception] = libsql.Error if isinstance(libsql.Error, type) else Exception
 
 
-def migrations() -> list[tuple[int, str]]:
-    """The numbered migration scripts shipped in this package, in order: (version, sql)."""
-    found = []
-    for entry in resources.files("quinn.memory").joinpath("migrations").iterdir():
-        match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)
-        if match:
-            found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
-    found.sort()
-    if [v for v, _ in found] != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"migrations are not numbered 1..n: {[v for v, _ in found]}")
-    return found
-
-
 def is_remote(url: str) -> bool:
     """True for a libSQL server URL, False for a local file path."""
     return url.startswith(REMOTE_SCHEMES)
-
-
-def split_statements(sql: str) -> list[str]:
-    """The complete statements of a script, in order (a trigger's body stays whole); comments and blank text
-    between statements are dropped."""
-    statements: list[str] = []
-    pending = ""
-    for piece in re.split(r"(?<=;)", sql):  # every piece ends at a semicolon: one may end a statement
-        pending += piece
-        if sqlite3.complete_statement(pending):
-            statement = _without_comments(pending)
-            if statement:
-                statements.append(statement)
-            pending = ""
-    if _without_comments(pending):
-        raise StoreError(f"SQL script ends inside a statement: {pending.strip()[:80]!r}")
-    return statements
-
-
-def _without_comments(text: str) -> str:
-    """``text`` stripped, or "" when it holds only ``--`` comments and whitespace."""
-    code = [line for line in text.splitlines() if line.strip() and not line.strip().startswith("--")]
-    return text.strip() if code else ""
 
 
 class Database:
@@ -97,7 +59,7 @@ class Database:
         self._auth_token = auth_token
         self._lock = threading.RLock()
         self._local = threading.local()  # per thread: how deep inside transaction() blocks
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quinn-db")
+        self._thread = DbThread()
         self._conn: Any = None
         self._counted = False  # this connection is in ``_remote_open``
 
@@ -164,62 +126,26 @@ class Database:
                     self._conn = None
                     if self._counted:
                         self._count_remote(-1)
-        self._executor.shutdown(wait=True)
+        self._thread.shutdown()
 
     def migrate(self, target: int | None = None) -> int:
-        """Apply every migration newer than ``PRAGMA user_version`` (up to ``target``); returns the version.
-
-        A database written by a newer Quinn is refused rather than used: its schema may hold what this code
-        would silently drop.
-        """
-        available = migrations()
-        latest = available[-1][0] if available else 0
+        """Apply every migration newer than the schema version (up to ``target``); returns the version
+        (``schema.migrate``, under this connection's lock)."""
         with self._lock:
-            current = int(self.query_value("PRAGMA user_version") or 0)
-            if current > latest:
-                raise StoreError(
-                    f"database {self.redacted_url} has schema version {current}, newer than this Quinn's {latest}",
-                    "upgrade quinn, or restore a backup made before the upgrade",
-                )
-            for version, sql in available:
-                if version <= current or (target is not None and version > target):
-                    continue
-                log.info("database %s: applying migration %04d", self.redacted_url, version)
-                # One transaction: a migration that fails half way leaves nothing behind, so a retry starts clean.
-                try:
-                    self._script(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
-                except Exception as exc:
-                    self._rollback_quietly()
-                    if int(self.query_value("PRAGMA user_version") or 0) >= version:
-                        # Another daemon on the same server applied it meanwhile (several started at once).
-                        log.info("database %s: migration %04d was applied by another process", self.redacted_url,
-                                 version)  # fmt: skip
-                        current = version
-                        continue
-                    raise StoreError(
-                        f"database {self.redacted_url}: migration {version:04d} failed: {exc}",
-                        "nothing of it was applied; fix the cause and start Quinn again",
-                    ) from exc
-                found = int(self.query_value("PRAGMA user_version") or 0)
-                if found != version:  # cannot happen while every statement raises on failure: checked anyway
-                    raise StoreError(
-                        f"database {self.redacted_url}: migration {version:04d} ran, but the schema version reads"
-                        f" {found}",
-                        "start Quinn again; if it repeats, restore a backup and report it",
-                    )
-                current = version
-            return current
+            return schema.migrate(self, target)
 
-    def _script(self, sql: str) -> None:
+    def script(self, sql: str) -> None:
         """Run several statements, one by one: the driver's ``executescript`` can stop part way without an error
         (a failing statement in a local file; about 1 in 100 scripts against sqld, for no reason given), while
         ``execute`` raises on every failure. (Our migrations hold no vector-index DDL, which ``execute`` would
-        build empty over a remote connection: FACTS.md.)"""
+        build empty over a remote connection: FACTS.md.) Nothing is committed here: a migration carries its own
+        BEGIN and COMMIT."""
         conn = self._require()
-        for statement in split_statements(sql):
+        for statement in schema.split_statements(sql):
             conn.execute(statement).fetchall()
 
-    def _rollback_quietly(self) -> None:
+    def rollback_quietly(self) -> None:
+        """Roll back whatever is open, logging (not raising) a failure: the error being reported matters more."""
         try:
             self._require().rollback()
         except Exception as exc:  # the connection may be gone; the failure being reported matters more
@@ -279,7 +205,7 @@ class Database:
     def executescript(self, sql: str) -> None:
         """Run several statements (DDL, maintenance) and commit."""
         with self._lock:
-            self._script(sql)
+            self.script(sql)
             self._require().commit()
 
     def vacuum(self) -> None:
@@ -294,8 +220,7 @@ class Database:
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run blocking database work on the DB thread, so the event loop never waits on the driver."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+        return await self._thread.run(fn, *args, **kwargs)
 
 
 class Transaction:

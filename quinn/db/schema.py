@@ -1,0 +1,114 @@
+"""The schema: the numbered migration scripts (``migrations/NNNN_*.sql``, one sequence for every package's
+tables) and their runner.
+
+Bookkeeping is ``PRAGMA user_version``: the number of the last migration applied. A database is brought up to
+date at open, one migration per transaction with its version bump, so a failed one leaves nothing behind; a
+database newer than the code is refused. The scripts moved here from ``quinn/memory/`` (issue 17) unchanged,
+so a database any earlier Quinn migrated opens without running anything again (tests/db/test_schema.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sqlite3
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, Protocol
+
+from quinn.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class Scriptable(Protocol):
+    """What the runner needs of a connection (``Database``, which holds its lock meanwhile)."""
+
+    @property
+    def redacted_url(self) -> str: ...
+
+    def query_value(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    def script(self, sql: str) -> None: ...
+
+    def rollback_quietly(self) -> None: ...
+
+
+def migration_scripts() -> list[tuple[int, str]]:
+    """The numbered migration scripts shipped in this package, in order: (version, sql)."""
+    found = []
+    for entry in resources.files("quinn.db").joinpath("migrations").iterdir():
+        match = re.fullmatch(r"(\d{4})_[a-z0-9_]+\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
+    found.sort()
+    if [v for v, _ in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations are not numbered 1..n: {[v for v, _ in found]}")
+    return found
+
+
+def split_statements(sql: str) -> list[str]:
+    """The complete statements of a script, in order (a trigger's body stays whole); comments and blank text
+    between statements are dropped."""
+    statements: list[str] = []
+    pending = ""
+    for piece in re.split(r"(?<=;)", sql):  # every piece ends at a semicolon: one may end a statement
+        pending += piece
+        if sqlite3.complete_statement(pending):
+            statement = _without_comments(pending)
+            if statement:
+                statements.append(statement)
+            pending = ""
+    if _without_comments(pending):
+        raise StoreError(f"SQL script ends inside a statement: {pending.strip()[:80]!r}")
+    return statements
+
+
+def _without_comments(text: str) -> str:
+    """``text`` stripped, or "" when it holds only ``--`` comments and whitespace."""
+    code = [line for line in text.splitlines() if line.strip() and not line.strip().startswith("--")]
+    return text.strip() if code else ""
+
+
+def migrate(db: Scriptable, target: int | None = None) -> int:
+    """Apply every migration newer than ``PRAGMA user_version`` (up to ``target``); returns the version.
+
+    A database written by a newer Quinn is refused rather than used: its schema may hold what this code
+    would silently drop.
+    """
+    available = migration_scripts()
+    latest = available[-1][0] if available else 0
+    current = int(db.query_value("PRAGMA user_version") or 0)
+    if current > latest:
+        raise StoreError(
+            f"database {db.redacted_url} has schema version {current}, newer than this Quinn's {latest}",
+            "upgrade quinn, or restore a backup made before the upgrade",
+        )
+    for version, sql in available:
+        if version <= current or (target is not None and version > target):
+            continue
+        log.info("database %s: applying migration %04d", db.redacted_url, version)
+        # One transaction: a migration that fails half way leaves nothing behind, so a retry starts clean.
+        try:
+            db.script(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
+        except Exception as exc:
+            db.rollback_quietly()
+            if int(db.query_value("PRAGMA user_version") or 0) >= version:
+                # Another daemon on the same server applied it meanwhile (several started at once).
+                log.info("database %s: migration %04d was applied by another process", db.redacted_url,
+                         version)  # fmt: skip
+                current = version
+                continue
+            raise StoreError(
+                f"database {db.redacted_url}: migration {version:04d} failed: {exc}",
+                "nothing of it was applied; fix the cause and start Quinn again",
+            ) from exc
+        found = int(db.query_value("PRAGMA user_version") or 0)
+        if found != version:  # cannot happen while every statement raises on failure: checked anyway
+            raise StoreError(
+                f"database {db.redacted_url}: migration {version:04d} ran, but the schema version reads"
+                f" {found}",
+                "start Quinn again; if it repeats, restore a backup and report it",
+            )
+        current = version
+    return current

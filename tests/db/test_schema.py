@@ -1,0 +1,68 @@
+"""quinn/db's schema (issue 17): the migrations moved from quinn/memory/ to quinn/db/ unchanged, with the same
+numbering and the same bookkeeping (``PRAGMA user_version``), so a database an earlier Quinn migrated opens
+without running any of them again. Real libSQL files in temporary folders."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quinn.db import Database, migration_scripts
+
+# sqlite_master of a database migrated by the old layout (quinn/memory/migrations/ at 19fe6ba), written once by
+# that code: the schema every existing installation has today.
+OLD_LAYOUT = json.loads((Path(__file__).parent / "schema_0016.json").read_text(encoding="utf-8"))
+
+
+def schema_of(db: Database) -> list[list[Any]]:
+    """Every table, index, trigger and view as sqlite_master records it (the SQL text included)."""
+    return [list(row) for row in db.query("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")]
+
+
+def test_the_migrations_keep_their_numbering() -> None:
+    versions = [version for version, _sql in migration_scripts()]
+    assert versions[: OLD_LAYOUT["user_version"]] == list(range(1, OLD_LAYOUT["user_version"] + 1))
+
+
+def test_the_moved_migrations_build_exactly_the_schema_the_old_layout_built(tmp_path: Path) -> None:
+    db = Database.open(str(tmp_path / "quinn.db"), migrate=False)
+    try:
+        assert db.migrate(target=OLD_LAYOUT["user_version"]) == OLD_LAYOUT["user_version"]
+        assert schema_of(db) == OLD_LAYOUT["sqlite_master"]
+    finally:
+        db.close()
+
+
+def test_an_already_migrated_database_opens_without_running_a_migration(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = str(tmp_path / "quinn.db")
+    first = Database.open(path)
+    version = first.query_value("PRAGMA user_version")
+    first.execute("INSERT INTO memory_consent (user_id, opted_out_at) VALUES (?, ?)", ("alice", "2026-11-24"))
+    first.close()
+
+    with caplog.at_level(logging.INFO, logger="quinn.db"):
+        again = Database.open(path)
+    try:
+        assert [r.getMessage() for r in caplog.records if "migration" in r.getMessage()] == []
+        assert again.query_value("PRAGMA user_version") == version == len(migration_scripts())
+        assert again.query("SELECT user_id FROM memory_consent") == [("alice",)]  # the data stayed
+    finally:
+        again.close()
+
+
+def test_every_table_a_migration_creates_has_an_owner_in_the_architecture_page() -> None:
+    """docs/architecture.md's picture names the owner of every table, as datasette's docs name every setting."""
+    created = set()
+    for _version, sql in migration_scripts():
+        created |= set(re.findall(r"CREATE (?:VIRTUAL )?TABLE (?:IF NOT EXISTS )?(\w+)", sql, flags=re.IGNORECASE))
+    page = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    picture = page.split("## Layers and owners", 1)[1].split("```", 2)[1]
+    named = set(re.findall(r"\b[a-z]+(?:_[a-z]+)*\b", picture))
+    assert created - named == set(), "tables without an owner in docs/architecture.md's picture"
