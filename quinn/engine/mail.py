@@ -329,8 +329,8 @@ class MailHandler:
             except (RetryLater, ConnectError) as exc:
                 delay = min(LLM_RETRY_BASE * 2 ** (queued.attempts - 1), LLM_RETRY_MAX)
                 await self._db(learning.later, store.db, message_id, p.clock.now() + delay, str(exc))
-                log.warning("mail %s: learning deferred (try %d, next in %s): %s", message_id, queued.attempts,
-                            delay, exc)  # fmt: skip
+                log.warning("memory extraction for %s deferred (try %d, next in %s): %s", message_id,
+                            queued.attempts, delay, exc)  # fmt: skip
                 return
             fault_point("after_learn")
         await self._db(learning.done, store.db, message_id)
