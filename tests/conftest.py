@@ -7,6 +7,7 @@ QUINN_ALLOW_SKIP=1 turns a missing Dovecot or sqld into a skip instead of an err
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import sys
@@ -191,8 +192,34 @@ def real_llm() -> Iterator[Any]:
         server.close()
 
 
+# What starts a lab server: these fixtures, and these modules imported by a test module (a server it builds itself).
+LAB_FIXTURES = frozenset({"dovecot", "make_dovecot", "smtp_lab", "mail_lab", "sqld", "memory_sqld", "real_llm",
+                          "llm_server", "brain", "lab_config", "lab_config_text", "quinn_daemon", "make_quinn",
+                          "job_bench"})  # fmt: skip
+LAB_MODULES = ("tests.lab.dovecot", "tests.lab.smtp", "tests.lab.sqld", "tests.lab.llm_server", "tests.lab.brain",
+               "tests.lab.daemon", "tests.lab.inprocess", "tests.lab.real_llm", "quinn.lab")  # fmt: skip
+
+
+def _starts_a_server(path: Path, seen: dict[Path, bool]) -> bool:
+    """Whether the test module at ``path`` imports a lab server module (read once per module)."""
+    if path not in seen:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        names += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        seen[path] = any(name == lab or name.startswith(lab + ".") for name in names for lab in LAB_MODULES)
+    return seen[path]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without ``--long``, tests marked ``long`` are skipped (CI's default run stays fast)."""
+    """Tests that need no lab server get the ``unit`` marker (``pytest -m unit``: the fast layer, no Dovecot,
+    no sqld, no model server); without ``--long``, tests marked ``long`` are skipped (CI's default run stays
+    fast)."""
+    seen: dict[Path, bool] = {}
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (not LAB_FIXTURES & set(getattr(item, "fixturenames", ())) and params.get("database_url") != "sqld"
+                and not _starts_a_server(Path(str(item.fspath)), seen)):  # fmt: skip
+            item.add_marker(pytest.mark.unit)
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="long variant: run with --long")
