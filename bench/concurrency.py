@@ -93,7 +93,8 @@ def markdown(report: dict[str, Any]) -> str:
     s = report["sizes"]
     lines = [
         "# Mails in flight: one burst, answered with "
-        + ", ".join(str(r["mails_in_flight"]) for r in report["runs"]) + " mails at once (1: the old engine)",
+        + ", ".join(str(r["mails_in_flight"]) for r in report["runs"])
+        + " mails at once (1: the old engine)",
         "",
         f"{s['mails']} mails from {s['users']} senders sent at once; the scripted model takes {s['reply_s']} s "
         f"per reply and {s['extract_s']} s per extraction. Quinn as `quinn run`, Dovecot and the SMTP lab on "

@@ -23,8 +23,9 @@ from quinn.errors import ConfigError
 log = logging.getLogger(__name__)
 
 ENV = "QUINN_FAULT"
-POINTS = frozenset({"after_fetch", "after_llm", "before_send", "after_send", "before_move", "before_learn",
-                    "after_learn"})
+POINTS = frozenset(
+    {"after_fetch", "after_llm", "before_send", "after_send", "before_move", "before_learn", "after_learn"}
+)
 _passed: Counter[str] = Counter()
 
 

@@ -28,8 +28,15 @@ def test_jitter_spreads_the_delays() -> None:
 
 def test_fault_spec_parsing() -> None:
     assert parse_faults("after_send:3, before_move:1") == {"after_send": 3, "before_move": 1}
-    assert set(POINTS) == {"after_fetch", "after_llm", "before_send", "after_send", "before_move", "before_learn",
-                           "after_learn"}
+    assert set(POINTS) == {
+        "after_fetch",
+        "after_llm",
+        "before_send",
+        "after_send",
+        "before_move",
+        "before_learn",
+        "after_learn",
+    }
     for bad in ("after_send", "after_send:0", "nowhere:1", "after_send:x"):
         with pytest.raises(ConfigError, match="QUINN_FAULT"):
             parse_faults(bad)

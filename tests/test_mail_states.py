@@ -202,8 +202,11 @@ async def test_retries_back_off_by_the_clock_and_give_up_after_max_attempts(engi
     engine.deliver(1, _mail(1))
     key = engine.handler.key(1)
     assert engine.parts.db is not None
-    engine.parts.db.execute("INSERT INTO mail_state (folder, uidvalidity, uid, state, received_at, updated_at)"
-                            " VALUES (?, ?, ?, 'handling', ?, ?)", (key.folder, key.uidvalidity, 1, START, START))
+    engine.parts.db.execute(
+        "INSERT INTO mail_state (folder, uidvalidity, uid, state, received_at, updated_at)"
+        " VALUES (?, ?, ?, 'handling', ?, ?)",
+        (key.folder, key.uidvalidity, 1, START, START),
+    )
     for attempt in range(1, MAX_ATTEMPTS):
         await engine.handler.retry_later(1, "the model timed out")
         state, _reason, attempts, until, _moved = engine.row(1)

@@ -100,7 +100,9 @@ def test_an_admin_accepts_or_rejects_from_the_command_line(tmp_path: Path, lab_c
         assert db.query("SELECT id, status FROM prompt_proposals ORDER BY id") == [(shorter, "accepted"),
                                                                                  (other, "rejected")]  # fmt: skip
         audited = [(e.actor.startswith("cli:"), e.action, e.object) for e in audit_log.listing(db)]
-        assert audited == [(True, "reject proposal", f"proposal {other}"),
-                           (True, "accept proposal", f"proposal {shorter}")]  # refused tries leave no entry
+        assert audited == [
+            (True, "reject proposal", f"proposal {other}"),
+            (True, "accept proposal", f"proposal {shorter}"),
+        ]  # refused tries leave no entry
     finally:
         db.close()

@@ -287,7 +287,8 @@ def test_config_rejects_unknown_jobs(tmp_path):
     with pytest.raises(ConfigError, match="time limits must be positive minutes: reflect"):
         parse_config({**base, "scheduler": {"timeouts_min": {"reflect": -1}}})
     assert parse_config({**base, "scheduler": {"timeouts_min": {"reflect": 360}}}).scheduler.timeouts_min == {
-        "reflect": 360}
+        "reflect": 360
+    }
 
 
 async def test_a_dead_holder_on_this_host_is_taken_over_without_waiting(bench):

@@ -18,6 +18,8 @@ HOMES = {
     "learning": "",
     "proposals": "",
     "purge": "",
+    "state": "",
+    "usage": "",
     "opted_out": "consent",
     "ThreadMessage": "context",
     "estimate_tokens": "context",
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
     from quinn.agent import learning as learning
     from quinn.agent import proposals as proposals
     from quinn.agent import purge as purge
+    from quinn.agent import state as state
+    from quinn.agent import usage as usage
     from quinn.agent.consent import opted_out as opted_out
     from quinn.agent.context import ThreadMessage as ThreadMessage
     from quinn.agent.context import estimate_tokens as estimate_tokens

@@ -22,6 +22,11 @@ def user_state(db: Database, user_id: str) -> dict[str, str]:
     return dict(zip(ALL_STATE_FIELDS, row or ("",) * len(ALL_STATE_FIELDS), strict=True))
 
 
+def expire_before(tx: Transaction, before: str) -> dict[str, int]:
+    """Retention (``[retention] conversations_days``): conversation reviews written before ``before``."""
+    return {"conversation_summaries": tx.delete("conversation_summaries", "created_at < ?", (before,))}
+
+
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     """What session reviews left of the user, in a purge: their state and the conversation summaries (both
     written by scheduler/session_close.py)."""

@@ -45,6 +45,11 @@ def usage_totals(db: Database, by: str = "user_id") -> list[UsageTotal]:
     return [UsageTotal(key, int(i or 0), int(o or 0), int(c or 0)) for key, i, o, c in rows]
 
 
+def expire_before(tx: Transaction, before: str) -> dict[str, int]:
+    """Retention (``[retention] usage_days``): token usage rows recorded before ``before``."""
+    return {"llm_usage": tx.delete("llm_usage", "at < ?", (before,))}
+
+
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     """The user's token usage rows, in a purge."""
     return {"llm_usage": tx.delete("llm_usage", "user_id = ?", (user,))}

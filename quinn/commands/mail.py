@@ -23,7 +23,7 @@ from quinn.config import Config, resolve_secrets
 from quinn.db import Database
 from quinn.engine import parts
 from quinn.errors import ConfigError, QuinnError
-from quinn.mailbox import MailKey, MailLedger
+from quinn.mailbox import MailKey, MailLedger, Outbox
 
 ATTENTION_STATES = ("failed", "quarantined", "deferred", "handling", "retried")
 
@@ -70,7 +70,7 @@ def status_report(db: Database, limit: int) -> dict[str, Any]:
             items.append({"key": key_text(folder, uidvalidity, uid), "state": st, "reason": reason,
                           "message_id": message_id, "user": user, "attempts": attempts,
                           "next_attempt_at": next_at, "updated_at": updated})  # fmt: skip
-    outbox = {state: n for state, n in db.query("SELECT state, count(*) FROM outbox GROUP BY state")}
+    outbox = Outbox(db).counts()
     return {"counts": counts, "total": sum(counts.values()), "outbox": outbox, "attention": items}
 
 
@@ -85,8 +85,7 @@ def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
         raise QuinnError(f"mail {name} is {record.state}, not failed", "only failed mail can be retried")
     ledger.retry(key, f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
     # Its reply, refused for good last time, goes back to pending so the delivery tries it again.
-    db.execute("UPDATE outbox SET state = 'pending', last_error = '' WHERE in_reply_to = ? AND state = 'failed'",
-               (record.message_id,))  # fmt: skip
+    Outbox(db).retry_failed(record.message_id)
     if not record.moved:  # still in the watched folder: the daemon handles it again on its next pass
         return {"key": name, "state": "retried", "moved": 0}
     mailbox = parts.mailbox(config)

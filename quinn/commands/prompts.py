@@ -196,6 +196,11 @@ def decide_command(args: argparse.Namespace, config: Config) -> int:
             proposals.decide(db, args.id, "rejected", utcnow())
             print(f"proposal {args.id} rejected")
         decided = proposals.get(db, args.id)
-        audit_log.record(db, audit_log.cli_actor(), f"{args.verb} proposal", f"proposal {args.id}",
-                         detail=f"template {decided.name}, rewrites {decided.base_version}; from the command line")
+        audit_log.record(
+            db,
+            audit_log.cli_actor(),
+            f"{args.verb} proposal",
+            f"proposal {args.id}",
+            detail=f"template {decided.name}, rewrites {decided.base_version}; from the command line",
+        )
     return 0

@@ -177,9 +177,15 @@ def build_app(console: Console) -> Starlette:
         Route("/prompts/{name}/rollback", guarded(prompt_pages.rollback(console), changes=True), methods=["POST"]),
         Route("/proposals", guarded(prompt_pages.proposal_list(console)), methods=["GET"]),
         Route("/proposals/{proposal_id:int}", guarded(prompt_pages.proposal_page(console)), methods=["GET"]),
-        Route("/proposals/{proposal_id:int}/accept", guarded(prompt_pages.decide(console, "accept"), changes=True),
-              methods=["POST"]),
-        Route("/proposals/{proposal_id:int}/reject", guarded(prompt_pages.decide(console, "reject"), changes=True),
-              methods=["POST"]),
+        Route(
+            "/proposals/{proposal_id:int}/accept",
+            guarded(prompt_pages.decide(console, "accept"), changes=True),
+            methods=["POST"],
+        ),
+        Route(
+            "/proposals/{proposal_id:int}/reject",
+            guarded(prompt_pages.decide(console, "reject"), changes=True),
+            methods=["POST"],
+        ),
     ]
     return Starlette(routes=routes)

@@ -146,8 +146,15 @@ def preview(console: Console) -> Endpoint:
         if problem is not None:
             return await _editor(console, request, name, 400, source=source, preview_user=user, error=problem)
         if user and "@" not in user:  # the editor again, with the admin's text kept
-            return await _editor(console, request, name, 400, source=source, preview_user=user,
-                                 error=f"{user!r} is not an email address: give the address the person writes from")
+            return await _editor(
+                console,
+                request,
+                name,
+                400,
+                source=source,
+                preview_user=user,
+                error=f"{user!r} is not an email address: give the address the person writes from",
+            )
         if user and console.preview is not None:
             db = console.store.db
             variables = await db.run(console.preview, name, user, text, "Preview")

@@ -208,6 +208,12 @@ class Database:
             self.script(sql)
             self._require().commit()
 
+    def merge_text_indexes(self) -> None:
+        """Merge every FTS5 index: FTS5 keeps deleted terms in its segments until they are merged, and
+        ``optimize`` rewrites them, so deleted text leaves the file (after a purge, after retention)."""
+        indexes = self.query("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'")
+        self.executescript("".join(f"INSERT INTO {name} ({name}) VALUES ('optimize');" for (name,) in indexes))
+
     def vacuum(self) -> None:
         """Rebuild the file so deleted data leaves its bytes (local files only)."""
         if self.remote:

@@ -106,8 +106,7 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
         found = int(db.query_value("PRAGMA user_version") or 0)
         if found != version:  # cannot happen while every statement raises on failure: checked anyway
             raise StoreError(
-                f"database {db.redacted_url}: migration {version:04d} ran, but the schema version reads"
-                f" {found}",
+                f"database {db.redacted_url}: migration {version:04d} ran, but the schema version reads {found}",
                 "start Quinn again; if it repeats, restore a backup and report it",
             )
         current = version

@@ -76,4 +76,3 @@ class WatchedFolder:
                      len(waiting), self._mark.folder, self._mark.watched_at, ANSWER_HINT)  # fmt: skip
         self._backlog_said = len(waiting)
         return [uid for uid in uids if uid >= self._mark.first_uid]
-

@@ -361,6 +361,7 @@ class MailLedger:
             entries.append(MailEntry(record, subject or "", received, updated))
         return entries
 
+
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     """The ledger in a purge (``MemoryStore.purge``): it keeps no text, but its user column names the person and
     the Message-IDs of their mail (and the thread roots) are theirs too, as is unverified mail from their address:

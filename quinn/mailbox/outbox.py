@@ -109,6 +109,14 @@ class Outbox:
             (b"", message_id),
         )
 
+    def retry_failed(self, in_reply_to: str) -> None:
+        """Put the reply to ``in_reply_to`` that was refused for good back to pending, so the delivery tries it
+        again (``quinn mail retry``)."""
+        self.db.execute(
+            "UPDATE outbox SET state = 'pending', last_error = '' WHERE in_reply_to = ? AND state = 'failed'",
+            (in_reply_to,),
+        )
+
     def template_of(self, message_id: str) -> str | None:
         """The template a reply of ours was made with (``reply``, ``digest``, ``purge_done``, …), or None."""
         return self.db.query_value("SELECT template FROM outbox WHERE message_id = ?", (message_id,))
@@ -116,6 +124,16 @@ class Outbox:
     def counts(self) -> dict[str, int]:
         """Items per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM outbox GROUP BY 1")}
+
+
+def expire_before(tx: Transaction, before: str) -> dict[str, int]:
+    """Retention (``[retention] outbox_days``): the raw copy of a reply sent or drafted before ``before`` is
+    blanked; the row (state, template version) stays for the statistics. Pending and failed replies are never
+    touched: they still have to be sent or looked at."""
+    went = "state IN ('sent', 'drafted') AND sent_at < ? AND length(raw) > 0"
+    count = int(tx.query(f"SELECT count(*) FROM outbox WHERE {went}", (before,))[0][0])
+    tx.execute(f"UPDATE outbox SET raw = X'' WHERE {went}", (before,))
+    return {"outbox_raw": count}
 
 
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:

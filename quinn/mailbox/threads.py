@@ -195,6 +195,15 @@ def _stored(row: tuple) -> StoredMessage:  # type: ignore[type-arg]
     return StoredMessage(*fields, to_addrs=recipients)
 
 
+def expire_before(tx: Transaction, before: str) -> dict[str, int]:
+    """Retention (``[retention] conversations_days``): stored mail text sent before ``before`` goes, and threads
+    quiet since then lose their rolling summary; the sessions stay (ids and state), so a late reply still joins."""
+    quiet = "last_message_at < ? AND coalesce(summary, '') != ''"
+    summaries = int(tx.query(f"SELECT count(*) FROM sessions WHERE {quiet}", (before,))[0][0])
+    tx.execute(f"UPDATE sessions SET summary = NULL WHERE {quiet}", (before,))
+    return {"messages": tx.delete("messages", "sent_at < ?", (before,)), "session_summaries": summaries}
+
+
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     """The mailbox's conversations in a purge (``MemoryStore.purge``): the user's stored messages, sessions and the
     Message-IDs that joined mail to them."""

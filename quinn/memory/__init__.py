@@ -4,7 +4,7 @@ This is memory's face: what other packages may use (tests/test_layers.py); the m
 own. Loaded whole: every command that opens the store needs most of it anyway.
 """
 
-from quinn.memory import people
+from quinn.memory import expiry, people
 from quinn.memory.clusters import current_with_vectors, similar_groups
 from quinn.memory.embed import Embedder, embedder_for
 from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
@@ -55,6 +55,7 @@ __all__ = [
     "dump_document",
     "embedded_text",
     "embedder_for",
+    "expiry",
     "export_document",
     "find_similar",
     "hybrid_search",

@@ -487,9 +487,7 @@ class MemoryStore:
             counts = purge_user(tx, user)  # first: which memories a session retrieved is found by its session
             for other in others:
                 counts |= other(tx, user)
-        # FTS5 keeps deleted terms in its segments until they are merged: optimize rewrites them.
-        indexes = self.db.query("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'")
-        self.db.executescript("".join(f"INSERT INTO {name} ({name}) VALUES ('optimize');" for (name,) in indexes))
+        self.db.merge_text_indexes()
         self.db.vacuum()
         for cache in (self.vector_cache, self.passage_cache):
             if cache is not None:

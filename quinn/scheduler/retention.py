@@ -15,57 +15,40 @@ A window of 0 keeps that kind for good. Full-text indexes are merged afterwards 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from quinn.agent import state, usage
 from quinn.clock import iso
 from quinn.config import RetentionConfig
-from quinn.db import Database
-from quinn.memory import NOT_CURRENT
+from quinn.db import Database, Transaction
+from quinn.mailbox import outbox, threads
+from quinn.memory import expiry
 
-_GONE = f"({NOT_CURRENT})"
+Expire = Callable[[Transaction, str], dict[str, int]]
+
+#: Each window of ``[retention]`` and the owners whose ``expire_before(tx, before)`` it runs (as
+#: ``agent.purge.OWNERS`` does for a user): every table's rows are deleted by the module that owns the table.
+WINDOWS: tuple[tuple[str, tuple[Expire, ...]], ...] = (
+    ("conversations_days", (threads.expire_before, state.expire_before)),
+    ("outbox_days", (outbox.expire_before,)),
+    ("usage_days", (usage.expire_before,)),
+    ("archived_days", (expiry.expire_before,)),
+)
 
 
 def expire(db: Database, retention: RetentionConfig, now: datetime) -> dict[str, int]:
-    """Apply every window; returns the rows deleted or blanked per kind (kinds whose window is 0 are absent)."""
-
-    def before(days: float) -> str:
-        return iso(now - timedelta(days=days))
-
+    """Apply every window in one transaction; returns the rows deleted or blanked per kind (kinds whose window is
+    0 are absent)."""
     done: dict[str, int] = {}
     with db.transaction() as tx:
-
-        def apply(kind: str, count_sql: str, change_sql: str, params: tuple[str, ...]) -> None:
-            done[kind] = done.get(kind, 0) + int(tx.query(count_sql, params)[0][0])
-            tx.execute(change_sql, params)
-
-        if retention.conversations_days:
-            cut = (before(retention.conversations_days),)
-            apply("messages", "SELECT count(*) FROM messages WHERE sent_at < ?",
-                  "DELETE FROM messages WHERE sent_at < ?", cut)  # fmt: skip
-            apply("conversation_summaries", "SELECT count(*) FROM conversation_summaries WHERE created_at < ?",
-                  "DELETE FROM conversation_summaries WHERE created_at < ?", cut)  # fmt: skip
-            apply("session_summaries",
-                  "SELECT count(*) FROM sessions WHERE last_message_at < ? AND coalesce(summary, '') != ''",
-                  "UPDATE sessions SET summary = NULL WHERE last_message_at < ? AND coalesce(summary, '') != ''",
-                  cut)  # fmt: skip
-        if retention.outbox_days:
-            apply("outbox_raw",
-                  "SELECT count(*) FROM outbox WHERE state IN ('sent', 'drafted') AND sent_at < ? AND length(raw) > 0",
-                  "UPDATE outbox SET raw = X'' WHERE state IN ('sent', 'drafted') AND sent_at < ? AND length(raw) > 0",
-                  (before(retention.outbox_days),))  # fmt: skip
-        if retention.usage_days:
-            apply("llm_usage", "SELECT count(*) FROM llm_usage WHERE at < ?", "DELETE FROM llm_usage WHERE at < ?",
-                  (before(retention.usage_days),))  # fmt: skip
-        if retention.archived_days:
-            cut = (before(retention.archived_days),)
-            gone = f"SELECT id FROM memories WHERE {_GONE} AND coalesce(valid_to, updated_at) < ?"
-            for table, column in (("memory_versions", "memory_id"), ("memory_retrievals", "memory_id"),
-                                  ("relationships", "memory_id")):  # fmt: skip
-                tx.execute(f"DELETE FROM {table} WHERE {column} IN ({gone})", cut)
-            apply("memories", f"SELECT count(*) FROM ({gone})", f"DELETE FROM memories WHERE id IN ({gone})", cut)
+        for setting, owners in WINDOWS:
+            days = getattr(retention, setting)
+            if not days:
+                continue
+            before = iso(now - timedelta(days=days))
+            for owner in owners:
+                done |= owner(tx, before)
     if done.get("messages") or done.get("memories"):
-        db.executescript(
-            "INSERT INTO memories_fts (memories_fts) VALUES ('optimize');"
-            "INSERT INTO messages_fts (messages_fts) VALUES ('optimize');"
-        )
-    return {kind: count for kind, count in done.items()}
+        db.merge_text_indexes()
+    return done

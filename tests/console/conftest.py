@@ -33,7 +33,9 @@ BROKEN = EXTEND.replace("super()", "supper()")  # undefined: the sample render c
 # Cheapest scrypt the parser accepts: the tests log in often, and the cost is not what they test.
 TEST_COST = {"n": 2**14, "r": 8, "p": 1}
 
-CONFIG = MINIMAL + """
+CONFIG = (
+    MINIMAL
+    + """
 [embeddings]
 backend = "none"
 [console]
@@ -47,6 +49,7 @@ name = "viewer"
 role = "read-only"
 password_hash_env = "Q_CONSOLE_VIEWER"
 """
+)
 
 
 @dataclass

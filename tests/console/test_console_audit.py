@@ -32,8 +32,11 @@ def test_console_edit_and_forget_are_audited_and_shown(world, client):
     log_in(client)
     assert "No changes yet" in client.get("/audit").text
     page = client.get(f"/memories/{world.memory_id}").text
-    edited = client.post(f"/memories/{world.memory_id}/edit", follow_redirects=False,
-                         data={"csrf": csrf_of(page), "content": "Jo is Alice's sister", "reason": "<b>typo</b>"})
+    edited = client.post(
+        f"/memories/{world.memory_id}/edit",
+        follow_redirects=False,
+        data={"csrf": csrf_of(page), "content": "Jo is Alice's sister", "reason": "<b>typo</b>"},
+    )
     new_id = int(edited.headers["location"].rsplit("/", 1)[1])
     client.post(f"/memories/{new_id}/forget", data={"csrf": csrf_of(page), "reason": "wrong"})
     entries = audit_log.listing(world.store.db)

@@ -72,7 +72,7 @@ def test_preview_uses_the_persons_real_memory_escaped(world, client, admin_dir: 
     response = edit(client, "preview", EXTEND, user=ALICE, text="What is my cat called?")
     assert response.status_code == 200, response.text[-2000:]
     assert "The template passes the checks" in response.text
-    assert 'Sign as &#34;Quinn from MARK&#34;' in response.text or "Sign as &quot;Quinn from MARK" in response.text
+    assert "Sign as &#34;Quinn from MARK&#34;" in response.text or "Sign as &quot;Quinn from MARK" in response.text
     assert "sister is called Jo" in response.text  # Alice's profile, from the store
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text and "<script>" not in response.text
     sample = edit(client, "preview", EXTEND).text  # nobody chosen: the sample data
@@ -88,7 +88,7 @@ def test_save_diff_rollback_and_the_daemon_sees_it_without_a_restart(world, clie
     log_in(client)
     assert edit(client, "save", EXTEND.replace("MARK", "one"), reason="first").status_code == 303
     first = daemon.render("reply", sample_variables()["reply"])
-    assert 'Quinn from one' in first.system and first.version != default_version
+    assert "Quinn from one" in first.system and first.version != default_version
     assert edit(client, "save", EXTEND.replace("MARK", "two")).status_code == 303
     second = daemon.render("reply", sample_variables()["reply"])
     assert "Quinn from two" in second.system
@@ -192,8 +192,10 @@ def test_proposals_are_read_escaped_then_accepted_or_rejected_and_audited(world,
     assert client.post(f"/proposals/{other}/reject", data={"csrf": csrf_of(page)}).status_code == 200
     assert [p.status for p in proposals.listing(db)] == ["rejected", "accepted"]
     assert "No proposals waiting" in client.get("/proposals").text
-    assert [(e.action, e.object) for e in audit_log.listing(db)] == [("reject proposal", f"proposal {other}"),
-                                                                    ("accept proposal", f"proposal {shorter}")]
+    assert [(e.action, e.object) for e in audit_log.listing(db)] == [
+        ("reject proposal", f"proposal {other}"),
+        ("accept proposal", f"proposal {shorter}"),
+    ]
     assert f'href="/proposals/{shorter}"' in client.get("/audit").text
     assert daemon.text_of("reply")[0] in [v for v, _at, _t in proposals.versions(db, "reply")]  # to roll back to
     assert client.get("/proposals/999").status_code == 400

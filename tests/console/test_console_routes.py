@@ -142,8 +142,13 @@ def test_attacker_text_renders_inert(world, client):
     add_mail(world.store.db, 3, mail_bytes(f"Re: {script}", "m3@example.org"), ALICE, "quarantined",
              f"parse error near {script}")  # fmt: skip
     log_in(client)
-    pages = [client.get(f"/memories/{mid}"), client.get(f"/people/{ALICE}"), client.get("/mail"),
-             client.get(f"/people/{ALICE}", params={"q": script}), client.get("/people", params={"q": script})]
+    pages = [
+        client.get(f"/memories/{mid}"),
+        client.get(f"/people/{ALICE}"),
+        client.get("/mail"),
+        client.get(f"/people/{ALICE}", params={"q": script}),
+        client.get("/people", params={"q": script}),
+    ]
     for response in pages:
         assert response.status_code == 200
         assert "<script>" not in response.text and "<img src=x" not in response.text, response.url
