@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import chats, concurrency, memory_search, pipeline, retrieval_quality
+from bench import chats, concurrency, documents, documents_data, memory_search, pipeline, retrieval_quality
 from bench.conversations import generate
 from bench.pipeline_report import STAGES
 from quinn.memory.embed import LocalEmbedder
@@ -140,3 +140,25 @@ def test_data_set_is_the_same_for_the_same_seed() -> None:
     assert [m.indexed_text for m in first.messages] == [m.indexed_text for m in second.messages]
     assert [(q.text, q.answers) for q in first.questions] == [(q.text, q.answers) for q in second.questions]
     assert [m.text for m in generate(users=2, seed=12).messages] != [m.text for m in first.messages]
+
+
+@pytest.mark.timeout(600)  # fifteen files read by `kb add`, each in a child process: minutes on a busy 2-core box
+def test_documents_bench_runs_every_format_search_and_method(tmp_path: Path, model: LocalEmbedder) -> None:
+    report = documents.main(["--quick", "--out", str(tmp_path), "--no-plot"], embedder=model)
+    assert [r["format"] for r in report["formats"]] == list(documents_data.FORMATS)
+    assert all(r["passages"] > 0 and r["extract_pages_per_cpu_s"] > 0 for r in report["formats"])
+    for timing in report["search"]["search_ms"].values():
+        assert 0 < timing["p50"] <= timing["p95"]
+    splits = report["quality"]["splits"]
+    assert splits["test"]["questions"] + splits["dev"]["questions"] == report["quality"]["questions"]
+    assert all(set(documents.METHODS) <= set(split) for split in splits.values())
+    assert (tmp_path / "documents.md").read_text().count("| quinn (search_passages) |") == 2
+
+
+def test_the_handbook_corpus_has_its_shape_and_its_splits_share_no_site() -> None:
+    corpus = documents_data.corpus()
+    assert len(corpus.files) == 40 and len(corpus.questions) == 480
+    assert sum(q.fact.split == "test" for q in corpus.questions) == 240
+    sites = {split: {f.site for f in corpus.facts if f.split == split} for split in ("dev", "test")}
+    assert not sites["dev"] & sites["test"]
+    assert documents_data.dump(corpus) == documents_data.dump(documents_data.corpus())  # the same for one seed

@@ -150,3 +150,27 @@ def test_a_file_the_embedder_fails_on_is_reported_and_nothing_of_it_kept(tmp_pat
         assert store.db.query("SELECT count(*) FROM passages") == [(0,)]
     finally:
         store.close()
+
+
+def test_a_file_scoped_to_domains_is_listed_with_its_scope_and_rescoped_in_place(setup, capsys):
+    run, folder, db_path = setup
+    (folder / "payroll.md").write_text("# Payroll\n\nThe salary review closes on 3 December.\n")
+    code, out, _ = run(capsys, "kb", "add", str(folder / "payroll.md"), "--domain", "Example.org", "--domain",
+                       "@example.com", "--json")  # fmt: skip
+    assert code == 0 and json.loads(out)[0]["status"] == "added"
+    assert kb_rows(db_path, "SELECT domain FROM document_domains WHERE document_id IN"
+                   " (SELECT id FROM documents WHERE user_id = ?) ORDER BY domain") == [("example.com",),
+                                                                                        ("example.org",)]  # fmt: skip
+    code, out, _ = run(capsys, "kb", "list", "--json")
+    assert json.loads(out)[0]["domains"] == ["example.com", "example.org"]
+    code, out, _ = run(capsys, "kb", "list")
+    assert "example.com, example.org" in out
+    code, out, _ = run(capsys, "kb", "add", str(folder / "payroll.md"), "--domain", "example.org", "--json")
+    assert json.loads(out)[0]["status"] == "rescoped"  # the same bytes: not read or embedded again
+    code, out, _ = run(capsys, "kb", "add", str(folder / "payroll.md"), "--json")
+    assert json.loads(out)[0]["status"] == "rescoped"
+    code, out, _ = run(capsys, "kb", "list")
+    assert "everyone" in out
+    with pytest.raises(SystemExit) as exit_:
+        run(capsys, "kb", "add", str(folder / "payroll.md"), "--domain", "not a domain")
+    assert exit_.value.code == 2 and "'not a domain' is not a mail domain" in capsys.readouterr().err

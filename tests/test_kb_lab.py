@@ -36,3 +36,27 @@ async def test_a_knowledge_base_file_reaches_every_users_reply_with_its_citation
         prompt = brain.prompt(question)
         assert "[doc:handbook.pdf p.2] (the knowledge base) " in prompt
         assert "its password is lemon-kiwi-42" in prompt
+
+
+async def test_a_user_who_opted_out_still_gets_the_knowledge_base_but_never_a_file_of_another_domain(
+    make_quinn, mail_lab, brain: Brain, tmp_path: Path
+):
+    """Knowledge-base passages are not memory of the person: "stop remembering me" stops Quinn keeping what they
+    write, not reading the organisation's handbook for them (docs/architecture.md). A file scoped to another
+    mail domain (``--domain``) never reaches their prompt, though it matches the question better."""
+    alice = mail_lab.new_user("alice")  # at example.test
+    quinn: LabQuinn = await make_quinn()
+    (tmp_path / "handbook.pdf").write_bytes(HANDBOOK)
+    (tmp_path / "board.md").write_text("# Board\n\nThe password of the office wifi for the board is qzboardfact.\n")
+    config = str(quinn.config.path)
+    assert main(["kb", "add", "-c", config, str(tmp_path / "handbook.pdf")]) == 0
+    assert main(["kb", "add", "-c", config, "--domain", "other.test", str(tmp_path / "board.md")]) == 0
+
+    await quinn.send(alice, "Privacy", "Please stop remembering me.")
+    await quinn.send(alice, "Wifi", "What is the password of the office wifi?")
+    quinn.replies(alice, 2)
+    assert quinn.query("SELECT count(*) FROM memory_consent WHERE user_id = ?", (alice,)) == [(1,)]
+    prompt = brain.prompt("What is the password of the office wifi?")
+    assert "[doc:handbook.pdf p.2] (the knowledge base) " in prompt
+    assert "its password is lemon-kiwi-42" in prompt
+    assert "qzboardfact" not in prompt and "board.md" not in prompt

@@ -1,8 +1,8 @@
 """``quinn kb …``: the knowledge base, files every user's replies may draw on (issue 18; quinn/documents/knowledge.py).
 
-add (files or directories; a changed file replaces the one of its name, an unchanged one is skipped), list,
-remove, search and reindex, against the configured database. A file that cannot be read is reported with its
-reason and the others are still added; the exit code is then 1.
+add (files or directories; a changed file replaces the one of its name, an unchanged one is skipped; --domain
+scopes them to the users of mail domains), list, remove, search and reindex, against the configured database. A
+file that cannot be read is reported with its reason and the others are still added; the exit code is then 1.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     p = command("add", add, "add files (or every file under directories); a changed file replaces its old version",
                 embeds=True)  # fmt: skip
     p.add_argument("paths", nargs="+", type=Path, help="files or directories")
+    p.add_argument("--domain", action="append", default=[], type=mail_domain, metavar="DOMAIN",
+                   help="reach only the users of this mail domain (repeat for more; none: everyone)")  # fmt: skip
     command("list", list_files, "the knowledge base's files")
     p = command("remove", remove, "take a file out of the knowledge base")
     p.add_argument("name", help="the file's name, as `quinn kb list` shows it")
@@ -46,6 +48,14 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     p = command("reindex", reindex, "embed every passage of the knowledge base again (after a model change)",
                 embeds=True)  # fmt: skip
     p.add_argument("--batch-size", type=int, default=64, help="passages per embedding call (default 64)")
+
+
+def mail_domain(text: str) -> str:
+    """``--domain``'s value as stored (lower-case, no leading @); an argparse error when it is not a domain."""
+    domain = knowledge.normalise_domain(text)
+    if not domain:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a mail domain (like example.org)")
+    return domain
 
 
 def add(args: argparse.Namespace, config: Config) -> int:
@@ -61,7 +71,7 @@ def add(args: argparse.Namespace, config: Config) -> int:
                 results.append(knowledge.Added(str(path), name, "failed", reason=reason))
             else:
                 named[name] = path
-                results.append(knowledge.add_file(store, path, config.documents))
+                results.append(knowledge.add_file(store, path, config.documents, args.domain))
             progress(done, len(files))
     rows = [{"path": r.path, "name": r.name, "status": r.status, "passages": r.passages, "reason": r.reason}
             for r in results]  # fmt: skip
@@ -76,8 +86,9 @@ def list_files(args: argparse.Namespace, config: Config) -> int:
     """``quinn kb list``."""
     with open_store(config) as store:
         rows = knowledge.entries(store.db)
-    shown = [{**r, "size": f"{r['size']} B" if r["size"] < 1024 else f"{r['size'] / 1024:.1f} kB"} for r in rows]
-    columns = ("name", "size", "kind", "pages", "sections", "passages", "added")
+    shown = [{**r, "size": f"{r['size']} B" if r["size"] < 1024 else f"{r['size'] / 1024:.1f} kB",
+              "reaches": ", ".join(r["domains"]) or "everyone"} for r in rows]  # fmt: skip
+    columns = ("name", "size", "kind", "pages", "sections", "passages", "reaches", "added")
     return answer(args, rows, lambda out: out.print(table("knowledge base", columns, shown, empty="no files")))
 
 

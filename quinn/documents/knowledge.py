@@ -9,13 +9,17 @@ purge deletes by the user's address, so it never touches them.
 
 Files are read as attachments are, in a child process within the ``[documents]`` limits. A name is the file's
 display name: adding a file of a name already in the base replaces it when its bytes changed (one transaction:
-no search sees both versions or neither) and skips it when they did not.
+no search sees both versions or neither) and skips it when they did not. A file may be scoped to mail domains
+(``quinn kb add --domain example.org``; ``document_domains``, migration 0018): its passages then reach only
+users at those domains; a file without a scope reaches everyone. Adding a file again sets its scope to the one
+given, unscoped included, without reading it again when its bytes did not change.
 """
 
 from __future__ import annotations
 
 import hashlib
 import mimetypes
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +40,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Added:
-    """What ``add_file`` did with one file: added, updated, unchanged or failed (with the reason)."""
+    """What ``add_file`` did with one file: added, updated, rescoped (same bytes, another scope), unchanged or
+    failed (with the reason)."""
 
     path: str
     name: str
@@ -45,8 +50,28 @@ class Added:
     reason: str = ""
 
 
+def normalise_domain(domain: str) -> str:
+    """A mail domain as the scope stores it and an address ends: lower-case, without a leading @ or trailing
+    dot; "" when it is not one (empty, spaces, an @ inside, no dot)."""
+    text = domain.strip().lower().removeprefix("@").rstrip(".")
+    valid = "." in text and not any(c.isspace() or c in "@/[]" for c in text) and ".." not in text
+    return text if valid and not text.startswith(".") else ""
+
+
+def _scope(db: Database | Transaction, document_id: int) -> tuple[str, ...]:
+    rows = db.query("SELECT domain FROM document_domains WHERE document_id = ? ORDER BY domain", (document_id,))
+    return tuple(str(r[0]) for r in rows)
+
+
+def _set_scope(tx: Transaction, document_id: int, domains: tuple[str, ...]) -> None:
+    tx.delete("document_domains", "document_id = ?", (document_id,))
+    for domain in domains:
+        tx.execute("INSERT INTO document_domains (document_id, domain) VALUES (?, ?)", (document_id, domain))
+
+
 def entries(db: Database) -> list[dict[str, Any]]:
-    """The knowledge base's files, by name: size, kind, pages and sections, passages, when added."""
+    """The knowledge base's files, by name: size, kind, pages and sections, passages, when added, and the
+    domains whose users it reaches (empty: everyone)."""
     rows = db.query(
         "SELECT md.name, d.id, d.size, d.kind, d.created_at,"
         " (SELECT count(*) FROM passages p WHERE p.document_id = d.id AND p.user_id = md.user_id),"
@@ -59,7 +84,8 @@ def entries(db: Database) -> list[dict[str, Any]]:
         (KNOWLEDGE_OWNER,),
     )
     return [{"name": name, "id": int(doc), "size": int(size), "kind": kind, "pages": int(pages),
-             "sections": int(sections), "passages": int(passages), "added": added}
+             "sections": int(sections), "passages": int(passages), "added": added,
+             "domains": list(_scope(db, int(doc)))}
             for name, doc, size, kind, added, passages, sections, pages in rows]  # fmt: skip
 
 
@@ -89,11 +115,14 @@ def remove(db: Database, name: str) -> bool:
     return known is not None
 
 
-def add_file(store: MemoryStore, path: Path, config: DocumentsConfig) -> Added:
+def add_file(store: MemoryStore, path: Path, config: DocumentsConfig, domains: Iterable[str] = ()) -> Added:
     """Read the file (in a child process, within the limits), cut it into passages, embed them and store them
-    as the knowledge base's, replacing a changed file of the same name. Never raises for a file that cannot be
-    read or stored: the result says why."""
+    as the knowledge base's, replacing a changed file of the same name; scoped to the users of ``domains``
+    (none: everyone). Never raises for a file that cannot be read or stored: the result says why."""
     name = display_name(path.name)
+    scope = tuple(sorted({normalise_domain(d) for d in domains}))
+    if "" in scope:
+        return Added(str(path), name, "failed", reason="a domain to scope it to is not a mail domain")
     try:
         size = path.stat().st_size
         if size > config.max_file_kb * 1024:
@@ -104,7 +133,11 @@ def add_file(store: MemoryStore, path: Path, config: DocumentsConfig) -> Added:
     sha = hashlib.sha256(data).hexdigest()
     known = _entry(store.db, name)
     if known is not None and known[1] == sha:
-        return Added(str(path), name, "unchanged")
+        if _scope(store.db, known[0]) == scope:
+            return Added(str(path), name, "unchanged")
+        with store.db.transaction() as tx:
+            _set_scope(tx, known[0], scope)
+        return Added(str(path), name, "rescoped")
     same = store.db.query_one(
         "SELECT md.name FROM documents d JOIN message_documents md ON md.document_id = d.id"
         " WHERE d.user_id = ? AND d.sha256 = ?",
@@ -121,7 +154,7 @@ def add_file(store: MemoryStore, path: Path, config: DocumentsConfig) -> Added:
     if not pieces:
         return Added(str(path), name, "failed", reason="no text found in it")
     try:
-        added = _store(store, name, sha, len(data), content_type, document.kind, pieces, known)
+        added = _store(store, name, sha, len(data), content_type, document.kind, pieces, known, scope)
     except Exception as exc:  # the embedder or the database failed: reported, and the next file is tried
         return Added(str(path), name, "failed", reason=f"not stored: {type(exc).__name__}: {exc}")
     return Added(str(path), name, "updated" if known is not None else "added", added)
@@ -129,9 +162,10 @@ def add_file(store: MemoryStore, path: Path, config: DocumentsConfig) -> Added:
 
 def _store(
     store: MemoryStore, name: str, sha: str, size: int, content_type: str, kind: str,
-    pieces: list[tuple[str, str]], known: tuple[int, str] | None,
+    pieces: list[tuple[str, str]], known: tuple[int, str] | None, scope: tuple[str, ...],
 ) -> int:  # fmt: skip
-    """Embed the file's passages, then in one transaction drop its old version (``known``) and store it."""
+    """Embed the file's passages, then in one transaction drop its old version (``known``) and store it with
+    its ``scope``."""
     embedder = store.embedder
     vectors = embedder.embed([embedded_text(name, content) for _ref, content in pieces]) if embedder else None
     now = iso(utcnow())
@@ -147,6 +181,7 @@ def _store(
             " content_type) VALUES (?, 1, ?, ?, NULL, ?, ?)",
             (-document_id, document_id, KNOWLEDGE_OWNER, name, content_type),
         )
+        _set_scope(tx, document_id, scope)
         entry = StoredMessage(-document_id, f"kb:{sha[:32]}", None, "in", now, name, "", ())
         insert_passages(tx, KNOWLEDGE_OWNER, entry, pieces, vectors, embedder.model_id if embedder else None,
                         document_id=document_id, document=name)  # fmt: skip

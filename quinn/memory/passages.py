@@ -53,6 +53,16 @@ BM25 = "bm25(passages_fts, 1.0, 0.0)"  # content; the owner column weighs nothin
 # address, so no mail and no purge of a user ever names it; ``user_id`` stays NOT NULL, and the owner token, the
 # vector cache and the full-text index treat it as one more owner that every user's search adds to its own.
 KNOWLEDGE_OWNER = "(knowledge base)"
+# A knowledge-base passage a user may see: of a file scoped to no domain, or to the user's (one parameter).
+IN_SCOPE = (
+    "(NOT EXISTS (SELECT 1 FROM document_domains dd WHERE dd.document_id = p.document_id)"
+    " OR EXISTS (SELECT 1 FROM document_domains dd WHERE dd.document_id = p.document_id AND dd.domain = ?))"
+)
+
+
+def user_domain(user: str) -> str:
+    """The mail domain of a canonical address (``alice@example.org`` -> ``example.org``); "" for none."""
+    return user.rpartition("@")[2] if "@" in user else ""
 
 
 @dataclass(frozen=True)
@@ -340,10 +350,12 @@ def passage_filter(
     """The WHERE clause (alias ``p``) of the passages a search may see: the user's, not of the excluded messages
     (the thread buffer), not of a ``retracted`` mail or a reply to one, and with ``others`` on the mail only those
     of messages each of them saw; with ``documents_only``, only passages of attached files. With ``knowledge``,
-    the knowledge base's passages too, whoever else is on the mail (they are everyone's)."""
-    owner = "(p.user_id = ? OR p.user_id = ?)" if knowledge else "p.user_id = ?"
+    the knowledge base's passages too, whoever else is on the mail (they are everyone's), but of a file scoped to
+    domains (``quinn kb add --domain``, migration 0018) only for a user at one of them."""
+    user = normalise_user(user_id)
+    owner = f"(p.user_id = ? OR (p.user_id = ? AND {IN_SCOPE}))" if knowledge else "p.user_id = ?"
     clauses = [owner, "p.document_id IS NOT NULL"] if documents_only else [owner]
-    params: list[Any] = [normalise_user(user_id), KNOWLEDGE_OWNER] if knowledge else [normalise_user(user_id)]
+    params: list[Any] = [user, KNOWLEDGE_OWNER, user_domain(user or "")] if knowledge else [user]
     if exclude_message_ids:
         clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
         params += list(exclude_message_ids)
@@ -386,8 +398,11 @@ def search_passages(
         if others or documents_only:  # narrow: the passages that pass, read whole (a few thousand ids at most)
             passing = store.db.query(f"SELECT p.id FROM passages p WHERE {where}", params)
             eligible: Eligible = (True, np.asarray([r[0] for r in passing], dtype=np.int64))
-        else:  # the thread buffer and retracted mail: a few messages' passages, found by their indexes
-            eligible = (False, _left_out(store.db, user, exclude_message_ids, retracted))
+        else:  # the thread buffer, retracted mail, files scoped to other domains: found by their indexes
+            left_out = _left_out(store.db, user, exclude_message_ids, retracted)
+            if knowledge:
+                left_out = np.concatenate([left_out, _out_of_scope(store.db, user)])
+            eligible = (False, left_out)
         similarities = _vector_scores(store, owners, where, params, vectors, lexical, eligible)
     alpha = VECTOR_WEIGHT if embedder is not None else 0.0
     fused = {pid: alpha * max(sim, 0.0) for pid, sim in similarities.items()}
@@ -452,6 +467,18 @@ def _left_out(db: Database, user: str, exclude_message_ids: Sequence[str], retra
         )
         params += [*retracted, user]
     rows = db.query(sql, params)
+    return np.asarray([r[0] for r in rows], dtype=np.int64)
+
+
+def _out_of_scope(db: Database, user: str) -> np.ndarray:
+    """Ids of the knowledge base's passages of files scoped to domains other than the user's (none scoped: one
+    look at a small table)."""
+    scoped = db.query("SELECT document_id FROM document_domains GROUP BY document_id HAVING sum(domain = ?) = 0",
+                      (user_domain(user),))  # fmt: skip
+    if not scoped:
+        return np.zeros(0, dtype=np.int64)
+    rows = db.query(f"SELECT id FROM passages WHERE document_id IN ({','.join('?' * len(scoped))}) AND user_id = ?",
+                    [*(r[0] for r in scoped), KNOWLEDGE_OWNER])  # fmt: skip
     return np.asarray([r[0] for r in rows], dtype=np.int64)
 
 

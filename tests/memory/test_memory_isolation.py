@@ -264,3 +264,44 @@ def test_knowledge_base_passages_reach_every_user_and_outlive_a_purge(database_u
         assert hit.similarity is not None and hit.similarity > 0.5  # the vector scan held both owners' vectors
     finally:
         store.close()
+
+
+def test_a_knowledge_base_file_scoped_to_a_domain_never_reaches_a_user_of_another(database_url: str,
+                                                                                  embedder: LocalEmbedder,
+                                                                                  tmp_path: Path):  # fmt: skip
+    """``quinn kb add --domain``: a scoped file's passages reach only users at its domains, by every search a
+    reply or a tool makes (alone, with others on the mail, files only; the cached vector scan and the SQL scan),
+    an unscoped file reaches everyone, and adding the file again without a domain opens it to all."""
+    (tmp_path / "payroll.md").write_text("Payroll questions: the salary review deadline is qzscopedfact.")
+    (tmp_path / "canteen.md").write_text("Canteen: the salary of the cook is not discussed; lunch at qzopenfact.")
+    setup = MemoryStore.open(database_url, embedder=embedder)
+    try:
+        assert add_file(setup, tmp_path / "payroll.md", DocumentsConfig(), ["Example.org", "@example.com"]).status \
+            == "added"  # fmt: skip
+        assert add_file(setup, tmp_path / "canteen.md", DocumentsConfig()).status == "added"
+    finally:
+        setup.close()
+    inside = ("alice@example.org", "carol@example.com")
+    outside = ("bob@example.net", "dave@sub.example.org", "erin@example.org.evil.test")
+    query = "salary review deadline payroll lunch"
+    for cache_mb in (256, 0):  # the cached matrices, and the exact SQL scan
+        store = MemoryStore.open(database_url, embedder=embedder, vector_cache_mb=cache_mb)
+        try:
+            for user in (*inside, *outside):
+                for kwargs in ({}, {"others": ("x@example.org",)}, {"documents_only": True},
+                               {"exclude_message_ids": ("<none@x>",)}):  # fmt: skip
+                    found = " ".join(h.passage.content for h in search_passages(store, user, query, k=20, **kwargs))
+                    assert "qzopenfact" in found, (user, kwargs)
+                    assert ("qzscopedfact" in found) is (user in inside), (user, kwargs, cache_mb)
+                lexical = " ".join(h.passage.content for h in search_passages(store, user, "qzscopedfact", k=20))
+                assert ("qzscopedfact" in lexical) is (user in inside)
+        finally:
+            store.close()
+    store = MemoryStore.open(database_url, embedder=embedder)
+    try:
+        assert add_file(store, tmp_path / "payroll.md", DocumentsConfig()).status == "rescoped"
+        assert store.db.query("SELECT count(*) FROM document_domains") == [(0,)]
+        found = " ".join(h.passage.content for h in search_passages(store, "bob@example.net", query, k=20))
+        assert "qzscopedfact" in found
+    finally:
+        store.close()
