@@ -182,8 +182,7 @@ class Bench:
         for message in self.quinn.replies(user):
             if str(message["In-Reply-To"] or "").strip() == mid:
                 reply = reply_text(body_of(message))
-        calls = [b for (_, b), purpose in zip(self.recorder.requests[start:], self.recorder.purposes[start:],
-                                              strict=True) if purpose == REPLY]  # fmt: skip
+        calls = [b for _, b in self.recorder.bodies(REPLY, start=start)]
         asked = [text_of(b) for b in calls if question.text in text_of(b)]
         prompt = asked[0] if asked else ""
         tin, tout = tokens_of(self.recorder, start, REPLY)

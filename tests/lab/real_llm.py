@@ -124,10 +124,11 @@ class ModelRecorder:
         return ["\n".join(str(m.get("content")) for m in body.get("messages", []))
                 for path, body in self.bodies(purpose, path_suffix)]  # fmt: skip
 
-    def bodies(self, purpose: str | None = None, path_suffix: str = "") -> list[tuple[str, Any]]:
-        """(path, JSON body) of the recorded requests for ``purpose`` ("Extraction", "reply"…), or all of them."""
+    def bodies(self, purpose: str | None = None, path_suffix: str = "", start: int = 0) -> list[tuple[str, Any]]:
+        """(path, JSON body) of the requests recorded from index ``start`` on for ``purpose`` ("Extraction",
+        "reply"…), or all of them. Safe while requests arrive (a job's call after the reply)."""
         with self._lock:
-            recorded = list(zip(self.requests, self.purposes, strict=True))
+            recorded = list(zip(self.requests[start:], self.purposes[start:], strict=True))
         return [(path, body) for (path, body), why in recorded
                 if purpose in (None, why) and path.endswith(path_suffix)]  # fmt: skip
 
@@ -145,7 +146,8 @@ class ModelRecorder:
                 if raw is not None:
                     body = json.loads(raw)
                     with recorder._lock:  # one index for the request and its purpose
-                        recorder.purposes.append(purpose_of(body, dict(self.headers.items())))
+                        recorder.purposes.append("embeddings" if self.path.endswith("/embeddings")
+                                                 else purpose_of(body, dict(self.headers.items())))  # fmt: skip
                         recorder.requests.append((self.path, body))
                         index = len(recorder.requests) - 1
                 conn = http.client.HTTPConnection(recorder.target.host, recorder.target.port, timeout=600)
