@@ -59,11 +59,11 @@ from tests.conftest import lab_config_text
 from tests.lab.daemon import LabConfig
 from tests.lab.dovecot import Dovecot
 from tests.lab.inprocess import LabQuinn, body_of, build_mail
+from tests.lab.llm_server import REPLY
 from tests.lab.real_llm import MODEL_NAME, ModelRecorder, RealLLM
 from tests.lab.smtp import MailLab, SmtpLab, unique_address
 
 RESULTS = ROOT / "bench" / "results"
-EXTRACT_MARK = "long-term memory of an email assistant"  # a sentence of prompts/extract.j2
 CONDITIONS = ("quinn", "no_memory", "full_history")
 JOBS = ("session_close", "consolidate", "reflect")
 SETTLE_PASSES = 3
@@ -102,11 +102,11 @@ def reply_text(body: str) -> str:
     return body.split(FOOTER, 1)[0]
 
 
-def tokens_of(recorder: ModelRecorder, start: int, keep: Any) -> tuple[int, int]:
-    """Prompt and completion tokens of the recorded calls from ``start`` on whose request ``keep`` accepts."""
+def tokens_of(recorder: ModelRecorder, start: int, purpose: str | None = None) -> tuple[int, int]:
+    """Prompt and completion tokens of the recorded calls from ``start`` on (those for ``purpose`` when given)."""
     tin = tout = 0
     for index, body in recorder.responses:
-        if index < start or not isinstance(body, dict) or not keep(recorder.requests[index][1]):
+        if index < start or not isinstance(body, dict) or purpose not in (None, recorder.purposes[index]):
             continue
         usage = body.get("usage") or {}
         tin += int(usage.get("prompt_tokens") or 0)
@@ -219,10 +219,10 @@ class Bench:
         for message in self.quinn.replies(user):
             if str(message["In-Reply-To"] or "").strip() == mid:
                 reply = reply_text(body_of(message))
-        calls = [b for _, b in self.recorder.requests[start:] if EXTRACT_MARK not in json.dumps(b)]
+        calls = [b for _, b in self.recorder.bodies(REPLY, start=start)]
         asked = [text_of(b) for b in calls if question.text in text_of(b)]
         prompt = asked[0] if asked else ""
-        tin, tout = tokens_of(self.recorder, start, lambda b: EXTRACT_MARK not in json.dumps(b))
+        tin, tout = tokens_of(self.recorder, start, REPLY)
         return outcome(user, question, "quinn", prompt, reply, tin, tout, seconds)
 
     def history(self, user: str, before_id: int) -> list[ThreadMessage]:
@@ -265,7 +265,7 @@ class Bench:
             print(f"{condition}: no answer: {exc.message[:120]}", file=sys.stderr, flush=True)
             text = ""
         seconds = time.perf_counter() - started
-        tin, tout = tokens_of(self.recorder, start, lambda b: True)
+        tin, tout = tokens_of(self.recorder, start)
         if condition == "full_history":
             self.kept.append((len(thread), len(history)))
         return outcome(

@@ -41,9 +41,9 @@ from bench.pipeline_lab import IMAP_PASSWORD_ENV, LLM_KEY_ENV, BenchDaemon, Mail
 from bench.pipeline_lab import config_text as make_config
 from bench.pipeline_report import goals, plot, stage_table, summary, table
 from bench.synthetic import Generator
-from tests.lab.brain import EXTRACT_MARK
+from tests.lab.brain import new_mail
 from tests.lab.dovecot import Dovecot
-from tests.lab.llm_server import ScriptedLLM
+from tests.lab.llm_server import REPLY, ScriptedLLM
 from tests.lab.mails import plain_model
 from tests.lab.smtp import unique_address
 
@@ -176,11 +176,7 @@ def tokens_by_level(llm: ScriptedLLM, users: dict[int, str]) -> list[dict[str, A
     """The memory block of every reply prompt sent for each level's user."""
     out = []
     for level, user in users.items():
-        prompts = [
-            r.text
-            for r in llm.requests
-            if EXTRACT_MARK not in r.text and f"<{user}>" in r.text.split("New email from", 1)[-1]
-        ]
+        prompts = [r.text for r in llm.requests if r.purpose == REPLY and f"<{user}>" in new_mail(r)]
         counted = [memory_block_tokens(p, user) for p in prompts]
         tokens = [t for t, _ in counted]
         out.append(

@@ -24,6 +24,7 @@ from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
 from quinn.memory.store import MemoryStore
+from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
 ALICE, BOB = "alice@example.test", "bob@example.test"
@@ -206,7 +207,7 @@ def test_mail_retry_answers_a_failed_mail(mail_lab, lab_config, llm_server, quin
     config = lab_config(extra='[embeddings]\nbackend = "none"\n')
 
     def respond(request: RecordedRequest):
-        if "long-term memory of an email assistant" in request.text:
+        if request.purpose == EXTRACTION:
             return Json({"new": [], "updated": [], "contradicted": []})
         return Text("Here is your answer.")
 

@@ -94,7 +94,19 @@ async def test_structured_output_per_provider(srv: ScriptedLLM, model: str) -> N
     answer, usage = await make_llm(srv, model).structured("Extract.", "I live in Lisbon.", Answer)
     assert answer == Answer(city="Lisbon")
     assert srv.requests[-1].path == PROVIDERS[model][0]
+    assert srv.requests[-1].purpose == "Answer"  # the schema's name, as each wire format carries it
     assert usage.calls == 1
+
+
+@pytest.mark.parametrize("model", [m for m, (path, *_) in PROVIDERS.items() if path == "/v1/chat/completions"])
+async def test_an_openai_compatible_server_is_told_what_each_call_is_for(srv: ScriptedLLM, model: str) -> None:
+    """The purpose tag, not the prompt's wording, tells a reply, a tool round of it and a job's text call apart."""
+    seam = make_llm(srv, model)
+    srv.script(ToolCall("lookup", {"host": "db1"}), Text("The reply."), Text("A summary."))
+    await seam.text("You are Quinn.", "Hello.", tools=[lookup])
+    await seam.text("Summarize.", "The thread.", purpose="summarize", background=True)
+    assert [r.purpose for r in srv.requests] == ["reply", "reply", "summarize"]
+    assert srv.requests[-1].headers["x-quinn-purpose"] == "summarize"
 
 
 async def test_temperature_reaches_an_openai_compatible_server(srv: ScriptedLLM) -> None:

@@ -134,6 +134,7 @@ async def test_json_schema_refused_falls_back_to_json_object_with_the_schema_and
     assert first == second and len(first.facts) == 2
     formats = [(r.body_json.get("response_format") or {}).get("type") for r in llm_server.requests]
     assert formats == ["json_schema", "json_object", "json_object"]  # one refusal, then the working mode kept
+    assert {r.purpose for r in llm_server.requests} == {"Facts"}  # named by the schema in both modes
     sent = llm_server.requests[-1].body_json["response_format"]
     assert sent["schema"]["properties"].keys() == Facts.model_json_schema()["properties"].keys()
 
@@ -151,6 +152,7 @@ async def test_a_server_refusing_every_response_format_gets_json_asked_for_in_th
     last = llm_server.requests[-1]
     assert len(llm_server.requests) == 3 and "response_format" not in last.body_json
     assert "facts" in last.text  # the schema travels in the prompt
+    assert last.purpose == "Facts"  # and Quinn's purpose tag names it, as json_schema mode would
 
 
 @pytest.mark.parametrize("status", [502, 503, 504])

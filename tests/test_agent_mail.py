@@ -7,7 +7,7 @@ import logging
 import re
 from datetime import timedelta
 
-from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain, memory_id
+from tests.lab.brain import NOTHING, Brain, memory_id
 from tests.lab.llm_server import Error, Text, ToolCall, ToolCalls
 from tests.test_agent_scenarios import DAY0
 
@@ -42,7 +42,7 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     lisbon = quinn.query("SELECT valid_to FROM memories WHERE content = 'Alice lives in Lisbon.'")
     assert lisbon == [("2026-09-02T09:00:00+00:00",)]  # closed at the Date of the mail that said so, kept in history
 
-    brain.reply = lambda r: Text("DIGEST:\n" + r.text) if "readable digest" in r.text else Text("ok")
+    brain.reply = lambda r: Text("DIGEST:\n" + r.text) if r.purpose == "digest" else Text("ok")
     await quinn.send(alice, "Memory", "What do you know about me?", date=DAY0 + timedelta(days=2))
     digest = body(quinn.replies(alice, 3)[2])
     assert "DIGEST:" in digest  # the digest template went to the model...
@@ -80,7 +80,7 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     assert forgotten == [("forgotten", 'asked by email: "forget I live in Porto"')]
     # Commands are not fed to extraction a second time; what "remember" stated is.
     commands = ("remember that I moved", "What do you know", "export my memory", "forget that I live")
-    extraction = [r.text.split("New email from", 1)[-1] for r in brain.server.requests if EXTRACT_MARK in r.text]
+    extraction = brain.extractions()
     assert not [t for t in extraction for c in commands if c in t]
     assert [t for t in extraction if "I moved to Porto" in t]
 
@@ -94,7 +94,7 @@ async def test_a_command_does_not_stop_learning_and_remember_goes_through_dedupe
     await quinn.send(alice, "News", "Please forget that I like tea. Also, I started a new job at Acme last week.",
                      date=DAY0)  # fmt: skip
     assert current(quinn, alice) == ["Alice started a new job at Acme."]  # the rest of the mail was learnt from
-    asked = [r.text.split("New email from", 1)[-1] for r in brain.server.requests if EXTRACT_MARK in r.text]
+    asked = brain.extractions()
     assert len(asked) == 1 and "forget that I like tea" not in asked[0] and "new job at Acme" in asked[0]
 
     # An explicit statement is deduplicated like an extracted one: the second "remember" is a new version of
@@ -110,7 +110,7 @@ async def test_a_command_does_not_stop_learning_and_remember_goes_through_dedupe
     await quinn.send(
         alice, "Bye", "I moved to Oslo. Delete everything you know about me.", date=DAY0 + timedelta(days=3)
     )
-    assert not [r for r in brain.server.requests if EXTRACT_MARK in r.text and "Oslo" in r.text]
+    assert not [r for r in brain.requests("Extraction") if "Oslo" in r.text]
 
 
 async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab, brain: Brain) -> None:
@@ -350,7 +350,7 @@ async def test_quinn_classifies_what_is_private_and_a_cc_never_sees_it(make_quin
                      date=DAY0 + timedelta(days=2))  # fmt: skip
     shared = brain.prompt("Bob and I want jazz")
     assert "Alice loves jazz." in shared
-    assert "4111" not in shared.split("New email from", 1)[0]  # the memory is withheld (the mail's own text aside)
+    assert "4111" not in brain.context("Bob and I want jazz")  # the memory is withheld (the mail's own text aside)
     assert "treated for a sleep problem" not in shared
 
 
@@ -377,7 +377,7 @@ async def test_stop_remembering_me_keeps_answering_and_stores_nothing_new(make_q
     assert "Alice lives in Lisbon." in brain.prompt("I got a dog called Rex")
     refused = [r.text for r in brain.server.requests if "Refused: this person asked not to be remembered" in r.text]
     assert refused, "the save_memory tool was not refused"
-    assert not [r for r in brain.server.requests if EXTRACT_MARK in r.text and ("Porto" in r.text or "Rex" in r.text)]
+    assert not [r for r in brain.requests("Extraction") if "Porto" in r.text or "Rex" in r.text]
     assert quinn.query("SELECT count(*) FROM memory_consent WHERE user_id = ?", (alice,)) == [(1,)]
 
     # Taking it back: the same mail is learnt from again, and replies no longer carry the note.

@@ -17,7 +17,7 @@ from quinn.cli import main
 from quinn.db import Database
 from quinn.errors import TemplateError
 from quinn.memory.store import MemoryStore
-from tests.lab.brain import Brain
+from tests.lab.brain import Brain, new_mail
 from tests.lab.inprocess import build_mail
 from tests.lab.llm_server import Json, RecordedRequest, ScriptedLLM, Text
 
@@ -156,7 +156,7 @@ def test_sighup_reloads_templates_in_the_running_daemon(tmp_path, mail_lab, lab_
 
 def extraction_judge(request: RecordedRequest) -> Json | Text:
     """Answers the eval's extraction prompts: mostly right, one miss and one invented memory."""
-    mail = request.text.split("New email from", 1)[-1]
+    mail = new_mail(request)
     answers = {
         "casual is fine": ["Alice is fine with casual answers."],  # before "formal": this mail has both words
         "formal": ["Alice wants answers in Spanish.", "Alice wants formal answers."],

@@ -1,7 +1,7 @@
 """The seed scenarios through the real pipeline: Dovecot, aiosmtpd, libSQL, the real embedding model, Mirascope
 over HTTP to the scripted model. Each test asserts on what reaches the model and on what is stored.
 
-The scripted model answers like a model would: JSON to the extraction prompt (recognised by its first line),
+The scripted model answers like a model would: JSON to the extraction call (recognised by its purpose, the schema),
 text to the reply prompt. Mail is handled by an in-process Quinn, one folder pass per mail (tests/lab/inprocess.py).
 """
 
@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.lab.brain import EXTRACT_MARK, NOTHING, Brain, memory_id
+from tests.lab.brain import NOTHING, Brain, memory_id
 from tests.lab.inprocess import LabQuinn, build_mail
 from tests.lab.llm_server import Text
 
@@ -98,7 +98,7 @@ async def test_birthday_remembered_then_recalled_weeks_later(make_quinn, mail_la
     assert re.search(r"- saved \[memory:\d+\]: Alice asked to remember: my birthday is October 10", body)
     # An explicit command is stored as asked; extraction still reads the statement (without the command), so it
     # could supersede what it contradicts, and what it would store twice is deduplicated (here it finds nothing).
-    [asked] = [r.text.split("New email from", 1)[-1] for r in brain.server.requests if EXTRACT_MARK in r.text]
+    [asked] = brain.extractions()
     assert "my birthday is October 10." in asked and "remember my birthday" not in asked
 
     await quinn.send(alice, "Plans", "What date is coming up for me?", date=DAY0 + timedelta(weeks=5))
@@ -199,7 +199,7 @@ async def test_two_users_with_similar_mail_never_see_each_other(make_quinn, mail
     bob_prompt = next(p for p in prompts if bob in p)
     assert "Alice runs Python on Linux." in alice_prompt and "Bob" not in alice_prompt
     assert "Bob runs Go on Windows." in bob_prompt and "Alice" not in bob_prompt
-    extraction = [r.text for r in brain.server.requests if EXTRACT_MARK in r.text and bob in r.text]
+    extraction = [r.text for r in brain.requests("Extraction") if bob in r.text]
     assert extraction and all("Python on Linux" not in text for text in extraction)
 
 
@@ -250,7 +250,7 @@ async def test_quoted_text_of_others_never_reaches_extraction(make_quinn, mail_l
             "> I have three cats and I hate flying.\n> Who is coming?\n")  # fmt: skip
     await quinn.send(alice, "Re: Offsite", text, date=DAY0)
     quinn.replies(alice, 1)
-    [extraction] = [r.text for r in brain.server.requests if EXTRACT_MARK in r.text]
+    [extraction] = [r.text for r in brain.requests("Extraction")]
     assert "Count me in for the offsite in Lisbon." in extraction
     assert "three cats" not in extraction and "hate flying" not in extraction
 
@@ -266,7 +266,7 @@ async def test_unauthenticated_mail_neither_reads_nor_writes_memory(make_quinn, 
     quinn.replies(alice, 1)
     prompt = brain.prompt("What is my salary?")
     assert "could not be verified" in prompt and "90k" not in prompt
-    assert not [r for r in brain.server.requests if EXTRACT_MARK in r.text]  # nothing learnt from a forgeable mail
+    assert not brain.requests("Extraction")  # nothing learnt from a forgeable mail
     assert quinn.query("SELECT content FROM memories WHERE user_id = ?", (alice,)) == [("Alice's salary is 90k.",)]
     assert quinn.query("SELECT count(*) FROM messages") == [(0,)]
     # A memory command in such mail is refused, without a model call, and the reply says why.
@@ -294,7 +294,7 @@ async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_
         "state": {"recent_goal_and_status": "kitchen renovation: tiles chosen, tiler booked",
                   "agent_info": "Alice likes short answers with dates first."},
     }  # fmt: skip
-    brain.reply = lambda r: Json(review) if "You review a finished email conversation" in r.text else Text("ok")
+    brain.reply = lambda r: Json(review) if r.purpose == "SessionReview" else Text("ok")
     await asyncio.sleep(1.0)  # the session goes quiet (session_close_after_min = 0.6 s)
     assert quinn.app.scheduler is not None
     outcome = await quinn.app.scheduler.run_job("session_close", force=True)
@@ -391,7 +391,7 @@ async def test_time_bound_facts_expire_and_finished_goals_close(make_quinn, mail
     quinn.replies(alice, 3)
     prompt = brain.prompt("Where am I this week")
     assert "conference until Friday" not in prompt  # expired: no longer current
-    system = prompt.split("New email from", 1)[0]
+    system = brain.context("Where am I this week")
     assert "Alice wants to finish her thesis draft" not in system  # the closed goal is not presented...
     assert "still working on my thesis" not in system  # ...nor recalled from its mail (issue 14)
     assert "I submitted the thesis draft" in system  # the mail that closed it is what recall brings

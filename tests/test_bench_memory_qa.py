@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench import memory_qa
 from bench.memory_qa_data import CATEGORIES, HISTORY_MAILS, SEED, answered, build, date_patterns
+from tests.lab.brain import EXTRACTION, new_mail
 from tests.lab.llm_server import Json, RecordedRequest, ScriptedLLM
 
 
@@ -69,9 +70,9 @@ def test_dates_count_however_they_are_written() -> None:
 def statements_as_memories(request: RecordedRequest) -> Json | None:
     """Scripted extraction: every first-person sentence of the mail becomes a memory, word for word. Replies get
     the default scripted text, which never holds an answer."""
-    if memory_qa.EXTRACT_MARK not in request.text:
+    if request.purpose != EXTRACTION:
         return None
-    mail = request.text.split("New email from", 1)[-1]
+    mail = new_mail(request)
     sentences = re.split(r"(?<=[.!?])\s+", mail)
     mine = [s.strip() for s in sentences if re.match(r"(I|My|Our|We)\b", s.strip())]
     return Json({"new": [{"content": s, "type": "fact"} for s in mine], "updated": [], "contradicted": []})

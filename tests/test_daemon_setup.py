@@ -74,7 +74,7 @@ def test_a_revoked_api_key_holds_mail_and_the_daemon_answers_once_it_works(
     assert daemon.terminate() == 0
 
 
-REVIEW_MARK = "You review a finished email conversation"
+REVIEW = "SessionReview"  # the session-close call's schema: its RecordedRequest.purpose
 
 
 def session_close_template(directory: Path, mark: str) -> Path:
@@ -87,7 +87,7 @@ def session_close_template(directory: Path, mark: str) -> Path:
 
 
 def review_requests(llm_server: ScriptedLLM) -> list[RecordedRequest]:
-    return [r for r in llm_server.requests if REVIEW_MARK in r.text]
+    return [r for r in llm_server.requests if r.purpose == REVIEW]
 
 
 def test_sighup_reaches_the_jobs(tmp_path: Path, mail_lab: MailLab, lab_config, llm_server: ScriptedLLM,
@@ -102,7 +102,7 @@ def test_sighup_reaches_the_jobs(tmp_path: Path, mail_lab: MailLab, lab_config, 
     quinn = config.address
 
     def model(request: RecordedRequest):
-        if REVIEW_MARK in request.text:
+        if request.purpose == REVIEW:
             return Json({"summary": "Alice said hello.", "feedback_text": "", "reward_score": None,
                          "improvement_suggestion": "", "memories": {"new": [], "updated": [], "contradicted": []},
                          "state": {}})  # fmt: skip

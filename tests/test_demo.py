@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from quinn.cli import main
-from tests.lab.brain import NOTHING, Brain
+from tests.lab.brain import NOTHING, Brain, new_mail
 from tests.lab.llm_server import ScriptedLLM, Text
 from tests.lab.mails import query
 
@@ -39,9 +39,7 @@ def test_demo_mails_quinn_which_answers_and_remembers(
     llm_server: ScriptedLLM, brain: Brain, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "You live in Lisbon.", "type": "fact"}]}
-    brain.reply = lambda request: Text(
-        "You live in Lisbon." if "Where do I live" in request.text.split("New email from", 1)[-1] else "Noted."
-    )
+    brain.reply = lambda request: Text("You live in Lisbon." if "Where do I live" in new_mail(request) else "Noted.")
     kept = tmp_path / "demo"
     code = demo(llm_server, "--keep", kept, "--json", "--send", "I live in Lisbon, near the river.",
                 "--send", "Where do I live?")  # fmt: skip

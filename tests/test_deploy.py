@@ -21,6 +21,7 @@ import pytest
 
 from quinn.config import CREDENTIAL_PREFIX, ServiceConfig, load_config, read_secret
 from quinn.errors import ConfigError
+from tests.lab.brain import EXTRACTION
 from tests.lab.documents import make_pdf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,7 +188,7 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
     config = lab_config()
 
     def respond(request: RecordedRequest):
-        if "long-term memory of an email assistant" in request.text:
+        if request.purpose == EXTRACTION:
             return Json({"new": [{"content": "Alice keeps bees.", "type": "fact", "importance": 0.6}],
                          "updated": [], "contradicted": []})  # fmt: skip
         return Text("Noted, Alice.")

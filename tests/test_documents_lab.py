@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from quinn.documents.library import PART_BYTES, document_bytes
-from tests.lab.brain import Brain
+from tests.lab.brain import Brain, new_mail
 from tests.lab.documents import encrypted_pdf, make_pdf
 from tests.lab.inprocess import LabQuinn, build_mail
 
@@ -181,7 +181,7 @@ async def test_the_search_documents_tool_finds_only_the_users_files(make_quinn, 
 
     def reply(request):  # each one's mail: one search_documents call, then the answer
         who = alice if alice in request.text else bob
-        if "Check my files" in request.text.split("New email from", 1)[-1] and who not in called:
+        if "Check my files" in new_mail(request) and who not in called:
             called.add(who)
             return ToolCall("search_documents", {"query": "deposit for the flat"})
         return Text("Here is what I found.")

@@ -12,7 +12,8 @@ import email.policy
 import json
 from email.message import EmailMessage
 
-from tests.lab.llm_server import Json, RecordedRequest, Text
+from tests.lab.brain import EXTRACTION
+from tests.lab.llm_server import REPLY, Json, RecordedRequest, Text
 
 
 def mail(sender: str, to: str, subject: str, body: str, message_id: str) -> bytes:
@@ -30,7 +31,7 @@ def scripted_model(alice: str):
     """Answers like a model would: JSON for the extraction prompt, text for replies."""
 
     def respond(request: RecordedRequest) -> Json | Text:
-        if "long-term memory of an email assistant" in request.text:
+        if request.purpose == EXTRACTION:
             if "Python on Linux" in request.text:
                 return Json({
                     "new": [
@@ -79,7 +80,7 @@ def test_reply_remembers_across_restart(mail_lab, lab_config, llm_server, quinn_
     replies = mail_lab.dovecot.wait_for_messages(alice, 2, timeout_s=60)
     assert len(replies) == 2
     second = [r for r in llm_server.requests[first_requests:] if "Which OS do I use?" in r.text
-              and "long-term memory" not in r.text]  # fmt: skip
+              and r.purpose == REPLY]  # fmt: skip
     assert second, "the second email never reached the model"
     prompt = second[0].text
     # Retrieved by search (a fact, not a profile preference) and cited, from the libSQL file across the restart.

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from quinn.logs import RedactingFilter, setup_logging
 from quinn.metrics import Metrics
+from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import Error, Json, RecordedRequest, Text
 
 FAST = '[embeddings]\nbackend = "none"\n'
@@ -43,7 +44,7 @@ def test_metrics_endpoint_reports_mail_replies_tokens_latency_and_errors(mail_la
     calls = {"reply": 0}
 
     def respond(request: RecordedRequest):
-        if "long-term memory of an email assistant" in request.text:
+        if request.purpose == EXTRACTION:
             return Json({"new": [], "updated": [], "contradicted": []})
         calls["reply"] += 1
         return Error(503, "overloaded") if calls["reply"] == 1 else Text("Metrics reply.")
@@ -184,7 +185,7 @@ def test_json_debug_logs_hold_no_secret_and_no_mail_body(mail_lab, lab_config, l
     body = "My bank PIN is 8812 and my diary says CONFIDENTIAL-BODY-PHRASE."
 
     def respond(request: RecordedRequest):
-        if "long-term memory of an email assistant" in request.text:
+        if request.purpose == EXTRACTION:
             return Json({"new": [], "updated": [], "contradicted": []})
         return Text("REPLY-BODY-PHRASE, thanks.")
 

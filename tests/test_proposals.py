@@ -15,7 +15,7 @@ from quinn.clock import iso, utcnow
 from quinn.db import Database
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
-REWRITER = "You improve the prompt template of an email assistant"
+REWRITER = "TemplateRewrite"  # the improvement call's schema: its RecordedRequest.purpose
 PLAIN = "Answer in plain text suitable for an email."
 SHORT = "Answer in plain, short text suitable for an email: three sentences at most."
 
@@ -35,7 +35,7 @@ async def test_reviews_become_one_checked_proposal_per_version_and_nothing_is_ap
     reviewed(job_bench.db, version, ["Replies are too long.", "Keep answers shorter.", "Get to the point faster."])
 
     def rewriter(request: RecordedRequest):
-        if REWRITER in request.text:
+        if request.purpose == REWRITER:
             return Json({"source": text.replace(PLAIN, SHORT), "rationale": "Shorter answers, as three reviews ask."})
         return Text("ok")
 
@@ -48,12 +48,12 @@ async def test_reviews_become_one_checked_proposal_per_version_and_nothing_is_ap
     changes = proposals.diff(job_bench.db, proposal)
     assert f"-{PLAIN}" in changes and f"+{SHORT}" in changes
     assert PromptStore().text_of("reply") == (version, text)  # the template in use is untouched
-    asked = [r for r in llm_server.requests if REWRITER in r.text]
+    asked = [r for r in llm_server.requests if r.purpose == REWRITER]
     assert len(asked) == 1 and "Keep answers shorter." in asked[0].text and PLAIN in asked[0].text
 
     await job_bench.runner().run_job("improvement", force=True)  # one proposal per version: not asked again
     assert len(proposals.listing(job_bench.db)) == 1
-    assert len([r for r in llm_server.requests if REWRITER in r.text]) == 1
+    assert len([r for r in llm_server.requests if r.purpose == REWRITER]) == 1
 
 
 async def test_a_rewrite_that_breaks_the_template_is_discarded(job_bench, llm_server) -> None:
@@ -61,7 +61,7 @@ async def test_a_rewrite_that_breaks_the_template_is_discarded(job_bench, llm_se
     proposals.keep_version(job_bench.db, version, "reply", text, utcnow())
     reviewed(job_bench.db, version, ["Be warmer.", "Say thanks.", "Use their name."])
     broken = text.replace("{{ assistant.name }}", "{{ assistant.name | nosuchfilter }}")
-    llm_server.responder = lambda r: Json({"source": broken, "rationale": "Warmer."}) if REWRITER in r.text else None
+    llm_server.responder = lambda r: Json({"source": broken, "rationale": "Warmer."}) if r.purpose == REWRITER else None
     outcome = await job_bench.runner().run_job("improvement")
     assert outcome.status == "ok" and outcome.counts.get("created") is None
     assert "nosuchfilter" in outcome.counts["details"]["discarded"][0]["why"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import json
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,8 +23,10 @@ from quinn.agent.llm import LLM
 from quinn.clock import utcnow
 from quinn.db import Database
 from tests.conftest import lab_config_text
+from tests.lab.brain import EXTRACTION
 from tests.lab.daemon import LabConfig
 from tests.lab.inprocess import build_mail
+from tests.lab.llm_server import REPLY
 from tests.lab.real_llm import MODEL_NAME, ModelRecorder, RealLLM
 from tests.lab.scheduler import open_bench, write_thread
 
@@ -33,7 +34,6 @@ pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(900)]
 
 MODEL = f"openai/{MODEL_NAME}"
 QUINN = "quinn@example.test"
-EXTRACT_MARK = "long-term memory of an email assistant"
 # hold_copies off: the 0.5B model often answers with the mail itself or a tool's result (held by default, so the
 # mail waits); this test is about the path around the reply (extraction, storage, recall in a new thread), and
 # tests/test_agent_llm_robust.py proves the hold on every shape this model produced.
@@ -81,7 +81,7 @@ def test_a_mail_is_answered_its_facts_stored_and_a_new_thread_recalls_them(
     assert whole_json(body.split("\n--")[0]) is None, f"a JSON reply was mailed:\n{body}"
     daemon.wait_for_log("extraction for", timeout_s=300)
 
-    extraction = [body for path, body in recorder.requests if EXTRACT_MARK in json.dumps(body)]
+    extraction = [body for path, body in recorder.bodies(EXTRACTION)]
     assert extraction, "no extraction request reached the model"
     # llama.cpp refuses json_schema (500): Quinn fell back to json_object with the schema and kept that mode.
     formats = [(b.get("response_format") or {}).get("type") for b in extraction]
@@ -99,7 +99,7 @@ def test_a_mail_is_answered_its_facts_stored_and_a_new_thread_recalls_them(
 
     stored = current_memories(tmp_path / "quinn.db", alice)
     assert stored, "the real model's extraction stored nothing for a mail full of facts"
-    asked = [t for t in recorder.texts() if "What is the name of my cat?" in t and EXTRACT_MARK not in t]
+    asked = [t for t in recorder.texts(purpose=REPLY) if "What is the name of my cat?" in t]
     assert asked, "the second mail never reached the model"
     recalled = [m for m in stored if m in asked[0]]
     assert recalled, f"none of {stored} was in the new thread's prompt"
@@ -182,6 +182,6 @@ async def test_the_labelled_extraction_set_parses_case_by_case(recorder: ModelRe
                        max_output_tokens=600)  # fmt: skip
     report = await evaluate_extraction(LLM(config), PromptStore(), cases)
     assert [c.case_id for c in report.cases] == [c["id"] for c in cases]
-    asked = [body for path, body in recorder.requests if EXTRACT_MARK in json.dumps(body)]
+    asked = [body for path, body in recorder.bodies(EXTRACTION)]
     assert len(asked) >= sum(not c.gated for c in report.cases)  # each ungated case reached the model
     assert report.usage.calls >= len(asked) - 1  # the one json_schema refusal costs no tokens

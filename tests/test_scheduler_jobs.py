@@ -25,12 +25,13 @@ from tests.lab.llm_server import Error, Json, RecordedRequest, Text
 from tests.lab.scheduler import inbound_mail, write_thread
 
 QUINN = "quinn@example.test"
-SUMMARIZE = "Summarize an email conversation"
-REVIEW = "You review a finished email conversation"
-MERGE = "Merge these memories about"
-REFLECT = "These are similar episodes"
-ENTITIES = "list the named entities"
-EXTRACT = "You maintain the long-term memory of an email assistant"
+# The purposes of the jobs' model calls (RecordedRequest.purpose): a structured call's schema, a text call's tag.
+SUMMARIZE = "summarize"
+REVIEW = "SessionReview"
+MERGE = "consolidate"
+REFLECT = "Reflection"
+ENTITIES = "GraphExtraction"
+EXTRACT = "Extraction"
 
 
 @pytest.fixture
@@ -39,8 +40,8 @@ def bench(job_bench):
     return job_bench
 
 
-def prompts_with(llm_server, marker: str) -> list[RecordedRequest]:
-    return [r for r in llm_server.requests if r.kind != "embeddings" and marker in r.text]
+def prompts_with(llm_server, purpose: str) -> list[RecordedRequest]:
+    return [r for r in llm_server.requests if r.kind != "embeddings" and r.purpose == purpose]
 
 
 def memories(bench, user: str, *, current: bool = True) -> list[tuple]:
@@ -74,7 +75,7 @@ async def test_summarize_folds_old_messages_in_batches_and_resumes(bench, llm_se
     calls = []
 
     def respond(request: RecordedRequest):
-        if SUMMARIZE in request.text:
+        if request.purpose == SUMMARIZE:
             calls.append(request.text)
             if len(calls) == 2:
                 return Error(500, "model overloaded")  # the second batch fails: the first must stay saved
@@ -181,7 +182,7 @@ async def test_session_close_reviews_a_quiet_session_once(bench, llm_server):
                 {"content": "Bob's team has a budget of 5000 EUR for the offsite.", "type": "fact"}],
         "updated": [{"id": known, "content": "Bob's team offsite moved from February to March 12.", "type": "fact"}],
         "contradicted": [],
-    })) if REVIEW in r.text else None  # fmt: skip
+    })) if r.purpose == REVIEW else None  # fmt: skip
     runner = bench.runner(session_close_after_min=60)
 
     bench.clock.set(last_mail + timedelta(minutes=30))
@@ -234,7 +235,7 @@ async def test_both_extractors_apply_memories_through_apply_extraction_and_its_n
     known = bench.store.add(user, "Carol drinks green tea every morning.", scope="profile", type="preference")
     reworded = {"new": [{"content": "Every morning Carol drinks green tea.", "type": "preference"}]}
     llm_server.responder = lambda r: (
-        Json(review(memories=reworded)) if REVIEW in r.text else Json(reworded) if EXTRACT in r.text else None
+        Json(review(memories=reworded)) if r.purpose == REVIEW else Json(reworded) if r.purpose == EXTRACT else None
     )
 
     bench.clock.set(start + timedelta(hours=3))
@@ -257,7 +258,7 @@ async def test_session_close_leaves_a_session_open_when_mail_arrives_during_the_
     sessions = Sessions(bench.db)
 
     def respond(request: RecordedRequest):
-        if REVIEW not in request.text:
+        if request.purpose != REVIEW:
             return None
         email = parse_email(inbound_mail(user, QUINN, "Report", "Actually, one more question.", "<mid@example.test>",
                                          in_reply_to=thread.message_ids[-1]))  # fmt: skip
@@ -298,7 +299,7 @@ async def test_consolidation_merges_tag_groups_and_near_duplicates_per_user(benc
         "Dave planted a cherry tree for his daughter.")]  # fmt: skip
 
     def respond(request: RecordedRequest):
-        if MERGE not in request.text:
+        if request.purpose != MERGE:
             return None
         assert "Dave" not in request.text  # one user per call
         if "Rex" in request.text:
@@ -432,9 +433,9 @@ async def test_reflection_promotes_episodes_updates_core_slowly_and_builds_the_g
     statement = "Erin regularly goes running before work."
 
     def respond(request: RecordedRequest):
-        if REFLECT in request.text:
+        if request.purpose == REFLECT:
             return Json({"statement": statement, "type": "behavioral", "confidence": 0.9})
-        if ENTITIES in request.text:
+        if request.purpose == ENTITIES:
             if erin in request.text:
                 return Json({"entities": [{"name": "Erin", "kind": "person"}, {"name": "Acme", "kind": "org"}],
                              "relations": [{"source": "Erin", "relation": "works at", "target": "Acme",
@@ -490,7 +491,7 @@ async def test_reflection_turns_a_semantic_pattern_into_a_new_memory(bench, llm_
                                           "Erin chose SAS for the Tromso trip."))]  # fmt: skip
     llm_server.responder = lambda r: (
         Json({"statement": "Erin prefers flying with SAS.", "type": "semantic", "confidence": 0.75})
-        if REFLECT in r.text else Json({"entities": [], "relations": []}) if ENTITIES in r.text else None
+        if r.purpose == REFLECT else Json({"entities": [], "relations": []}) if r.purpose == ENTITIES else None
     )  # fmt: skip
     outcome = await bench.runner(reflect_similarity=0.5).run_job("reflect")
     assert outcome.counts["promoted"] == 1 and outcome.counts["created"] == 1
@@ -512,7 +513,7 @@ async def test_one_group_the_model_cannot_merge_does_not_hold_up_the_others(benc
             bench.store.add(hana, f"Hana {fact}.", scope="episodic", tags=[tag])
     llm_server.responder = lambda r: (
         (Error(500, "cannot merge tea") if "sencha" in r.text else Text("Hana rides and repairs bikes daily."))
-        if MERGE in r.text else None
+        if r.purpose == MERGE else None
     )  # fmt: skip
     outcome = await bench.runner().run_job("consolidate")
     assert outcome.status == "ok" and outcome.counts["merged"] == 5 and outcome.counts["skipped"] == 1

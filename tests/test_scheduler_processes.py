@@ -25,7 +25,7 @@ from tests.lab.scheduler import open_bench
 from tests.lab.sqld import Sqld
 
 ROOT = Path(__file__).resolve().parents[1]
-MERGE = "Merge these memories about"
+MERGE = "consolidate"  # the purpose the consolidation call is tagged with
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -154,7 +154,7 @@ def merge_responder(hold_at: int | None):
     seen: list[int] = []
 
     def respond(request: RecordedRequest):
-        if MERGE not in request.text:
+        if request.purpose != MERGE:
             return None
         seen.append(1)
         first = request.text.split("] ", 1)[1].split("\n", 1)[0].split(") ", 1)[1]

@@ -21,11 +21,11 @@ from quinn.clock import ManualClock, utcnow
 from quinn.config import load_config
 from quinn.db import Database
 from quinn.scheduler.runner import JobRunner
-from tests.lab.llm_server import Json, RecordedRequest, Text, count_tokens
+from tests.lab.brain import EXTRACTION
+from tests.lab.llm_server import REPLY, Json, RecordedRequest, Text, count_tokens
 from tests.lab.scheduler import inbound_mail, write_thread
 
 FACT = "my gym locker code is 4417"
-SUMMARIZE = "Summarize an email conversation"
 
 
 def body(index: int) -> str:
@@ -36,12 +36,12 @@ def body(index: int) -> str:
 
 
 def scripted(request: RecordedRequest):
-    if SUMMARIZE in request.text:
+    if request.purpose == "summarize":
         # Like a model: the summary keeps the fact when the fact is in what it was given (message 3 or the
         # summary so far), so the test fails if message 3 never reached the summarizer.
         known = " Alice's gym locker code is 4417." if "4417" in request.text else ""
         return Text(f"Alice and Quinn are planning a Berlin trip: trains, museums, hotels, food, budget.{known}")
-    if "long-term memory of an email assistant" in request.text:
+    if request.purpose == EXTRACTION:
         return Json({"new": [], "updated": [], "contradicted": []})
     if "What was my gym locker code" in request.text:
         return Text("Your gym locker code is 4417." if "4417" in request.text else "I do not know that.")
@@ -88,9 +88,7 @@ async def test_sixty_message_thread_is_answered_from_summary_and_recent_messages
         mail_lab.smtp.send(alice, quinn_address, question)
         assert await next_pass(app) == 1
         [reply_request] = [
-            r
-            for r in llm_server.requests
-            if "What was my gym locker code" in r.text and "Write the reply body only" in r.text
+            r for r in llm_server.requests if "What was my gym locker code" in r.text and r.purpose == REPLY
         ]  # the reply prompt, not the extraction
         prompt = reply_request.text
         assert "Summary of the earlier conversation in this thread:" in prompt and summary in prompt

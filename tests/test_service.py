@@ -16,6 +16,7 @@ import pytest
 
 from quinn.db import Database
 from quinn.notify import Notifier, watchdog_usec
+from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import Delay, Json, RecordedRequest, Text
 
 FAST = '[embeddings]\nbackend = "none"\n'
@@ -36,7 +37,7 @@ def model(reply_delay_s: float = 0.0, text: str = "Thanks, noted."):
     """Text for replies (after ``reply_delay_s``), an empty extraction for the memory prompt."""
 
     def respond(request: RecordedRequest):
-        if "long-term memory of an email assistant" in request.text:
+        if request.purpose == EXTRACTION:
             return Json({"new": [], "updated": [], "contradicted": []})
         return Delay(reply_delay_s, Text(text)) if reply_delay_s else Text(text)
 

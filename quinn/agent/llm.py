@@ -68,10 +68,16 @@ class OpenAICompatibleProvider(BaseOpenAICompletionsProvider):
 # llama.cpp's server honours (it answers 500 to {"type": "json_schema"}, FACTS.md).
 _RESPONSE_FORMAT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("response_format",
                                                                                           default=None)  # fmt: skip
+# What the call in progress is for ("reply", "summarize", or a structured call's schema name "Extraction"), sent
+# as a header to OpenAI-compatible servers: a stable tag for proxies' logs and the scripted test model, which
+# must not tell calls apart by the wording of admin-editable templates (issue 17). A schema name alone does not
+# do: a text call has none, and in "prompt" mode the schema travels only inside the prompt.
+PURPOSE_HEADER = "X-Quinn-Purpose"
+_PURPOSE: contextvars.ContextVar[str | None] = contextvars.ContextVar("purpose", default=None)
 
 
 def _send_response_format(client: AsyncOpenAI) -> None:
-    """Make `client`'s chat completions send `_RESPONSE_FORMAT` when one is set for the current call."""
+    """Make `client`'s chat completions send `_RESPONSE_FORMAT` and `_PURPOSE` when set for the current call."""
     completions = client.chat.completions
     create = completions.create
 
@@ -79,6 +85,9 @@ def _send_response_format(client: AsyncOpenAI) -> None:
         response_format = _RESPONSE_FORMAT.get()
         if response_format is not None:
             kwargs["response_format"] = response_format
+        purpose = _PURPOSE.get()
+        if purpose is not None:
+            kwargs["extra_headers"] = {**(kwargs.get("extra_headers") or {}), PURPOSE_HEADER: purpose}
         return await create(*args, **kwargs)
 
     completions.create = create_with_format  # type: ignore[method-assign]
@@ -232,6 +241,7 @@ class LLM:
         background: bool = False,
         echo_of: Sequence[str] | None = None,
         recalled: Sequence[str] = (),
+        purpose: str = "reply",
     ) -> TextResult:
         """A text answer; tool calls are executed and resumed up to ``max_tool_rounds`` times.
 
@@ -247,7 +257,24 @@ class LLM:
         the memories and past mail in the prompt, which it may restate but not paste. An answer that copies them,
         the notes sent to the model, or a tool's result (`json_text.echoed`) is treated like JSON. None
         (summaries, digests, which may quote): no such check. A code fence around the answer is dropped.
+        ``purpose``: what the call is for, the name of its template ("reply", "summarize"), sent as `PURPOSE_HEADER`.
         """
+        token = _PURPOSE.set(purpose)
+        try:
+            return await self._text(system, user, tools, ctx, background, echo_of, recalled)
+        finally:
+            _PURPOSE.reset(token)
+
+    async def _text(
+        self,
+        system: str,
+        user: str,
+        tools: Sequence[Any],
+        ctx: Any,
+        background: bool,
+        echo_of: Sequence[str] | None,
+        recalled: Sequence[str],
+    ) -> TextResult:
         model = self._model(background)
         usage = Usage(model.model_id)
         rounds = 0
@@ -356,6 +383,15 @@ class LLM:
         model = self._model(background)
         usage = Usage(model.model_id)
         modes = self._modes(model.model_id)
+        purpose = _PURPOSE.set(format.__name__)  # the schema's name, as json_schema mode sends it
+        try:
+            return await self._structured(model, modes, system, user, format, usage)
+        finally:
+            _PURPOSE.reset(purpose)
+
+    async def _structured(
+        self, model: llm.Model, modes: Sequence[str | None], system: str, user: str, format: type[T], usage: Usage
+    ) -> tuple[T, Usage]:
         for i, mode in enumerate(modes):
             schema = {"type": "json_object", "schema": format.model_json_schema()} if mode == "json_object" else None
             token = _RESPONSE_FORMAT.set(schema)

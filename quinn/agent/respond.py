@@ -380,7 +380,7 @@ class Agent:
             body = "I don't remember anything about you yet."
             return Answer(body + memory_mail.changes_footer(work.changes), "digest", rendered.version, None,
                           tuple(work.attachments), tuple(work.changes), private=True)  # fmt: skip
-        result = await self.llm.text(rendered.system, rendered.user)
+        result = await self.llm.text(rendered.system, rendered.user, purpose="digest")
         body = result.text + memory_mail.changes_footer(work.changes)
         return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes),
                       private=True)  # fmt: skip

@@ -121,7 +121,7 @@ async def consolidate_job(ctx: JobContext) -> None:
                              for m in group.memories],
             })  # fmt: skip
             try:
-                result = await ctx.model().text(rendered.system, rendered.user, background=True)
+                result = await ctx.model().text(rendered.system, rendered.user, background=True, purpose="consolidate")
             except RetryLater as exc:  # the group stays as it is until the next run
                 ctx.item_failed(f"group {[m.id for m in group.memories]}", exc)
                 continue

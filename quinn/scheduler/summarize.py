@@ -161,7 +161,7 @@ async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = F
             "messages": [{"sender": m.sender, "date": m.date, "body": _cut(m.body, max_chars)} for m in batch],
             "target_words": max(80, settings.summarize_threshold_tokens // 8),
         })  # fmt: skip
-        result = await ctx.model().text(rendered.system, rendered.user, background=True)
+        result = await ctx.model().text(rendered.system, rendered.user, background=True, purpose="summarize")
         usage = result.usage if usage is None else usage + result.usage
         version = rendered.version
         new_upto = batch[-1].id

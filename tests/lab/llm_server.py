@@ -61,6 +61,8 @@ from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
     "FORMAT_TOOL_PREFIX",
+    "PURPOSE_HEADER",
+    "REPLY",
     "Delay",
     "Disconnect",
     "Error",
@@ -73,6 +75,7 @@ __all__ = [
     "ToolCalls",
     "count_tokens",
     "pseudo_embedding",
+    "purpose_of",
     "tune_provider_clients",
 ]
 
@@ -174,8 +177,58 @@ class RecordedRequest:
         """Names of the tools offered in the request (all formats)."""
         return [name for name, _ in _offered_tools(self.body_json)]
 
+    @property
+    def purpose(self) -> str:
+        """What the call is for, as Quinn names it on the wire (`purpose_of`): ``"Extraction"``, ``"reply"``…;
+        ``"embeddings"`` for an embedding request."""
+        return "embeddings" if self.kind == "embeddings" else purpose_of(self.body_json, self.headers)
+
 
 Responder = Callable[[RecordedRequest], "Reply | str | None"]
+
+PURPOSE_HEADER = "x-quinn-purpose"
+"""The header Quinn tags its calls with on OpenAI-compatible servers (quinn/agent/llm.py)."""
+REPLY = "reply"
+
+
+def purpose_of(body: Any, headers: dict[str, str] | None = None) -> str:
+    """What a model request is for, from what Quinn sends as data, never from the prompt's wording.
+
+    A structured call is named by its schema, as each wire format carries it: chat completions'
+    ``response_format`` (``json_schema.name``, or the ``schema``'s title in json_object mode), the Responses
+    API's ``text.format.name``, Anthropic's ``output_config`` schema title, Google's ``responseSchema`` title.
+    Otherwise Quinn's own ``X-Quinn-Purpose`` header: the schema name in the prompt-only JSON mode, the template
+    of a text call (``reply``, ``summarize``, ``consolidate``, ``digest``). Otherwise Mirascope's format tool
+    (Anthropic's legacy tool mode), else ``"reply"``: a text call (or a tool-loop continuation of one).
+    """
+    name = _schema_name(body)
+    if name:
+        return name
+    tag = {k.lower(): v for k, v in (headers or {}).items()}.get(PURPOSE_HEADER)
+    return tag or _format_tool_name(body) or REPLY
+
+
+def _schema_name(body: Any) -> str | None:
+    if not isinstance(body, dict):
+        return None
+    chat = body.get("response_format")
+    if isinstance(chat, dict):
+        if isinstance(chat.get("json_schema"), dict):
+            return chat["json_schema"].get("name")
+        if isinstance(chat.get("schema"), dict):  # {"type": "json_object", "schema": …} (llama.cpp)
+            return chat["schema"].get("title")
+    text = body.get("text")
+    if isinstance(text, dict) and isinstance(text.get("format"), dict) and text["format"].get("name"):
+        return str(text["format"]["name"])
+    output = (body.get("output_config") or {}).get("format")
+    if isinstance(output, dict) and isinstance(output.get("schema"), dict):
+        return output["schema"].get("title")
+    generation = body.get("generationConfig") or body.get("generation_config")
+    if isinstance(generation, dict):
+        schema = generation.get("responseSchema") or generation.get("responseJsonSchema")
+        if isinstance(schema, dict):
+            return schema.get("title")
+    return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.lab.llm_server import purpose_of
 from tests.lab.ports import free_port
 from tests.lab.process import LabServer, remove_at_exit
 
@@ -110,6 +111,8 @@ class ModelRecorder:
     def __init__(self, target: RealLLM) -> None:
         self.target = target
         self.requests: list[tuple[str, Any]] = []  # (path, JSON body)
+        self.purposes: list[str] = []  # what each request is for (llm_server.purpose_of), by index
+        self._lock = threading.Lock()
         self.responses: list[tuple[int, Any]] = []  # (index of the request answered, JSON body or None)
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -118,10 +121,18 @@ class ModelRecorder:
         assert self._httpd is not None, "start() the recorder first"
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
-    def texts(self, path_suffix: str = "/chat/completions") -> list[str]:
-        """The messages of each recorded chat request, joined into one string per request."""
+    def texts(self, path_suffix: str = "/chat/completions", purpose: str | None = None) -> list[str]:
+        """The messages of each recorded chat request (for ``purpose`` when given), one string per request."""
         return ["\n".join(str(m.get("content")) for m in body.get("messages", []))
-                for path, body in self.requests if path.endswith(path_suffix)]  # fmt: skip
+                for path, body in self.bodies(purpose, path_suffix)]  # fmt: skip
+
+    def bodies(self, purpose: str | None = None, path_suffix: str = "", start: int = 0) -> list[tuple[str, Any]]:
+        """(path, JSON body) of the requests recorded from index ``start`` on for ``purpose`` ("Extraction",
+        "reply"…), or all of them. Safe while requests arrive (a job's call after the reply)."""
+        with self._lock:
+            recorded = list(zip(self.requests[start:], self.purposes[start:], strict=True))
+        return [(path, body) for (path, body), why in recorded
+                if purpose in (None, why) and path.endswith(path_suffix)]  # fmt: skip
 
     def start(self) -> ModelRecorder:
         recorder = self
@@ -135,8 +146,12 @@ class ModelRecorder:
                 raw = self.rfile.read(length) if length else None
                 index = -1
                 if raw is not None:
-                    recorder.requests.append((self.path, json.loads(raw)))
-                    index = len(recorder.requests) - 1
+                    body = json.loads(raw)
+                    with recorder._lock:  # one index for the request and its purpose
+                        recorder.purposes.append("embeddings" if self.path.endswith("/embeddings")
+                                                 else purpose_of(body, dict(self.headers.items())))  # fmt: skip
+                        recorder.requests.append((self.path, body))
+                        index = len(recorder.requests) - 1
                 conn = http.client.HTTPConnection(recorder.target.host, recorder.target.port, timeout=600)
                 try:
                     conn.request(method, self.path, body=raw, headers={"Content-Type": "application/json"})

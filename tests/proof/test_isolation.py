@@ -50,8 +50,8 @@ from quinn.memory.embed import RecentEmbeddings
 from quinn.memory.models import NewMemory
 from quinn.memory.passages import index_message
 from quinn.memory.store import MemoryStore
-from tests.lab.brain import EXTRACT_MARK, Brain
-from tests.lab.llm_server import RecordedRequest, Text, ToolCall
+from tests.lab.brain import EXTRACTION, Brain, new_mail
+from tests.lab.llm_server import REPLY, RecordedRequest, Text, ToolCall
 from tests.lab.mails import lab_settings, make_mail, wait_for
 from tests.lab.smtp import unique_address
 
@@ -231,7 +231,7 @@ async def run_trial(agent: Agent, llm_server, trial: Trial, people: list[Person]
     if rng.random() < 0.05:  # now and then the extraction call too: it shows the model the user's memories
         await agent.learn(person.address, mail)
     requests = llm_server.requests[before:]
-    texts = {f"request {n} ({'extract' if EXTRACT_MARK in r.text else r.kind})": r.text
+    texts = {f"request {n} ({r.purpose})": r.text
              for n, r in enumerate(requests)}  # fmt: skip
     texts["reply body"] = answer.body
     for attachment in answer.attachments:
@@ -333,10 +333,10 @@ def test_isolation_through_the_daemon(dovecot, smtp_lab, llm_server, lab_config,
     for trial, message_id, parsed in trials:
         texts = _delivered_replies(dovecot, quinn, trial, message_id, parsed, daemon.log)
         checked_inboxes += len(texts)
-        requests = [r for r in llm_server.requests if _about(r.text, trial)]
+        requests = [r for r in llm_server.requests if _about(r, trial)]
         if not requests:  # the attribution lost track of the prompts (a template reworded): nothing was checked
             failures.append(f"trial {trial.index}: no model request was recognised as answering it")
-        texts |= {f"request {n} ({'extract' if EXTRACT_MARK in r.text else r.kind})": r.text
+        texts |= {f"request {n} ({r.purpose})": r.text
                   for n, r in enumerate(requests)}  # fmt: skip
         failures += [f"trial {trial.index} ({trial.shape}, {trial.person.address}): {leak}"
                      for leak in leaks(trial, people, texts)]  # fmt: skip
@@ -358,13 +358,18 @@ def test_isolation_through_the_daemon(dovecot, smtp_lab, llm_server, lab_config,
     assert control["expected"] > 0
 
 
-def _about(text: str, trial: Trial) -> bool:
-    """Whether a model request works on ``trial``'s mail: the mail being answered or learnt from (the reply and
-    extraction prompts' "subject" line), or the thread a job summarizes. A later mail's prompt may quote this one
-    as a recalled passage (``[mail:DATE] (who, "Trial N: ...")``); that request belongs to the later mail, whose
-    audience decides what it may show."""
+def _about(request: RecordedRequest, trial: Trial) -> bool:
+    """Whether a model request works on ``trial``'s mail: the mail being answered or learnt from (its subject in
+    the new email, `brain.new_mail`), or the thread a job reviews or summarizes (its subject in the prompt). A
+    later mail's prompt may quote this one as a recalled passage (``[mail:DATE] (who, "Trial N: ...")``); that
+    request belongs to the later mail, whose audience decides what it may show. By purpose and data, never by a
+    template's wording."""
     subject = f'"Trial {trial.index}:'
-    return any(f"{lead}{subject}" in text for lead in ("subject ", "Conversation ", "Thread: "))
+    if request.kind == "embeddings":
+        return False
+    if request.purpose in (REPLY, EXTRACTION):
+        return subject in new_mail(request)
+    return subject in request.text
 
 
 def _delivered_replies(dovecot, quinn: str, trial: Trial, message_id: str, parsed, log) -> dict[str, str]:

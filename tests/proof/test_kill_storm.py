@@ -17,6 +17,7 @@ from email.message import EmailMessage
 import pytest
 
 from quinn.db import Database
+from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
 USERS = 20
@@ -55,7 +56,7 @@ def automatic(kind: str, sender: str, quinn: str) -> tuple[str, bytes]:
 
 
 def answer(request: RecordedRequest) -> Json | Text:
-    if "long-term memory of an email assistant" in request.text:
+    if request.purpose == EXTRACTION:
         return Json({"new": [], "updated": [], "contradicted": []})
     return Text("Water the tomatoes in the morning.")
 

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from quinn.db import Database
-from tests.lab.brain import EXTRACT_MARK
-from tests.lab.llm_server import Delay, Error, RecordedRequest, Text
+from tests.lab.llm_server import REPLY, Delay, Error, RecordedRequest, Text
 from tests.lab.mails import ledger, plain_model, wait_for
 from tests.lab.smtp import SmtpLab
 from tests.proof.test_kill_storm import automatic, legit
@@ -171,7 +170,7 @@ def test_outages(make_dovecot, llm_server, lab_config, quinn_daemon, users):
     assert all(replies_written[mid] == 1 for mid in expected)
     for mid in smtp_down:
         sender, number = questions[mid]
-        asked = [r for r in llm_server.requests if EXTRACT_MARK not in r.text and sender in r.text
+        asked = [r for r in llm_server.requests if r.purpose == REPLY and sender in r.text
                  and f"Question number {number}:" in r.text]  # fmt: skip
         assert len(asked) == 1, f"{mid}: the model was asked {len(asked)} times for its reply"
     assert "IMAP connection lost" in log and log.count("IMAP reconnected") >= 2

@@ -28,7 +28,7 @@ from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.llm_server import Json, RecordedRequest, ScriptedLLM, Text
 from tests.lab.smtp import LAB_AUTHSERV, SmtpLab, unique_address
 
-EXTRACT = "long-term memory of an email assistant"
+EXTRACT = "Extraction"  # the extraction call's schema: its RecordedRequest.purpose
 CODE = re.compile(r"Q-[A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4}")
 CONFIGS = {"default": "", "strict": 'unauthenticated = "reject"\n'}
 CAP = 12  # replies per sender per hour in this lab
@@ -57,7 +57,7 @@ def message(sender: str, subject: str, body: str, *, to: str, reply_to: str | No
 
 
 def responder(request: RecordedRequest) -> Json | Text:
-    if EXTRACT in request.text:
+    if request.purpose == EXTRACT:
         return Json({"new": [], "updated": [], "contradicted": []})
     return Text("Thanks for your mail.")
 
@@ -208,7 +208,7 @@ def attack(name: str, lab: TrustLab, run: Callable[[], str]) -> None:
     outcome = run()
     new_requests = lab.llm.requests[requests_before:]
     assert not [r for r in new_requests if lab.marker[lab.alice] in r.text or lab.passport in r.text], name
-    assert not [r for r in new_requests if EXTRACT in r.text], f"{name}: a forged mail went to extraction"
+    assert not [r for r in new_requests if r.purpose == EXTRACT], f"{name}: a forged mail went to extraction"
     assert lab.footprint(lab.alice) == alice_before, f"{name}: alice's memory was read or changed"
     assert lab.footprint(lab.bob) == bob_before
     leaks = lab.leaks(sizes)
@@ -222,7 +222,7 @@ def test_control_alice_herself_reads_and_changes_her_memory(lab):
     token = f"t{uuid.uuid4().hex[:8]}"
     raw = message(lab.alice, f"Project {token}", f"Please remember that I prefer tea.\n{token}", to=lab.quinn)
     assert lab.send(raw, lab.alice) == "replied"
-    [request] = [r for r in lab.model_saw(token) if EXTRACT not in r.text]
+    [request] = [r for r in lab.model_saw(token) if r.purpose != EXTRACT]
     assert lab.marker[lab.alice] in request.text
     reply = next(m for m in lab.inbox(lab.alice) if token in str(m["Subject"]))
     assert "asked to remember: I prefer tea" in reply.get_body(("plain",)).get_content()  # told at her address
@@ -324,7 +324,7 @@ def test_a_reply_to_her_own_other_address_only_with_memory_withheld(lab):
     raw = message(lab.alice, "For Carol", f"{token} What is my project called?", to=lab.quinn, reply_to=lab.carol)
     sizes = lab.sizes()
     assert lab.send(raw, lab.alice) == "replied"
-    [request] = [r for r in lab.model_saw(token) if EXTRACT not in r.text]
+    [request] = [r for r in lab.model_saw(token) if r.purpose != EXTRACT]
     assert lab.marker[lab.alice] not in request.text
     [reply] = [m for m in lab.inbox(lab.carol)[sizes[lab.carol] :] if "For Carol" in str(m["Subject"])]
     assert "without anything I remember about you" in reply.get_body(("plain",)).get_content()
@@ -368,7 +368,7 @@ def test_injection_stays_literal_and_isolated(lab, index):
     assert requests
     for request in requests:
         assert lab.marker[lab.bob] not in request.text
-    reply_request = next(r for r in requests if EXTRACT not in r.text)
+    reply_request = next(r for r in requests if r.purpose != EXTRACT)
     assert INJECTIONS[index].replace("{bob}", lab.bob).splitlines()[0] in reply_request.text  # literal, not rendered
     assert lab.footprint(lab.bob) == bob_before
 
@@ -378,6 +378,6 @@ def test_cc_colleague_never_gets_private_memory_or_her_earlier_thread(lab):
     raw = message(lab.alice, "Re: Travel plans", f"{token}: Carol and I need the project status.", to=lab.quinn,
                   cc=lab.carol)  # fmt: skip
     assert lab.send(raw, lab.alice, (lab.carol,)) == "replied"
-    [request] = [r for r in lab.model_saw(token) if EXTRACT not in r.text]
+    [request] = [r for r in lab.model_saw(token) if r.purpose != EXTRACT]
     assert f"code word {lab.marker[lab.alice]} private" not in request.text  # the personal memory is withheld
     assert lab.passport not in request.text  # her one-to-one thread is not shown with carol on the mail
