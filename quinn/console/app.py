@@ -154,7 +154,7 @@ def form_of(request: Request) -> dict[str, str]:
 
 def build_app(console: Console) -> Starlette:
     """The Starlette app: the login routes, then every page under ``Console.guarded``."""
-    from quinn.console import login, pages, prompt_pages
+    from quinn.console import login, pages, prompt_pages, reply_pages
 
     guarded = console.guarded
     routes = [
@@ -169,6 +169,7 @@ def build_app(console: Console) -> Starlette:
         Route("/memories/{memory_id:int}/edit", guarded(pages.edit(console), changes=True), methods=["POST"]),
         Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
+        Route("/replies/{trace_id:int}", guarded(reply_pages.why(console)), methods=["GET"]),
         Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
         Route("/prompts", guarded(prompt_pages.listing(console)), methods=["GET"]),
         Route("/prompts/{name}", guarded(prompt_pages.page(console)), methods=["GET"]),

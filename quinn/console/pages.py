@@ -13,7 +13,7 @@ from collections import Counter
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log
+from quinn.agent import audit_log, reply_trace
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.memory.people import list_users
 
@@ -23,6 +23,7 @@ SEARCH_HITS = 50
 MAIL_LIMIT = 200
 MAX_MEMORY_CHARS = 10_000
 AUDIT_LIMIT = 500
+REPLIES_LIMIT = 20  # a person's latest replies, each linked to why Quinn said it
 
 
 def home(console: Console) -> Endpoint:
@@ -66,10 +67,11 @@ def person(console: Console) -> Endpoint:
             memories.sort(key=lambda m: (m.domain or "", m.type, not m.current, m.id))
         current = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT)
         kinds = Counter((m.domain or "", m.type) for m in current)
+        replies = await store.db.run(reply_trace.for_user, store.db, user, REPLIES_LIMIT)
         return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
                               include_inactive=include_inactive, kinds=sorted(kinds.items()),
                               domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),
-                              searched=bool(query))  # fmt: skip
+                              searched=bool(query), replies=replies)  # fmt: skip
 
     return show_person
 
@@ -161,8 +163,10 @@ def mail(console: Console) -> Endpoint:
         ledger = console.ledger
         counts = await console.store.db.run(ledger.counts)
         entries = await console.store.db.run(ledger.listing, state=state, user_id=user, limit=MAIL_LIMIT)
+        traces = await console.store.db.run(reply_trace.for_messages, console.store.db,
+                                            [e.record.message_id for e in entries])  # fmt: skip
         return console.render(request, "mail.html", entries=entries, counts=sorted(counts.items()), state=state,
-                              user=user, limit=MAIL_LIMIT)  # fmt: skip
+                              user=user, limit=MAIL_LIMIT, traces=traces)  # fmt: skip
 
     return show_mail
 

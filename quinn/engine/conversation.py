@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from quinn.agent import reply_trace
 from quinn.agent.consent import opted_out
 from quinn.agent.context import ThreadMessage, others_on_thread
 from quinn.agent.extract import ExtractionOutcome
@@ -148,6 +149,10 @@ class Conversation:
         # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
         counted = decision.user_id if decision.trusted and not answer.purged else None
         await p.agent.record(answer.template, answer.usage, counted, email.message_id)
+        # "Why did Quinn say that?" (the console), for memory mail: as the outbox, a user's and nobody else's.
+        if answer.trace is not None and decision.use_memory and not answer.purged:
+            await self._db(reply_trace.record, p.store.db, user, email.message_id, answer.template,
+                           answer.prompt_version, answer.trace)  # fmt: skip
         return answer
 
     def _compose(self, email: InboundEmail, decision: Decision, answer: Answer) -> Reply:

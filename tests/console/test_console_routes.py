@@ -9,7 +9,8 @@ from starlette.testclient import TestClient
 
 from tests.console.conftest import ALICE, BOB, PASSWORDS, add_mail, csrf_of, log_in, mail_bytes
 
-SAMPLE_PARAMS = {"{user}": ALICE, "{memory_id:int}": "1", "{name}": "reply", "{proposal_id:int}": "1"}
+SAMPLE_PARAMS = {"{user}": ALICE, "{memory_id:int}": "1", "{name}": "reply", "{proposal_id:int}": "1",
+                 "{trace_id:int}": "1"}
 PUBLIC = {"/login", "/static"}  # the login form and its stylesheet; nothing else answers without a session
 
 
@@ -38,7 +39,7 @@ def test_every_route_needs_a_login(app, client):
             walked.add((method, route.path))
     assert {path for path in PUBLIC} == {r.path for r in app.routes if r.path in PUBLIC}
     assert not [r for r in app.routes if isinstance(r, Mount) and r.path not in PUBLIC]
-    assert len(walked) == 19  # every guarded route: a new one shows up here and must be walked too
+    assert len(walked) == 20  # every guarded route: a new one shows up here and must be walked too
 
 
 def test_login_then_people_with_counts_and_search(client):

@@ -1,0 +1,22 @@
+-- Quinn schema, version 17: why Quinn said that (issue 20, the console's "Why did Quinn say that?" page).
+--
+-- One row per model reply, written when the reply is composed: which mail it answers (`message_id`, the inbound
+-- Message-ID, the key the ledger, the outbox and `llm_usage` already use), whose it is, the template version,
+-- and `trace`, JSON of what reached the prompt: memories and passages by id with their scores, the mail's
+-- attached files by kind and size, the tool calls by name with the memory ids they touched. No text of the
+-- person's: the page reads memories and passages by id (a memory forgotten since shows as such, a purged one
+-- is gone), tokens come from `llm_usage` by the same message id. A mail answered again after a crash replaces
+-- its row: the last answer is the one sent. A purge deletes the person's rows.
+-- Owned by quinn/agent/reply_trace.py.
+CREATE TABLE IF NOT EXISTS reply_traces (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    at             TEXT NOT NULL,
+    user_id        TEXT NOT NULL,
+    message_id     TEXT NOT NULL UNIQUE,
+    template       TEXT NOT NULL,
+    prompt_version TEXT NOT NULL DEFAULT '',
+    trace          TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS reply_traces_user ON reply_traces (user_id, id);
+-- The page reads a reply's tokens by message id (llm_usage had an index by user only).
+CREATE INDEX IF NOT EXISTS llm_usage_message ON llm_usage (message_id);
