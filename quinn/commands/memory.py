@@ -247,7 +247,6 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     with open_store(config) as store:
         counts = purge(store, user)
     if args.mailbox:
-
         mailbox = parts.mailbox(config)
         try:
             mailbox.connect()
