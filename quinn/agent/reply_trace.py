@@ -21,6 +21,9 @@ from quinn.clock import iso, utcnow
 from quinn.memory.db import Database, Transaction
 
 LISTED = 50  # replies listed on a person's page
+#: What learning made of an answered mail (``learnt``): extracted, turned away by the sensory gate, not learnt
+#: from because the person opted out, or nothing but memory commands.
+PASSED, REJECTED, OPTED_OUT, COMMANDS_ONLY = "passed", "rejected", "opted out", "commands only"
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,11 @@ class Trace:
     tools: tuple[ToolUse, ...] = ()
     domains: tuple[str, ...] = ()
     memory_enabled: bool = True
+
+    @property
+    def retrieved(self) -> int:
+        """What search brought into the prompt: memories found by search, and passages."""
+        return sum(m.source == "search" for m in self.memories) + len(self.passages)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -132,11 +140,46 @@ def record(db: Database, user_id: str, message_id: str, template: str, prompt_ve
            now: datetime | None = None) -> None:  # fmt: skip
     """Keep the trace of the reply to ``message_id``; a mail answered again replaces it (the last one was sent)."""
     db.execute(
-        "INSERT INTO reply_traces (at, user_id, message_id, template, prompt_version, trace) VALUES (?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (message_id) DO UPDATE SET at = excluded.at, user_id = excluded.user_id,"
-        " template = excluded.template, prompt_version = excluded.prompt_version, trace = excluded.trace",
-        (iso(now or utcnow()), user_id, message_id, template, prompt_version, trace.to_json()),
+        "INSERT INTO reply_traces (at, user_id, message_id, template, prompt_version, trace, retrieved)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET at = excluded.at,"
+        " user_id = excluded.user_id, template = excluded.template, prompt_version = excluded.prompt_version,"
+        " trace = excluded.trace, retrieved = excluded.retrieved",
+        (iso(now or utcnow()), user_id, message_id, template, prompt_version, trace.to_json(), trace.retrieved),
     )
+
+
+def learnt(db: Database, message_id: str, gate: str, count: int | None = None) -> None:
+    """What learning made of the mail ``message_id`` (a gate outcome, and the memories its extraction created or
+    changed); a mail without a recorded reply is left alone."""
+    db.execute("UPDATE reply_traces SET gate = ?, learnt = ? WHERE message_id = ?", (gate, count, message_id))
+
+
+@dataclass(frozen=True)
+class DayFigures:
+    """One day's replies and what learning made of them."""
+
+    day: str
+    replies: int
+    retrieved: int  # replies whose prompt had a memory found by search, or a passage
+    learnt_from: int  # mails learning decided on (gate passed or rejected)
+    rejected: int  # ... that the sensory gate turned away
+    extracted: int  # ... that went to extraction
+    memories: int  # memories the extractions created or changed
+
+
+def daily_figures(db: Database, since: datetime) -> list[DayFigures]:
+    """Per day since ``since`` (UTC dates), oldest first: the reply and learning counts the health figures use."""
+    rows = db.query(
+        "SELECT substr(at, 1, 10) AS day, count(*),"
+        " sum(CASE WHEN retrieved > 0 THEN 1 ELSE 0 END),"
+        f" sum(CASE WHEN gate IN ('{PASSED}', '{REJECTED}') THEN 1 ELSE 0 END),"
+        f" sum(CASE WHEN gate = '{REJECTED}' THEN 1 ELSE 0 END),"
+        f" sum(CASE WHEN gate = '{PASSED}' THEN 1 ELSE 0 END),"
+        f" sum(CASE WHEN gate = '{PASSED}' THEN coalesce(learnt, 0) ELSE 0 END)"
+        " FROM reply_traces WHERE at >= ? GROUP BY day ORDER BY day",
+        (iso(since),),
+    )
+    return [DayFigures(r[0], *(int(v or 0) for v in r[1:])) for r in rows]
 
 
 COLUMNS = "id, at, user_id, message_id, template, prompt_version, trace"

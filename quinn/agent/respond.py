@@ -18,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, digest, memory_mail, proposals
+from quinn.agent import confirm, consent, digest, memory_mail, proposals, reply_trace
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -412,21 +412,29 @@ class Agent:
         """
         if await self._db(consent.opted_out, self.store.db, user):
             log.info("mail %s: no extraction, %s asked not to be remembered", email.message_id, user)
+            await self._learnt(email, reply_trace.OPTED_OUT)
             return None
         text = memory_mail.learnable_text(email.text)
         if text != email.text.strip():
             if not text:
                 log.info("mail %s: no extraction, the mail was only memory commands", email.message_id)
+                await self._learnt(email, reply_trace.COMMANDS_ONLY)
                 return None
             email = dataclasses.replace(email, text=text)
         decision = sensory_gate(email.text)
         log.info("mail %s: sensory gate: %s", email.message_id, decision)
         if not decision.passed:
+            await self._learnt(email, reply_trace.REJECTED)
             return None
         outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db, self.domains)
         if outcome.usage is not None:
             await self.record("extract", outcome.usage, user, email.message_id)
+        await self._learnt(email, reply_trace.PASSED, len(outcome.created) + len(outcome.updated))
         return outcome
+
+    async def _learnt(self, email: InboundEmail, gate: str, learnt: int | None = None) -> None:
+        """What learning made of the mail, beside its reply's trace (the console's memory-health figures)."""
+        await self._db(reply_trace.learnt, self.store.db, email.message_id, gate, learnt)
 
     async def record(self, purpose: str, usage: Usage | None, user: str | None, message_id: str | None) -> None:
         """Record a call chain's token usage (per user, per email, per job)."""

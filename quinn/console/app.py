@@ -8,6 +8,7 @@ pages have no script at all, and the Content-Security-Policy says so, so even a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 
 from quinn.agent.prompts import PromptStore
 from quinn.agent.samples import sample_variables
-from quinn.config import ConsoleConfig
+from quinn.config import ConsoleConfig, SchedulerConfig
 from quinn.console.auth import Admin, LoginLimiter, Session, Sessions, admins_from, csrf_ok
 from quinn.errors import QuinnError
 from quinn.mailbox.ledger import MailLedger
@@ -65,6 +66,11 @@ class Console:
     #: thread (``serve.prompt_parts``); without it a preview uses the sample variables.
     prompts: PromptStore = field(default_factory=lambda: PromptStore(None, samples=sample_variables))
     preview: Callable[[str, str, str, str], dict[str, Any]] | None = None
+    #: The jobs' settings (intervals, disabled) and "run now": a job's name -> its outcome, the runner's
+    #: ``run_job(force=True)`` (``serve.job_parts``); without it the Jobs page only reads.
+    job_settings: SchedulerConfig = field(default_factory=SchedulerConfig)
+    run_job: Callable[[str], Awaitable[Any]] | None = None
+    job_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # runs started here, by job
 
     def __post_init__(self) -> None:
         if not self.admins:
@@ -154,7 +160,7 @@ def form_of(request: Request) -> dict[str, str]:
 
 def build_app(console: Console) -> Starlette:
     """The Starlette app: the login routes, then every page under ``Console.guarded``."""
-    from quinn.console import login, pages, prompt_pages, reply_pages
+    from quinn.console import job_pages, login, pages, prompt_pages, reply_pages
 
     guarded = console.guarded
     routes = [
@@ -171,6 +177,8 @@ def build_app(console: Console) -> Starlette:
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
         Route("/replies/{trace_id:int}", guarded(reply_pages.why(console)), methods=["GET"]),
         Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
+        Route("/jobs", guarded(job_pages.jobs(console)), methods=["GET"]),
+        Route("/jobs/{name}/run", guarded(job_pages.run_now(console), changes=True), methods=["POST"]),
         Route("/prompts", guarded(prompt_pages.listing(console)), methods=["GET"]),
         Route("/prompts/{name}", guarded(prompt_pages.page(console)), methods=["GET"]),
         Route("/prompts/{name}/diff", guarded(prompt_pages.diff(console)), methods=["GET"]),
@@ -179,9 +187,15 @@ def build_app(console: Console) -> Starlette:
         Route("/prompts/{name}/rollback", guarded(prompt_pages.rollback(console), changes=True), methods=["POST"]),
         Route("/proposals", guarded(prompt_pages.proposal_list(console)), methods=["GET"]),
         Route("/proposals/{proposal_id:int}", guarded(prompt_pages.proposal_page(console)), methods=["GET"]),
-        Route("/proposals/{proposal_id:int}/accept", guarded(prompt_pages.decide(console, "accept"), changes=True),
-              methods=["POST"]),
-        Route("/proposals/{proposal_id:int}/reject", guarded(prompt_pages.decide(console, "reject"), changes=True),
-              methods=["POST"]),
+        Route(
+            "/proposals/{proposal_id:int}/accept",
+            guarded(prompt_pages.decide(console, "accept"), changes=True),
+            methods=["POST"],
+        ),
+        Route(
+            "/proposals/{proposal_id:int}/reject",
+            guarded(prompt_pages.decide(console, "reject"), changes=True),
+            methods=["POST"],
+        ),
     ]
     return Starlette(routes=routes)

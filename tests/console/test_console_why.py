@@ -15,7 +15,7 @@ from quinn.config import ConsoleConfig
 from quinn.console.app import Console, build_app
 from quinn.console.auth import Admin, PasswordHash, hash_password
 from tests.console.conftest import PASSWORDS, TEST_COST, log_in
-from tests.lab.brain import Brain
+from tests.lab.brain import NOTHING, Brain
 from tests.lab.llm_server import Text, ToolCall, ToolCalls
 from tests.test_agent_scenarios import DAY0
 
@@ -37,7 +37,11 @@ async def test_a_reply_records_what_reached_its_prompt_and_the_console_shows_it(
     short = store.add(alice, "Alice prefers short replies.", type="preference")  # the profile
     cello = store.add(alice, "Alice plays the cello in the <b>Lisbon</b> orchestra.", type="fact", scope="episodic")
     bobs = store.add(bob, "Bob plays the tuba.", type="fact", scope="episodic")
-    await quinn.send(alice, "Flat", "My landlord Mr Pike wants the rent on the third of each month.", date=DAY0)
+    brain.learn["Mr Pike"] = {**NOTHING, "new": [{"content": "Alice's landlord is Mr Pike.", "type": "fact"}]}
+    first = await quinn.send(alice, "Flat", "My landlord Mr Pike wants the rent on the third of each month.",
+                             date=DAY0)  # fmt: skip
+    # What learning made of it sits beside its reply's trace: through the gate, one memory extracted.
+    assert quinn.query("SELECT gate, learnt FROM reply_traces WHERE message_id = ?", (first,)) == [("passed", 1)]
     script = iter([
         ToolCalls([ToolCall("search_memory", {"query": "cello orchestra"}), ToolCall("forget_memory", {"id": bobs})]),
         Text("The rent is due on the third, and good luck with the cello."),
@@ -63,10 +67,10 @@ async def test_a_reply_records_what_reached_its_prompt_and_the_console_shows_it(
     passages = {p["id"]: p for p in stored["passages"]}
     [(landlord, content)] = quinn.query("SELECT id, content FROM passages WHERE content LIKE '%Mr Pike%'")
     assert landlord in passages and content in prompt and passages[landlord]["score"] > 0
-    assert stored["tools"] == [  # the search's hits best first: the profile memory is found too, below the cello
-        {"name": "search_memory", "memory_ids": [cello, short], "found": 2, "refused": False},
-        {"name": "forget_memory", "memory_ids": [], "found": None, "refused": True},
-    ]
+    search, forget = stored["tools"]
+    assert search["name"] == "search_memory" and search["memory_ids"][0] == cello  # its hits, best first
+    assert search["found"] == len(search["memory_ids"]) and bobs not in search["memory_ids"]
+    assert forget == {"name": "forget_memory", "memory_ids": [], "found": None, "refused": True}
     assert "Mr Pike" not in raw and "cello" not in raw  # ids and scores, never the person's text
     usage_rows = quinn.query("SELECT purpose, input_tokens FROM llm_usage WHERE message_id = ?", (second,))
     assert [purpose for purpose, _n in usage_rows][:1] == ["reply"]
