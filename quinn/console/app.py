@@ -28,7 +28,7 @@ from quinn.agent.samples import sample_variables
 from quinn.config import ConsoleConfig, SchedulerConfig
 from quinn.console.auth import Admin, LoginLimiter, Session, Sessions, admins_from, csrf_ok
 from quinn.errors import QuinnError
-from quinn.mailbox.ledger import MailLedger
+from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,9 @@ class Console:
     job_settings: SchedulerConfig = field(default_factory=SchedulerConfig)
     run_job: Callable[[str], Awaitable[Any]] | None = None
     job_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # runs started here, by job
+    #: Retry of a failed or quarantined mail (``engine/retry.py``, as ``quinn mail status --retry``), on the DB
+    #: thread; it needs the IMAP settings (``serve.mail_parts``). Without it the Mail page offers no retry.
+    retry_mail: Callable[[MailKey], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.admins:
@@ -175,6 +178,7 @@ def build_app(console: Console) -> Starlette:
         Route("/memories/{memory_id:int}/edit", guarded(pages.edit(console), changes=True), methods=["POST"]),
         Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
+        Route("/mail/retry", guarded(pages.retry(console), changes=True), methods=["POST"]),
         Route("/replies/{trace_id:int}", guarded(reply_pages.why(console)), methods=["GET"]),
         Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
         Route("/jobs", guarded(job_pages.jobs(console)), methods=["GET"]),

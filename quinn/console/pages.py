@@ -9,12 +9,15 @@ the Audit page shows.
 from __future__ import annotations
 
 from collections import Counter
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from quinn.agent import audit_log, reply_trace
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
+from quinn.engine.retry import RETRIABLE
+from quinn.mailbox.ledger import MailKey
 from quinn.memory.people import list_users
 
 PEOPLE_LIMIT = 500
@@ -166,9 +169,36 @@ def mail(console: Console) -> Endpoint:
         traces = await console.store.db.run(reply_trace.for_messages, console.store.db,
                                             [e.record.message_id for e in entries])  # fmt: skip
         return console.render(request, "mail.html", entries=entries, counts=sorted(counts.items()), state=state,
-                              user=user, limit=MAIL_LIMIT, traces=traces)  # fmt: skip
+                              user=user, limit=MAIL_LIMIT, traces=traces, retriable=RETRIABLE,
+                              can_retry=console.retry_mail is not None,
+                              retried=request.query_params.get("retried"))  # fmt: skip
 
     return show_mail
+
+
+def retry(console: Console) -> Endpoint:
+    """POST /mail/retry: a failed or quarantined mail goes round again (admin role), audited."""
+
+    async def retry_mail(request: Request) -> Response:
+        form = form_of(request)
+        try:
+            key = MailKey(form.get("folder", ""), int(form.get("uidvalidity", "")), int(form.get("uid", "")))
+        except ValueError:
+            raise FormError("the mail's key is not FOLDER, UIDVALIDITY and UID", "use the Mail page's button") from None
+        if console.retry_mail is None:
+            raise FormError("this console cannot retry mail", "serve it with `quinn console` or `quinn run`")
+        db = console.store.db
+        record = await db.run(console.ledger.get, key)
+        done = await db.run(console.retry_mail, key)
+        admin = console.admin_of(request)
+        name = f"mail {key.folder}:{key.uidvalidity}:{key.uid}"
+        moved = f"moved back to {done['to']}" if done.get("moved") else "still in the watched folder"
+        await db.run(audit_log.record, db, admin.name, "retry mail", name, user_id=record.user_id if record else None,
+                     detail=with_why(f"was {record.state if record else '?'}; {moved}", form))  # fmt: skip
+        audit.info("console: %s retried %s", admin.name, name)
+        return RedirectResponse(f"/mail?retried={quote(name)}", status_code=303, headers=SECURITY_HEADERS)
+
+    return retry_mail
 
 
 def audit_page(console: Console) -> Endpoint:
