@@ -20,7 +20,7 @@ from quinn.engine.retry import RETRIABLE
 from quinn.mailbox.ledger import MailKey
 from quinn.memory.people import list_users
 
-PEOPLE_LIMIT = 500
+PEOPLE_LIMIT = 100  # people per page, most recently seen first
 MEMORIES_LIMIT = 500
 SEARCH_HITS = 50
 MAIL_LIMIT = 200
@@ -39,14 +39,26 @@ def home(console: Console) -> Endpoint:
 
 
 def people(console: Console) -> Endpoint:
-    """GET /people?q=: every user with counts, or those whose address contains q."""
+    """GET /people?q=&page=: every user with counts (a page of them), or those whose address contains q."""
 
     async def list_people(request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
-        rows = await console.store.db.run(list_users, console.store.db, query or None, limit=PEOPLE_LIMIT)
-        return console.render(request, "people.html", people=rows, q=query, limit=PEOPLE_LIMIT)
+        page = max(_int(request.query_params.get("page"), 1), 1)
+        # One more than a page: whether there is a next one.
+        rows = await console.store.db.run(list_users, console.store.db, query or None, limit=PEOPLE_LIMIT + 1,
+                                          offset=(page - 1) * PEOPLE_LIMIT)  # fmt: skip
+        return console.render(request, "people.html", people=rows[:PEOPLE_LIMIT], q=query, limit=PEOPLE_LIMIT,
+                              page=page, more=len(rows) > PEOPLE_LIMIT)  # fmt: skip
 
     return list_people
+
+
+def _int(text: str | None, default: int) -> int:
+    """A query parameter as a number, or ``default`` when it is missing or not one."""
+    try:
+        return int(text or default)
+    except ValueError:
+        return default
 
 
 def person(console: Console) -> Endpoint:
