@@ -200,3 +200,14 @@ def test_an_oversized_form_is_refused(world, client):
                            data={"csrf": csrf_of(page), "content": "x" * 70_000})  # fmt: skip
     assert response.status_code == 400 and "larger than 64 kB" in response.text
     assert world.store.get(world.memory_id).current
+
+
+def test_people_come_a_page_at_a_time(client, monkeypatch):
+    monkeypatch.setattr("quinn.console.pages.PEOPLE_LIMIT", 1)
+    log_in(client)
+    first = client.get("/people").text
+    assert 'id="next-page"' in first and (ALICE in first) != (BOB in first)
+    second = client.get("/people", params={"page": "2"}).text
+    assert 'rel="prev"' in second and 'id="next-page"' not in second
+    assert {ALICE, BOB} == {who for who in (ALICE, BOB) if who in first or who in second}
+    assert client.get("/people", params={"page": "x"}).status_code == 200  # not a number: the first page
