@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from quinn.db import Database
 from quinn.errors import ConfigError
-from quinn.memory import CURRENT
+from quinn.memory import current_by_scope
 from quinn.users import count_users
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class DatabaseCollector(Collector):
         yield _merge_counter(tokens)
         yield calls
         memories = GaugeMetricFamily("quinn_memories", "Current memories, by scope.", labels=["scope"])
-        for scope, n in q(f"SELECT scope, count(*) FROM memories WHERE {CURRENT} GROUP BY 1"):
+        for scope, n in current_by_scope(self.db).items():
             memories.add_metric([scope], n)
         yield memories
         users = GaugeMetricFamily("quinn_users", "Users Quinn knows, as `quinn users list` counts them.")

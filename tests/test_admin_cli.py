@@ -168,7 +168,8 @@ def test_mail_status(admin_db):
 
 @pytest.mark.parametrize(
     ("key", "message"),
-    [("INBOX:7:1", "mail INBOX:7:1 is replied, not failed (hint: only failed mail can be retried)"),
+    [("INBOX:7:1", "mail INBOX:7:1 is replied, not failed or quarantined (hint: only failed or quarantined mail can be "
+                   "retried)"),
      ("INBOX:7:99", "no mail INBOX:7:99 in the ledger (hint: copy a key from `quinn mail status`)"),
      ("nonsense", "mail key 'nonsense' is not FOLDER:UIDVALIDITY:UID (hint: copy the key from `quinn mail status`)")],
 )  # fmt: skip

@@ -162,3 +162,30 @@ def test_the_handbook_corpus_has_its_shape_and_its_splits_share_no_site() -> Non
     sites = {split: {f.site for f in corpus.facts if f.split == split} for split in ("dev", "test")}
     assert not sites["dev"] & sites["test"]
     assert documents_data.dump(corpus) == documents_data.dump(documents_data.corpus())  # the same for one seed
+
+
+def test_console_speed_times_every_console_page(tmp_path: Path) -> None:
+    from starlette.routing import Match, Route
+
+    from bench import console_speed
+    from quinn.config import ConsoleConfig
+    from quinn.console.app import Console, build_app
+    from quinn.console.auth import Admin, PasswordHash, hash_password
+    from quinn.db import Database
+    from quinn.memory.store import MemoryStore
+
+    result = console_speed.main(["--quick", "--out", str(tmp_path)])
+    assert (tmp_path / "console_speed-quick.json").exists() and (tmp_path / "console_speed-quick.md").exists()
+    assert result["fill"]["rows"]["memories"] == 20 * 20 and result["fill"]["rows"]["reply_traces"] > 0
+    assert all(page["p95_ms"] > 0 and page["bytes"] > 0 for page in result["pages"])
+    store = MemoryStore(Database.open(str(tmp_path / "routes.db")), None)
+    try:
+        admin = Admin("x", "admin", PasswordHash.parse(hash_password("x", n=2**14, r=8, p=1), owner="x"))
+        app = build_app(Console(ConsoleConfig(), store, admins={"x": admin}))
+    finally:
+        store.close()
+    pages = [page["path"].split("?")[0] for page in result["pages"]]
+    for route in app.routes:  # every page a browser GETs is timed: a new page joins the bench
+        if isinstance(route, Route) and "GET" in (route.methods or ()) and route.path not in ("/", "/login"):
+            scopes = [{"type": "http", "path": path, "method": "GET"} for path in pages]
+            assert any(route.matches(scope)[0] == Match.FULL for scope in scopes), route.path

@@ -42,9 +42,13 @@ def _short(text: str, limit: int) -> str:
 
 
 def cli_actor() -> str:
-    """Who runs a command-line change: ``cli:<login name>`` (sudo's caller when run through sudo)."""
-    name = os.environ.get("SUDO_USER") or getpass.getuser()
-    return f"cli:{name}"
+    """Who runs a command-line change: ``cli:<login name>`` (sudo's caller when run through sudo), or ``cli``
+    when the process has no login name (a container's uid without a passwd entry)."""
+    try:
+        name = os.environ.get("SUDO_USER") or getpass.getuser()
+    except (KeyError, OSError):  # getpass: no LOGNAME/USER and the uid is not in the passwd database
+        name = ""
+    return f"cli:{name}" if name else "cli"
 
 
 def record(db: Database, actor: str, action: str, obj: str = "", *, user_id: str | None = None, detail: str = "",

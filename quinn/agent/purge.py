@@ -8,7 +8,7 @@ from ``OWNERS`` survives a purge: tests/memory/test_memory_isolation.py plants a
 
 from __future__ import annotations
 
-from quinn.agent import audit_log, confirm, digest, learning, state, usage
+from quinn.agent import audit_log, confirm, digest, learning, reply_trace, state, usage
 from quinn.documents import library
 from quinn.mailbox import ledger, outbox, threads
 from quinn.memory import MemoryStore, PurgeUser
@@ -18,7 +18,7 @@ from quinn.memory import MemoryStore, PurgeUser
 #: keeps its entries, unlinked from the user and without their detail).
 OWNERS: tuple[PurgeUser, ...] = (
     library.purge_user, threads.purge_user, outbox.purge_user, ledger.purge_user, state.purge_user, usage.purge_user,
-    confirm.purge_user, digest.purge_user, learning.purge_user, audit_log.purge_user,
+    confirm.purge_user, digest.purge_user, learning.purge_user, reply_trace.purge_user, audit_log.purge_user,
 )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, digest, memory_mail, proposals
+from quinn.agent import confirm, consent, digest, memory_mail, proposals, reply_trace
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -26,6 +26,7 @@ from quinn.agent.gate import sensory_gate
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.purge import purge
+from quinn.agent.reply_trace import Trace, trace_of
 from quinn.agent.state import user_state
 from quinn.agent.tools import MEMORY_TOOLS, MemoryChange, MemoryDeps
 from quinn.agent.usage import record_usage
@@ -71,6 +72,7 @@ class Answer:
     purged: bool = False  # the user's memory is gone: store nothing more about them
     private: bool = False  # carries the user's memory wholesale (export, digest, questions): to From only, no Cc
     shown: tuple[int, ...] = ()  # the memories the reply prompt showed the model, by id (`quinn ask` lists them)
+    trace: Trace | None = None  # what reached the model's prompt (agent/reply_trace.py); None: no model reply
 
 
 @dataclass
@@ -212,7 +214,7 @@ class Agent:
             inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
         answer = await self._model_reply(inputs, None, _Work())
         note = f"\n\n---\n{withheld}" if withheld else ""
-        return Answer(answer.body + note, answer.template, answer.prompt_version, answer.usage)
+        return Answer(answer.body + note, answer.template, answer.prompt_version, answer.usage, trace=answer.trace)
 
     async def _answer(
         self, email: InboundEmail, user: str, thread: Sequence[ThreadMessage], summary: str | None,
@@ -336,7 +338,8 @@ class Agent:
 
     async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
         with self.stage("render"):
-            rendered = self.prompts.render("reply", reply_variables(inputs))
+            variables = reply_variables(inputs)
+            rendered = self.prompts.render("reply", variables)
             # What a reply must not merely send back: the new email and the template's words around it, rendered
             # without the thread, summary, memories, passages and attached files, which a reply may rightly repeat.
             bare = self.prompts.render("reply", reply_variables(dataclasses.replace(
@@ -357,8 +360,11 @@ class Agent:
                                              echo_of=echo_of, recalled=recalled)  # fmt: skip
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
-        shown = tuple(int(i) for i in MEMORY_CITATION.findall(f"{rendered.system}\n{rendered.user}"))
-        return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes, shown=shown)
+        prompt = f"{rendered.system}\n{rendered.user}"
+        shown = tuple(int(i) for i in MEMORY_CITATION.findall(prompt))
+        trace = trace_of(inputs, variables, prompt, deps.calls if deps is not None else ())
+        return Answer(body, "reply", rendered.version, result.usage, tuple(work.attachments), changes, shown=shown,
+                      trace=trace)  # fmt: skip
 
     async def _keep_version(self, version: str) -> None:
         """Record the text of the reply template version in use, once per version (agent/proposals.py)."""
@@ -402,21 +408,29 @@ class Agent:
         """
         if await self._db(consent.opted_out, self.store.db, user):
             log.info("mail %s: no extraction, %s asked not to be remembered", email.message_id, user)
+            await self._learnt(email, reply_trace.OPTED_OUT)
             return None
         text = memory_mail.learnable_text(email.text)
         if text != email.text.strip():
             if not text:
                 log.info("mail %s: no extraction, the mail was only memory commands", email.message_id)
+                await self._learnt(email, reply_trace.COMMANDS_ONLY)
                 return None
             email = dataclasses.replace(email, text=text)
         decision = sensory_gate(email.text)
         log.info("mail %s: sensory gate: %s", email.message_id, decision)
         if not decision.passed:
+            await self._learnt(email, reply_trace.REJECTED)
             return None
         outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db, self.domains)
         if outcome.usage is not None:
             await self.record("extract", outcome.usage, user, email.message_id)
+        await self._learnt(email, reply_trace.PASSED, len(outcome.created) + len(outcome.updated))
         return outcome
+
+    async def _learnt(self, email: InboundEmail, gate: str, learnt: int | None = None) -> None:
+        """What learning made of the mail, beside its reply's trace (the console's memory-health figures)."""
+        await self._db(reply_trace.learnt, self.store.db, email.message_id, gate, learnt)
 
     async def record(self, purpose: str, usage: Usage | None, user: str | None, message_id: str | None) -> None:
         """Record a call chain's token usage (per user, per email, per job)."""

@@ -16,6 +16,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from mirascope import llm
 
+from quinn.agent.reply_trace import ToolUse
 from quinn.errors import StoreError
 from quinn.memory import Memory, MemoryStore, NewMemory, hybrid_search, search_passages
 
@@ -57,6 +58,12 @@ class MemoryDeps:
     valid_from: datetime | None = None
     changes: list[MemoryChange] = field(default_factory=list)
     read_only: bool = False  # the person asked not to be remembered (agent/consent.py): nothing new is stored
+    calls: list[ToolUse] = field(default_factory=list)  # what the model called, for the reply's trace
+
+    def called(self, name: str, memory_ids: tuple[int, ...] = (), found: int | None = None,
+               refused: bool = False) -> None:  # fmt: skip
+        """Note one tool call for the reply's trace (agent/reply_trace.py): no arguments' text, only ids."""
+        self.calls.append(ToolUse(name, memory_ids, found, refused))
 
     async def db(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``fn`` on the database thread."""
@@ -106,7 +113,9 @@ async def search_memory(
     if tags:
         filters["tags"] = [t.strip().lower() for t in tags if t.strip()]
     hits = await deps.db(hybrid_search, deps.store, deps.user_id, query, k=SEARCH_LIMIT, **filters)
-    lines = [memory_line(h.memory) for h in hits if deps.private_ok or not h.memory.private]
+    shown = [h.memory for h in hits if deps.private_ok or not h.memory.private]
+    deps.called("search_memory", tuple(m.id for m in shown), len(shown))
+    lines = [memory_line(m) for m in shown]
     return "\n".join(lines) if lines else "No memories match."
 
 
@@ -123,9 +132,11 @@ async def save_memory(
     """Remember something new about the person: one self-contained sentence in the third person. ``private``:
     health, money, codes, identity numbers or anything shared in confidence (never shown to others)."""
     deps = ctx.deps
+    text = " ".join(content.split())
+    if deps.read_only or not text or not 0.0 <= importance <= 1.0:
+        deps.called("save_memory", refused=True)
     if deps.read_only:
         return READ_ONLY
-    text = " ".join(content.split())
     if not text:
         return "Refused: content is empty; write the memory as one full sentence."
     if not 0.0 <= importance <= 1.0:
@@ -139,7 +150,9 @@ async def save_memory(
     try:
         [memory_id] = await deps.db(deps.store.add_many, [item])
     except StoreError as exc:
+        deps.called("save_memory", refused=True)
         return f"Refused: {exc.message}"
+    deps.called("save_memory", (memory_id,))
     deps.changes.append(MemoryChange("saved", memory_id, text))
     log.info("tool save_memory for %s: memory %d", deps.user_id, memory_id)
     return f"Saved as memory {memory_id}."
@@ -149,19 +162,24 @@ async def save_memory(
 async def update_memory(ctx: llm.Context[MemoryDeps], id: int, content: str) -> str:
     """Replace what a memory says (by its id) when the person corrects it or it changed; history is kept."""
     deps = ctx.deps
-    if deps.read_only:
-        return READ_ONLY
     text = " ".join(content.split())
-    if not text:
-        return "Refused: content is empty; write the corrected memory as one full sentence."
-    found = await deps.db(_owned, deps, int(id))
+    found: Memory | str
+    if deps.read_only:
+        found = READ_ONLY
+    elif not text:
+        found = "Refused: content is empty; write the corrected memory as one full sentence."
+    else:
+        found = await deps.db(_owned, deps, int(id))
     if isinstance(found, str):
+        deps.called("update_memory", refused=True)
         return found
     try:
         new_id = await deps.db(deps.store.update, found.id, text, user_id=deps.user_id, valid_from=deps.valid_from,
                                metadata={**deps.source, "via": "tool"}, reason="update_memory tool")  # fmt: skip
     except StoreError as exc:
+        deps.called("update_memory", (found.id,), refused=True)
         return f"Refused: {exc.message}"
+    deps.called("update_memory", (found.id, new_id))
     deps.changes.append(MemoryChange("updated", new_id, text))
     log.info("tool update_memory for %s: memory %d -> %d", deps.user_id, found.id, new_id)
     return f"Updated: memory {found.id} is now memory {new_id}."
@@ -173,11 +191,14 @@ async def forget_memory(ctx: llm.Context[MemoryDeps], id: int) -> str:
     deps = ctx.deps
     found = await deps.db(_owned, deps, int(id))
     if isinstance(found, str):
+        deps.called("forget_memory", refused=True)
         return found
     try:
         await deps.db(deps.store.forget, found.id, user_id=deps.user_id, reason="forget_memory tool")
     except StoreError as exc:
+        deps.called("forget_memory", (found.id,), refused=True)
         return f"Refused: {exc.message}"
+    deps.called("forget_memory", (found.id,))
     deps.changes.append(MemoryChange("forgotten", found.id, found.content))
     log.info("tool forget_memory for %s: memory %d", deps.user_id, found.id)
     return f"Forgotten: memory {found.id}."
@@ -190,6 +211,7 @@ async def search_conversations(ctx: llm.Context[MemoryDeps], query: str) -> str:
     or the file and page they are from."""
     deps = ctx.deps
     hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others)
+    deps.called("search_conversations", found=len(hits))
     lines = [h.passage.line() for h in hits]
     return "\n".join(lines) if lines else "No earlier emails match."
 
@@ -202,6 +224,7 @@ async def search_documents(ctx: llm.Context[MemoryDeps], query: str) -> str:
     deps = ctx.deps
     hits = await deps.db(search_passages, deps.store, deps.user_id, query, k=SEARCH_LIMIT, others=deps.others,
                          documents_only=True)  # fmt: skip
+    deps.called("search_documents", found=len(hits))
     lines = [h.passage.line() for h in hits]
     return "\n".join(lines) if lines else "No file matches."
 

@@ -18,6 +18,7 @@ class UsageTotal:
     input_tokens: int
     output_tokens: int
     calls: int
+    model: str = ""  # for one mail's usage (``message_usage``): the model that answered
 
 
 def record_usage(
@@ -48,6 +49,16 @@ def usage_totals(db: Database, by: str = "user_id") -> list[UsageTotal]:
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:
     """Retention (``[retention] usage_days``): token usage rows recorded before ``before``."""
     return {"llm_usage": tx.delete("llm_usage", "at < ?", (before,))}
+
+
+def message_usage(db: Database, message_id: str) -> list[UsageTotal]:
+    """What the call chains of one mail cost, by purpose (the reply, its extraction), in the order first made."""
+    rows = db.query(
+        "SELECT purpose, sum(input_tokens), sum(output_tokens), sum(calls), min(model) FROM llm_usage"
+        " WHERE message_id = ? GROUP BY purpose ORDER BY min(id)",
+        (message_id,),
+    )
+    return [UsageTotal(purpose, int(i or 0), int(o or 0), int(c or 0), model) for purpose, i, o, c, model in rows]
 
 
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:

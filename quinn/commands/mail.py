@@ -1,11 +1,8 @@
 """``quinn mail status``: what happened to the mail (counts per state, what needs the operator), and retries.
 
 A mail is named by its ledger key ``FOLDER:UIDVALIDITY:UID`` (as the table shows it). ``--retry KEY`` takes a
-``failed`` mail (a permanent SMTP rejection, or too many transient failures) back: its ledger row becomes
-``retried`` (with a fresh count of attempts) so the daemon does not take it for a duplicate, and the message is
-moved from the quarantine folder back to the watched folder, where the daemon picks it up as new mail under a
-new UID and carries the ledger row on to it. Its reply, already in the outbox, is sent again rather than written
-anew.
+``failed`` mail (a permanent SMTP rejection, or too many transient failures) or a ``quarantined`` one back, through
+``engine/retry.py`` (the console's Mail page uses the same function).
 """
 
 from __future__ import annotations
@@ -16,13 +13,12 @@ from typing import Any
 
 from rich.console import Console
 
-from quinn.clock import iso, utcnow
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config, resolve_secrets
 from quinn.db import Database
-from quinn.engine import parts
-from quinn.errors import ConfigError, QuinnError
+from quinn.engine.retry import key_text, retry
+from quinn.errors import ConfigError
 from quinn.mailbox import MailKey, MailLedger, Outbox
 
 ATTENTION_STATES = ("failed", "quarantined", "deferred", "handling", "retried")
@@ -51,11 +47,6 @@ def parse_key(text: str) -> MailKey:
                           "copy the key from `quinn mail status`") from None  # fmt: skip
 
 
-def key_text(folder: str, uidvalidity: int, uid: int) -> str:
-    """The printed form of a ledger key."""
-    return f"{folder}:{uidvalidity}:{uid}"
-
-
 def status_report(db: Database, limit: int) -> dict[str, Any]:
     """Counts per state and the mails that need attention, newest first."""
     counts = MailLedger(db).counts()
@@ -72,38 +63,6 @@ def status_report(db: Database, limit: int) -> dict[str, Any]:
                           "next_attempt_at": next_at, "updated_at": updated})  # fmt: skip
     outbox = Outbox(db).counts()
     return {"counts": counts, "total": sum(counts.values()), "outbox": outbox, "attention": items}
-
-
-def retry(config: Config, db: Database, key: MailKey) -> dict[str, Any]:
-    """Send a failed mail round again (see the module docstring); returns what was done."""
-    ledger = MailLedger(db)
-    record = ledger.get(key)
-    name = key_text(key.folder, key.uidvalidity, key.uid)
-    if record is None:
-        raise QuinnError(f"no mail {name} in the ledger", "copy a key from `quinn mail status`")
-    if record.state != "failed":
-        raise QuinnError(f"mail {name} is {record.state}, not failed", "only failed mail can be retried")
-    ledger.retry(key, f"retry requested by the operator at {iso(utcnow())} (was: {record.reason})")
-    # Its reply, refused for good last time, goes back to pending so the delivery tries it again.
-    Outbox(db).retry_failed(record.message_id)
-    if not record.moved:  # still in the watched folder: the daemon handles it again on its next pass
-        return {"key": name, "state": "retried", "moved": 0}
-    mailbox = parts.mailbox(config)
-    try:
-        mailbox.connect()
-        moved = mailbox.restore(record.message_id, config.imap.quarantine_folder)
-    except Exception:
-        ledger.set(key, "failed", record.reason)  # nothing changed on the server: undo
-        raise
-    finally:
-        mailbox.close()
-    if moved == 0:
-        ledger.set(key, "failed", record.reason)
-        raise QuinnError(
-            f"mail {name} ({record.message_id}) is not in {config.imap.quarantine_folder}",
-            "move it back to the watched folder by hand, or look for it in your mail client",
-        )
-    return {"key": name, "state": "retried", "moved": moved, "to": config.imap.folder}
 
 
 def mail_status(args: argparse.Namespace, config: Config) -> int:

@@ -197,6 +197,15 @@ def show_history(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _audit(store: MemoryStore, action: str, memory: Memory, detail: str) -> None:
+    """One row of the audit log (agent/audit_log.py), as the console writes for the same change: one change log
+    whichever tool made it; the actor is ``cli:<login name>``."""
+    from quinn.agent import audit_log
+
+    audit_log.record(store.db, audit_log.cli_actor(), action, f"memory {memory.id}", user_id=memory.user_id,
+                     detail=f"{detail}; from the command line")  # fmt: skip
+
+
 def edit_memory(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory edit ID CONTENT``."""
     with open_store(config, embed=True) as store:
@@ -204,6 +213,7 @@ def edit_memory(args: argparse.Namespace, config: Config) -> int:
         new_id = store.update(args.id, args.content, reason=args.reason, importance=args.importance,
                               valid_from=args.valid_from, allow_immutable=args.allow_immutable)  # fmt: skip
         new = _required(store.get(new_id), new_id)
+        _audit(store, "edit memory", old, f"new version: memory {new_id}; {args.reason}")
     if args.json:
         return _print_json({"previous": old.id, "id": new.id, "version": new.version})
     print(f"memory {old.id} is superseded by memory {new.id} (version {new.version})")
@@ -213,7 +223,9 @@ def edit_memory(args: argparse.Namespace, config: Config) -> int:
 def forget_memory(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory forget ID``."""
     with open_store(config) as store:
+        old = _required(store.get(args.id), args.id)
         store.forget(args.id, reason=args.reason, allow_immutable=args.allow_immutable)
+        _audit(store, "forget memory", old, args.reason)
     if args.json:
         return _print_json({"id": args.id, "forgotten": True})
     print(f"memory {args.id} is forgotten (out of retrieval, kept in history until a purge)")

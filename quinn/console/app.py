@@ -8,6 +8,7 @@ pages have no script at all, and the Content-Security-Policy says so, so even a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,10 +24,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from quinn.agent import PromptStore, sample_variables
-from quinn.config import ConsoleConfig
+from quinn.config import ConsoleConfig, SchedulerConfig
 from quinn.console.auth import Admin, LoginLimiter, Session, Sessions, admins_from, csrf_ok
 from quinn.errors import QuinnError
-from quinn.mailbox import MailLedger
+from quinn.mailbox import MailKey, MailLedger
 from quinn.memory import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,14 @@ class Console:
     #: thread (``serve.prompt_parts``); without it a preview uses the sample variables.
     prompts: PromptStore = field(default_factory=lambda: PromptStore(None, samples=sample_variables))
     preview: Callable[[str, str, str, str], dict[str, Any]] | None = None
+    #: The jobs' settings (intervals, disabled) and "run now": a job's name -> its outcome, the runner's
+    #: ``run_job(force=True)`` (``serve.job_parts``); without it the Jobs page only reads.
+    job_settings: SchedulerConfig = field(default_factory=SchedulerConfig)
+    run_job: Callable[[str], Awaitable[Any]] | None = None
+    job_tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # runs started here, by job
+    #: Retry of a failed or quarantined mail (``engine/retry.py``, as ``quinn mail status --retry``), on the DB
+    #: thread; it needs the IMAP settings (``serve.mail_parts``). Without it the Mail page offers no retry.
+    retry_mail: Callable[[MailKey], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.admins:
@@ -153,7 +162,7 @@ def form_of(request: Request) -> dict[str, str]:
 
 def build_app(console: Console) -> Starlette:
     """The Starlette app: the login routes, then every page under ``Console.guarded``."""
-    from quinn.console import login, pages, prompt_pages
+    from quinn.console import job_pages, login, pages, prompt_pages, reply_pages
 
     guarded = console.guarded
     routes = [
@@ -168,7 +177,11 @@ def build_app(console: Console) -> Starlette:
         Route("/memories/{memory_id:int}/edit", guarded(pages.edit(console), changes=True), methods=["POST"]),
         Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
+        Route("/mail/retry", guarded(pages.retry(console), changes=True), methods=["POST"]),
+        Route("/replies/{trace_id:int}", guarded(reply_pages.why(console)), methods=["GET"]),
         Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
+        Route("/jobs", guarded(job_pages.jobs(console)), methods=["GET"]),
+        Route("/jobs/{name}/run", guarded(job_pages.run_now(console), changes=True), methods=["POST"]),
         Route("/prompts", guarded(prompt_pages.listing(console)), methods=["GET"]),
         Route("/prompts/{name}", guarded(prompt_pages.page(console)), methods=["GET"]),
         Route("/prompts/{name}/diff", guarded(prompt_pages.diff(console)), methods=["GET"]),

@@ -9,20 +9,24 @@ the Audit page shows.
 from __future__ import annotations
 
 from collections import Counter
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log
+from quinn.agent import audit_log, reply_trace
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
+from quinn.engine.retry import RETRIABLE
+from quinn.mailbox import MailKey
 from quinn.memory import list_users
 
-PEOPLE_LIMIT = 500
+PEOPLE_LIMIT = 100  # people per page, most recently seen first
 MEMORIES_LIMIT = 500
 SEARCH_HITS = 50
 MAIL_LIMIT = 200
 MAX_MEMORY_CHARS = 10_000
 AUDIT_LIMIT = 500
+REPLIES_LIMIT = 20  # a person's latest replies, each linked to why Quinn said it
 
 
 def home(console: Console) -> Endpoint:
@@ -35,14 +39,26 @@ def home(console: Console) -> Endpoint:
 
 
 def people(console: Console) -> Endpoint:
-    """GET /people?q=: every user with counts, or those whose address contains q."""
+    """GET /people?q=&page=: every user with counts (a page of them), or those whose address contains q."""
 
     async def list_people(request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
-        rows = await console.store.db.run(list_users, console.store.db, query or None, limit=PEOPLE_LIMIT)
-        return console.render(request, "people.html", people=rows, q=query, limit=PEOPLE_LIMIT)
+        page = max(_int(request.query_params.get("page"), 1), 1)
+        # One more than a page: whether there is a next one.
+        rows = await console.store.db.run(list_users, console.store.db, query or None, limit=PEOPLE_LIMIT + 1,
+                                          offset=(page - 1) * PEOPLE_LIMIT)  # fmt: skip
+        return console.render(request, "people.html", people=rows[:PEOPLE_LIMIT], q=query, limit=PEOPLE_LIMIT,
+                              page=page, more=len(rows) > PEOPLE_LIMIT)  # fmt: skip
 
     return list_people
+
+
+def _int(text: str | None, default: int) -> int:
+    """A query parameter as a number, or ``default`` when it is missing or not one."""
+    try:
+        return int(text or default)
+    except ValueError:
+        return default
 
 
 def person(console: Console) -> Endpoint:
@@ -66,10 +82,11 @@ def person(console: Console) -> Endpoint:
             memories.sort(key=lambda m: (m.domain or "", m.type, not m.current, m.id))
         current = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT)
         kinds = Counter((m.domain or "", m.type) for m in current)
+        replies = await store.db.run(reply_trace.for_user, store.db, user, REPLIES_LIMIT)
         return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
                               include_inactive=include_inactive, kinds=sorted(kinds.items()),
                               domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),
-                              searched=bool(query))  # fmt: skip
+                              searched=bool(query), replies=replies)  # fmt: skip
 
     return show_person
 
@@ -161,10 +178,39 @@ def mail(console: Console) -> Endpoint:
         ledger = console.ledger
         counts = await console.store.db.run(ledger.counts)
         entries = await console.store.db.run(ledger.listing, state=state, user_id=user, limit=MAIL_LIMIT)
+        traces = await console.store.db.run(reply_trace.for_messages, console.store.db,
+                                            [e.record.message_id for e in entries])  # fmt: skip
         return console.render(request, "mail.html", entries=entries, counts=sorted(counts.items()), state=state,
-                              user=user, limit=MAIL_LIMIT)  # fmt: skip
+                              user=user, limit=MAIL_LIMIT, traces=traces, retriable=RETRIABLE,
+                              can_retry=console.retry_mail is not None,
+                              retried=request.query_params.get("retried"))  # fmt: skip
 
     return show_mail
+
+
+def retry(console: Console) -> Endpoint:
+    """POST /mail/retry: a failed or quarantined mail goes round again (admin role), audited."""
+
+    async def retry_mail(request: Request) -> Response:
+        form = form_of(request)
+        try:
+            key = MailKey(form.get("folder", ""), int(form.get("uidvalidity", "")), int(form.get("uid", "")))
+        except ValueError:
+            raise FormError("the mail's key is not FOLDER, UIDVALIDITY and UID", "use the Mail page's button") from None
+        if console.retry_mail is None:
+            raise FormError("this console cannot retry mail", "serve it with `quinn console` or `quinn run`")
+        db = console.store.db
+        record = await db.run(console.ledger.get, key)
+        done = await db.run(console.retry_mail, key)
+        admin = console.admin_of(request)
+        name = f"mail {key.folder}:{key.uidvalidity}:{key.uid}"
+        moved = f"moved back to {done['to']}" if done.get("moved") else "still in the watched folder"
+        await db.run(audit_log.record, db, admin.name, "retry mail", name, user_id=record.user_id if record else None,
+                     detail=with_why(f"was {record.state if record else '?'}; {moved}", form))  # fmt: skip
+        audit.info("console: %s retried %s", admin.name, name)
+        return RedirectResponse(f"/mail?retried={quote(name)}", status_code=303, headers=SECURITY_HEADERS)
+
+    return retry_mail
 
 
 def audit_page(console: Console) -> Endpoint:

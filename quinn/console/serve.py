@@ -36,7 +36,7 @@ class ConsoleServer:
             from quinn.console.app import Console, build_app
         except ImportError as exc:
             raise ConfigError(f"the console needs {exc.name}, which is not installed", EXTRA_HINT) from None
-        extra = prompt_parts(full, store) if full is not None else {}
+        extra = {**prompt_parts(full, store), **job_parts(full, store), **mail_parts(full, store)} if full else {}
         console = Console(config, store, **extra)  # checks the admins' hashes before anything listens
         self.socket = bind(config.host, config.port)
         host, port = self.socket.getsockname()[:2]
@@ -87,6 +87,33 @@ def prompt_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
         return preview_variables(config, agents[0], name, user, text, subject)
 
     return {"prompts": prompts, "preview": preview}
+
+
+def job_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
+    """The jobs' settings and "run now": the runner ``quinn jobs run`` builds (its own lease holder, so a job
+    the daemon is running is not run twice), made on the first run; the model client only for a job that
+    needs one (without its key, that run fails with the reason and the others still run)."""
+    from quinn.engine import parts
+    from quinn.scheduler.jobs import job
+
+    runners: dict[bool, Any] = {}
+
+    async def run_job(name: str) -> Any:
+        needs_llm = job(name).needs_llm
+        if needs_llm not in runners:
+            llm = parts.llm(config) if needs_llm else None
+            runners[needs_llm] = parts.scheduler(config, store, llm, parts.prompts(config, checked=False))
+        return await runners[needs_llm].run_job(name, force=True)
+
+    return {"job_settings": config.scheduler, "run_job": run_job}
+
+
+def mail_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
+    """The Mail page's retry: ``engine.retry.retry`` with the IMAP settings, the function of ``quinn mail status
+    --retry`` (a moved mail needs the IMAP password in the console's environment)."""
+    from quinn.engine.retry import retry
+
+    return {"retry_mail": lambda key: retry(config, store.db, key)}
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -21,6 +21,7 @@ from quinn.agent import (
     opted_out,
     others_on_thread,
     recallable,
+    reply_trace,
 )
 from quinn.documents import Extracted, take_documents
 from quinn.engine.parts import Parts
@@ -155,6 +156,10 @@ class Conversation:
         # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
         counted = decision.user_id if decision.trusted and not answer.purged else None
         await p.agent.record(answer.template, answer.usage, counted, email.message_id)
+        # "Why did Quinn say that?" (the console), for memory mail: as the outbox, a user's and nobody else's.
+        if answer.trace is not None and decision.use_memory and not answer.purged:
+            await self._db(reply_trace.record, p.store.db, user, email.message_id, answer.template,
+                           answer.prompt_version, answer.trace)  # fmt: skip
         return answer
 
     def _compose(self, email: InboundEmail, decision: Decision, answer: Answer) -> Reply:

@@ -335,10 +335,15 @@ class MailLedger:
         """Mails per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM mail_state GROUP BY 1")}
 
-    def listing(self, *, state: str | None = None, user_id: str | None = None, limit: int = 100) -> list[MailEntry]:
-        """The most recently changed mails, newest first, optionally of one state or one user. The subject comes
-        from the stored inbound message (none for mail Quinn did not keep: ignored, rejected, no memory)."""
+    def listing(self, *, state: str | None = None, user_id: str | None = None, message_id: str | None = None,
+                limit: int = 100) -> list[MailEntry]:  # fmt: skip
+        """The most recently changed mails, newest first, optionally of one state, one user or one Message-ID. The
+        subject comes from the stored inbound message (none for mail Quinn did not keep: ignored, rejected, no
+        memory)."""
         where, params = [], []
+        if message_id:
+            where.append("l.message_id = ?")
+            params.append(message_id)
         if state:
             where.append("l.state = ?")
             params.append(state)

@@ -29,6 +29,7 @@ from quinn.memory.passages import (
 from quinn.memory.people import list_users
 from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
+from quinn.memory.scopes import current_by_scope
 from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks
 from quinn.memory.store import MemoryStore, PurgeUser
 
@@ -51,6 +52,7 @@ __all__ = [
     "apply_spacing",
     "backfill",
     "content_words",
+    "current_by_scope",
     "current_with_vectors",
     "dump_document",
     "embedded_text",

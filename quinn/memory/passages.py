@@ -561,3 +561,13 @@ def user_passages(db: Database, user_id: str, others: Sequence[str] = ()) -> lis
     where, params = passage_filter(user_id, (), others)
     rows = db.query(f"SELECT {PASSAGE_COLUMNS} FROM passages p WHERE {where} ORDER BY p.sent_at, p.id", params)
     return [Passage.from_row(row) for row in rows]
+
+
+def passages_by_id(db: Database, ids: Sequence[int]) -> dict[int, Passage]:
+    """The passages of ``ids`` that still exist, by id (a reply's trace names them; retention may have gone by)."""
+    wanted = sorted({int(i) for i in ids})
+    if not wanted:
+        return {}
+    marks = ", ".join("?" * len(wanted))
+    rows = db.query(f"SELECT {PASSAGE_COLUMNS} FROM passages p WHERE p.id IN ({marks})", wanted)
+    return {passage.id: passage for passage in map(Passage.from_row, rows)}

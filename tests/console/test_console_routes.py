@@ -9,7 +9,13 @@ from starlette.testclient import TestClient
 
 from tests.console.conftest import ALICE, BOB, PASSWORDS, add_mail, csrf_of, log_in, mail_bytes
 
-SAMPLE_PARAMS = {"{user}": ALICE, "{memory_id:int}": "1", "{name}": "reply", "{proposal_id:int}": "1"}
+SAMPLE_PARAMS = {
+    "{user}": ALICE,
+    "{memory_id:int}": "1",
+    "{name}": "reply",
+    "{proposal_id:int}": "1",
+    "{trace_id:int}": "1",
+}
 PUBLIC = {"/login", "/static"}  # the login form and its stylesheet; nothing else answers without a session
 
 
@@ -38,7 +44,7 @@ def test_every_route_needs_a_login(app, client):
             walked.add((method, route.path))
     assert {path for path in PUBLIC} == {r.path for r in app.routes if r.path in PUBLIC}
     assert not [r for r in app.routes if isinstance(r, Mount) and r.path not in PUBLIC]
-    assert len(walked) == 19  # every guarded route: a new one shows up here and must be walked too
+    assert len(walked) == 23  # every guarded route: a new one shows up here and must be walked too
 
 
 def test_login_then_people_with_counts_and_search(client):
@@ -204,3 +210,14 @@ def test_an_oversized_form_is_refused(world, client):
                            data={"csrf": csrf_of(page), "content": "x" * 70_000})  # fmt: skip
     assert response.status_code == 400 and "larger than 64 kB" in response.text
     assert world.store.get(world.memory_id).current
+
+
+def test_people_come_a_page_at_a_time(client, monkeypatch):
+    monkeypatch.setattr("quinn.console.pages.PEOPLE_LIMIT", 1)
+    log_in(client)
+    first = client.get("/people").text
+    assert 'id="next-page"' in first and (ALICE in first) != (BOB in first)
+    second = client.get("/people", params={"page": "2"}).text
+    assert 'rel="prev"' in second and 'id="next-page"' not in second
+    assert {ALICE, BOB} == {who for who in (ALICE, BOB) if who in first or who in second}
+    assert client.get("/people", params={"page": "x"}).status_code == 200  # not a number: the first page

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from quinn import cli
+from quinn.agent import audit_log
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder
 from tests.lab.llm_server import ScriptedLLM
@@ -152,6 +153,31 @@ def test_edit_history_and_the_immutable_rule(lab: Lab, alice: dict[str, int]):
     assert code == 0 and "(version 2)" in out
     code, _out, err = lab.run("memory", "edit", str(alice["tea"]), "again")
     assert code == 1 and f"memory {alice['tea']} is not current" in err and "hint:" in err
+
+
+def test_edit_and_forget_write_the_audit_log_as_the_console_does(lab: Lab, alice: dict[str, int],
+                                                                    monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    monkeypatch.setenv("SUDO_USER", "olly")  # run through sudo: the caller is who did it
+    edited = lab.json("memory", "edit", str(alice["tea"]), "Alice prefers jasmine tea", "--reason", "user mail")
+    assert lab.json("memory", "forget", str(edited["id"])) == {"id": edited["id"], "forgotten": True}  # type: ignore[index]
+    store = lab.store()
+    try:
+        entries = [(e.actor, e.action, e.object, e.user_id, e.detail) for e in audit_log.listing(store.db)]
+    finally:
+        store.close()
+    assert entries == [
+        ("cli:olly", "forget memory", f"memory {edited['id']}", ALICE,  # type: ignore[index]
+         "forgotten by an operator; from the command line"),
+        ("cli:olly", "edit memory", f"memory {alice['tea']}", ALICE,
+         f"new version: memory {edited['id']}; user mail; from the command line"),  # type: ignore[index]
+    ]  # fmt: skip
+    code, _out, _err = lab.run("memory", "forget", str(alice["allergy"]))  # refused (immutable): nothing audited
+    assert code == 1
+    store = lab.store()
+    try:
+        assert len(audit_log.listing(store.db)) == 2
+    finally:
+        store.close()
 
 
 def test_forget_and_purge(lab: Lab, alice: dict[str, int]):

@@ -174,6 +174,8 @@ def _plant(store: MemoryStore, user: str, marker: str, uid: int) -> None:
         tx.execute("INSERT INTO message_documents (message_row, position, document_id, user_id, session_id, name,"
                    " content_type) SELECT id, 1, ?, ?, ?, ?, 'application/pdf' FROM messages WHERE message_id = ?",
                    (doc, user, sid, f"{marker}.pdf", f"<{marker}@x>"))  # fmt: skip
+        tx.execute("INSERT INTO reply_traces (at, user_id, message_id, template, trace) VALUES (?, ?, ?, 'reply', ?)",
+                   (t, user, f"<{marker}@x>", f'{{"memories": [{{"id": {mid}, "source": "profile"}}]}}'))  # fmt: skip
         tx.execute("INSERT INTO digests (message_id, user_id, since, created_at, memory_ids) VALUES (?, ?, ?, ?, ?)",
                    (f"<digest-{marker}@x>", user, t, t, f"[{mid}]"))  # fmt: skip
     assert index_message(store, user, f"<{marker}@x>", "in") == 1  # conversation recall's passage of the mail
@@ -198,6 +200,7 @@ def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,
             "mail_state": 1, "memory_retrievals": 1, "confirmations": 0, "passages": 1, "digests": 1,
             "documents": 1, "document_parts": 1, "message_documents": 1, "learning_queue": 1, "audit_log": 1,
+            "reply_traces": 1,
         }  # fmt: skip
         assert store.get_all("alice@example.test", include_inactive=True) == []
         assert store.search("alice@example.test", "qzalicemark flat", k=5, include_inactive=True) == []
