@@ -18,6 +18,7 @@ HOMES = {
     "learning": "",
     "proposals": "",
     "purge": "",
+    "reply_trace": "",
     "state": "",
     "usage": "",
     "opted_out": "consent",
@@ -48,6 +49,11 @@ HOMES = {
     "STATE_FIELDS": "state",
     "user_state": "state",
     "record_usage": "usage",
+    "DayFigures": "reply_trace",
+    "ShownMemory": "reply_trace",
+    "ShownPassage": "reply_trace",
+    "Traced": "reply_trace",
+    "daily_figures": "reply_trace",
 }
 __all__ = [*HOMES]
 __getattr__ = lazy_face(__name__, HOMES)
@@ -58,6 +64,7 @@ if TYPE_CHECKING:
     from quinn.agent import learning as learning
     from quinn.agent import proposals as proposals
     from quinn.agent import purge as purge
+    from quinn.agent import reply_trace as reply_trace
     from quinn.agent import state as state
     from quinn.agent import usage as usage
     from quinn.agent.consent import opted_out as opted_out
@@ -78,6 +85,11 @@ if TYPE_CHECKING:
     from quinn.agent.prompts import PromptStore as PromptStore
     from quinn.agent.prompts import packaged_dir as packaged_dir
     from quinn.agent.proposals import TemplateRewrite as TemplateRewrite
+    from quinn.agent.reply_trace import DayFigures as DayFigures
+    from quinn.agent.reply_trace import ShownMemory as ShownMemory
+    from quinn.agent.reply_trace import ShownPassage as ShownPassage
+    from quinn.agent.reply_trace import Traced as Traced
+    from quinn.agent.reply_trace import daily_figures as daily_figures
     from quinn.agent.respond import Agent as Agent
     from quinn.agent.respond import Answer as Answer
     from quinn.agent.respond import recallable as recallable

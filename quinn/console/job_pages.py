@@ -21,10 +21,7 @@ from starlette.responses import RedirectResponse, Response
 from quinn.agent import audit_log
 from quinn.clock import utcnow
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
-from quinn.scheduler.health import Figure, memory_health
-from quinn.scheduler.jobs import JOBS
-from quinn.scheduler.runlog import RunLog
-from quinn.scheduler.runner import job_statuses
+from quinn.scheduler import JOBS, Figure, RunLog, job_statuses, memory_health
 
 log = logging.getLogger(__name__)
 RUNS_SHOWN = 5  # the last runs listed per job

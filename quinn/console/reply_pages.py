@@ -14,11 +14,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from quinn.agent import reply_trace, usage
-from quinn.agent.reply_trace import ShownMemory, ShownPassage, Traced
+from quinn.agent import ShownMemory, ShownPassage, Traced, reply_trace, usage
 from quinn.console.app import Console, Endpoint
-from quinn.memory.models import Memory
-from quinn.memory.passages import Passage, passages_by_id
+from quinn.memory import Memory, Passage, passages_by_id
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def job_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
     the daemon is running is not run twice), made on the first run; the model client only for a job that
     needs one (without its key, that run fails with the reason and the others still run)."""
     from quinn.engine import parts
-    from quinn.scheduler.jobs import job
+    from quinn.scheduler import job
 
     runners: dict[bool, Any] = {}
 

@@ -19,6 +19,7 @@ from quinn.memory.passages import (
     embedded_text,
     index_message,
     insert_passages,
+    passages_by_id,
     reembed,
     search_passages,
     split_passages,
@@ -29,7 +30,7 @@ from quinn.memory.passages import (
 from quinn.memory.people import list_users
 from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
-from quinn.memory.scopes import current_by_scope
+from quinn.memory.scopes import current_by_scope, profile_changes_by_day
 from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks
 from quinn.memory.store import MemoryStore, PurgeUser
 
@@ -67,7 +68,9 @@ __all__ = [
     "list_users",
     "memory_filter",
     "normalise_user",
+    "passages_by_id",
     "people",
+    "profile_changes_by_day",
     "query_chunks",
     "record_retrievals",
     "reembed",

@@ -13,6 +13,10 @@ from quinn.faces import lazy_face
 # name -> the module it lives in.
 HOMES = {
     "JobContext": "context",
+    "Figure": "health",
+    "memory_health": "health",
+    "JOBS": "jobs",
+    "RunLog": "runlog",
     "job": "jobs",
     "LeaseHolder": "runlog",
     "Leases": "runlog",
@@ -30,9 +34,13 @@ __getattr__ = lazy_face(__name__, HOMES)
 
 if TYPE_CHECKING:
     from quinn.scheduler.context import JobContext as JobContext
+    from quinn.scheduler.health import Figure as Figure
+    from quinn.scheduler.health import memory_health as memory_health
+    from quinn.scheduler.jobs import JOBS as JOBS
     from quinn.scheduler.jobs import job as job
     from quinn.scheduler.runlog import LeaseHolder as LeaseHolder
     from quinn.scheduler.runlog import Leases as Leases
+    from quinn.scheduler.runlog import RunLog as RunLog
     from quinn.scheduler.runner import JobOutcome as JobOutcome
     from quinn.scheduler.runner import JobRunner as JobRunner
     from quinn.scheduler.runner import JobStatus as JobStatus

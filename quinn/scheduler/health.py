@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from quinn.agent.reply_trace import DayFigures, daily_figures
+from quinn.agent import DayFigures, daily_figures
 from quinn.db import Database
-from quinn.memory.scopes import current_by_scope, profile_changes_by_day
+from quinn.memory import current_by_scope, profile_changes_by_day
 from quinn.scheduler.runlog import RunLog
 
 WINDOW_DAYS = 14
