@@ -142,6 +142,7 @@ def test_data_set_is_the_same_for_the_same_seed() -> None:
     assert [m.text for m in generate(users=2, seed=12).messages] != [m.text for m in first.messages]
 
 
+@pytest.mark.lab  # runs a process (the machine's description, kb add's readers)
 @pytest.mark.timeout(600)  # fifteen files read by `kb add`, each in a child process: minutes on a busy 2-core box
 def test_documents_bench_runs_every_format_search_and_method(tmp_path: Path, model: LocalEmbedder) -> None:
     report = documents.main(["--quick", "--out", str(tmp_path), "--no-plot"], embedder=model)
@@ -164,6 +165,7 @@ def test_the_handbook_corpus_has_its_shape_and_its_splits_share_no_site() -> Non
     assert documents_data.dump(corpus) == documents_data.dump(documents_data.corpus())  # the same for one seed
 
 
+@pytest.mark.lab  # runs a process (the machine's description, kb add's readers)
 def test_console_speed_times_every_console_page(tmp_path: Path) -> None:
     from starlette.routing import Match, Route
 
