@@ -228,8 +228,9 @@ async def test_the_same_tool_call_written_again_is_not_run_again(llm_server: Scr
         json.dumps({"name": "delete_everything", "arguments": {}}),  # a tool we do not offer
         json.dumps({"type": "object", "properties": {"reply": {"type": "string"}}}),  # a schema dump
         '```json\n{"reply": "Hello"}\n```',
+        '{"name": "search_memory", "arguments": {"content": "To save a little money each month, you can',
     ],
-    ids=["unknown-tool", "schema", "fenced-json"],
+    ids=["unknown-tool", "schema", "fenced-json", "tool-call-cut-off"],
 )
 async def test_json_instead_of_a_reply_is_sent_back_once(llm_server: ScriptedLLM, junk: str) -> None:
     llm_server.script(Text(junk), Text("Hello Ana."))

@@ -53,6 +53,16 @@ def whole_json(text: str) -> Any | None:
     return value if isinstance(value, dict | list) else None
 
 
+_OPENS_JSON = re.compile(r'\s*(\{\s*"[^"\n]{1,80}"\s*:|\[\s*\{)')
+
+
+def opens_json(text: str) -> bool:
+    """Whether the text (tags and a code fence aside) starts as a JSON object with a key, or an array of
+    objects: no reply to a person does. Catches what `whole_json` cannot parse: an answer cut off by the output
+    cap part way through a tool call (seen: a truncated ``{"name": "search_memory", "arguments": {…`` mailed)."""
+    return _OPENS_JSON.match(_unwrapped(text)) is not None
+
+
 @dataclass(frozen=True)
 class TextToolCall:
     """A tool call a model wrote as text instead of a structured ``tool_calls`` entry."""

@@ -21,7 +21,15 @@ from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAIC
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ValidationError
 
-from quinn.agent.json_text import echoed, find_json, is_schema_dump, tool_calls_in_text, unfenced, whole_json
+from quinn.agent.json_text import (
+    echoed,
+    find_json,
+    is_schema_dump,
+    opens_json,
+    tool_calls_in_text,
+    unfenced,
+    whole_json,
+)
 from quinn.agent.salvage import rescaled, without_invalid_items
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
@@ -314,7 +322,7 @@ class LLM:
                     usage += _usage(response, model.model_id)
                     continue
                 text = response.text().strip()
-                json_answer = whole_json(text) is not None
+                json_answer = whole_json(text) is not None or opens_json(text)
                 if not json_answer and not (echo_of is not None and echoed(
                         unfenced(text), *echo_of, *notes, results=gathered, recalled=recalled)):  # fmt: skip
                     break
