@@ -205,7 +205,7 @@ def leaks(trial: Trial, people: list[Person], texts: dict[str, str]) -> list[str
             owner = next(p for p in people if marker in p.markers)
             if owner is not trial.person:
                 found.append(f"{where}: {owner.address}'s marker {marker}")
-            elif trial.others and marker in owner.private and "(extract)" not in where:
+            elif trial.others and marker in owner.private and f"({EXTRACTION})" not in where:
                 # The extraction call sees the user's memories to deduplicate; its answer goes to the store,
                 # never to the thread, so only the reply's requests, body and attachments must withhold them.
                 found.append(f"{where}: the user's private marker {marker} with others on the thread")
