@@ -121,14 +121,14 @@ def text_of(body: Any) -> str:
 class Bench:
     """The lab, one Quinn for everybody, and the recorder in front of the model."""
 
-    def __init__(self, workdir: Path, recorder: ModelRecorder, lab: MailLab, n_ctx: int) -> None:
+    def __init__(self, workdir: Path, recorder: ModelRecorder, lab: MailLab, n_ctx: int, tool_rounds: int) -> None:
         self.recorder = recorder
         self.lab = lab
         self.n_ctx = n_ctx
         self.kept: list[tuple[int, int]] = []  # full-history prompts: (messages kept, messages in the history)
         address = unique_address("quinn")
         db_path = workdir / "quinn.db"
-        llm_extra = f"temperature = 0\nmax_output_tokens = {MAX_OUTPUT_TOKENS}\nmax_tool_rounds = 2"
+        llm_extra = f"temperature = 0\nmax_output_tokens = {MAX_OUTPUT_TOKENS}\nmax_tool_rounds = {tool_rounds}"
         text = lab_config_text(
             imap_port=lab.dovecot.port,
             smtp_port=lab.smtp.port,
@@ -476,6 +476,7 @@ class Run:
                 "n_ctx": args.n_ctx,
                 "temperature": 0,
                 "max_output_tokens": MAX_OUTPUT_TOKENS,
+                "max_tool_rounds": args.tool_rounds,
                 "runtime": "llama-cpp-python[server]==0.3.36" if real else args.base_url,
             },
             "data": {
@@ -518,7 +519,7 @@ class Run:
 async def run(state: Run, target: Target, workdir: Path) -> None:
     args = state.args
     with Dovecot() as dovecot, SmtpLab(dovecot) as smtp, ModelRecorder(target) as recorder:  # type: ignore[arg-type]
-        bench = Bench(workdir, recorder, MailLab(dovecot, smtp, unique_address), args.n_ctx)
+        bench = Bench(workdir, recorder, MailLab(dovecot, smtp, unique_address), args.n_ctx, args.tool_rounds)
         bench.kept = state.kept
         await bench.start()
         try:
@@ -551,6 +552,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--questions", type=int, default=0, help="questions per person (default all 20)")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--n-ctx", type=int, default=4096, help="the model's context in tokens")
+    parser.add_argument("--tool-rounds", type=int, default=2, help="max_tool_rounds (0: the no-tools ablation)")
     parser.add_argument("--base-url", help="an OpenAI-compatible server to use instead of starting the real model")
     parser.add_argument("--name", default=f"memory_qa-{MODEL_NAME}", help="results file name, without extension")
     parser.add_argument("--no-plot", action="store_true")
