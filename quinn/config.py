@@ -167,7 +167,9 @@ class LlmConfig(Section):
     timeout_s: float = Field(default=120.0, gt=0, description="Timeout for one model request, in seconds.")
     max_retries: int = Field(default=2, ge=0, le=10, description="Retries of a failed model request.")
     temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature, if set.")
-    max_tool_rounds: int = Field(default=5, ge=0, le=20, description="Bound on tool-call rounds per reply.")
+    max_tool_rounds: int = Field(
+        default=5, ge=0, le=20, description="Bound on tool-call rounds per reply (0: no tools are offered)."
+    )
     hold_copies: bool = Field(
         default=True,
         description="Never mail a reply that only copies the email, Quinn's instructions, a tool's result or a "

@@ -204,6 +204,13 @@ async def test_a_model_that_never_stops_calling_tools_is_retried_later(srv: Scri
     assert len(srv.requests) == 3  # 1 executed round, 1 refused round, and no more
 
 
+async def test_no_tool_rounds_means_no_tools_offered(srv: ScriptedLLM) -> None:
+    srv.script(Text("plain"))
+    result = await make_llm(srv, "ollama/m", max_tool_rounds=0).text("s", "u", tools=[lookup])
+    assert result.text == "plain"
+    assert [r.tool_names for r in srv.requests] == [[]]
+
+
 def test_llm_config_rejects_a_model_without_provider() -> None:
     with pytest.raises(ValueError, match="provider/model"):
         LlmConfig(model="gpt-4")

@@ -291,8 +291,8 @@ class LLM:
         gathered: list[str] = []  # results of the tool calls run (native or written as text)
         notes: list[str] = []  # what Quinn told the model between rounds
         bare = False  # asked once without tools
-        if model.model_id in self._no_tools:
-            tools = ()
+        if model.model_id in self._no_tools or self.config.max_tool_rounds == 0:
+            tools = ()  # no tool round allowed: none offered (an offer it must refuse only invites tool-call JSON)
         try:
             try:
                 response = await self._first_text_call(model, system, user, tools, ctx)
