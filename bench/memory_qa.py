@@ -95,6 +95,9 @@ class Outcome:
     tokens_out: int
     seconds: float
     reply: str
+    question: str = ""
+    answer: str = ""
+    missed_prompt: str = ""  # Quinn's reply prompt when the answer was not in it (for diagnosis), cut at 8,000
 
 
 def reply_text(body: str) -> str:
@@ -320,6 +323,9 @@ def outcome(
         tout,
         round(seconds, 2),
         reply[:400],
+        q.text,
+        q.answer,
+        prompt[:8000] if condition == "quinn" and not answered(prompt, q.gold) else "",
     )
 
 
