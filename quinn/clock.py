@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 
 def utcnow() -> datetime:
@@ -15,6 +16,12 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+@overload
+def iso(moment: datetime | str) -> str: ...
+@overload
+def iso(moment: None) -> None: ...
+@overload
+def iso(moment: datetime | str | None) -> str | None: ...
 def iso(moment: datetime | str | None) -> str | None:
     """A datetime as ISO 8601 UTC text (the form stored in the DB); strings pass through normalised."""
     if moment is None:

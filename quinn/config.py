@@ -596,7 +596,7 @@ class Config(BaseModel):
 
 
 SECTIONS: dict[str, type[Section]] = {
-    name: field.annotation  # type: ignore[misc]
+    name: field.annotation
     for name, field in Config.model_fields.items()
     if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
 }

@@ -13,9 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
-from quinn.config import Config
+from quinn.config import Config, Section
 
 RELOADABLE_SECTIONS = ("policy", "memory", "documents", "prompts", "llm", "smtp")
 RELOADABLE_KEYS = {"log_level", "imap.poll_interval_s", "imap.max_message_kb"}
@@ -39,7 +37,7 @@ def changed_keys(old: Config, new: Config) -> list[str]:
     keys: list[str] = []
     for name in type(old).model_fields:
         a, b = getattr(old, name), getattr(new, name)
-        if isinstance(a, BaseModel):  # a section (hasattr(a, "model_fields") warns: deprecated on instances)
+        if isinstance(a, Section) and isinstance(b, Section):  # a section (the secrets are its own)
             for key in type(a).model_fields:
                 if getattr(a, key) != getattr(b, key):
                     keys.append(f"{name}.{key}")

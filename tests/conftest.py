@@ -26,17 +26,10 @@ import pytest  # noqa: E402
 from tests.lab.dovecot import Dovecot, dovecot_available  # noqa: E402
 from tests.lab.guard import install_network_guard  # noqa: E402
 from tests.lab.process import stop_all  # noqa: E402
+from tests.lab.require import missing  # noqa: E402
 from tests.lab.smtp import LAB_AUTHSERV, MailLab, SmtpLab, unique_address  # noqa: E402
-from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld  # noqa: E402
+from tests.lab.sqld import Sqld, serving_sqld  # noqa: E402
 from tests.lab.tls import make_certificate, openssl_available  # noqa: E402
-
-
-def _missing(what: str, hint: str) -> None:
-    """Skip when QUINN_ALLOW_SKIP=1, else fail: a missing server must not silently pass CI."""
-    message = f"{what} is not installed: {hint}"
-    if os.environ.get("QUINN_ALLOW_SKIP") == "1":
-        pytest.skip(message)
-    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +78,7 @@ def dovecot() -> Iterator[Dovecot]:
     Tests that stop or restart a server should make their own `Dovecot()` instead.
     """
     if not dovecot_available():
-        _missing("Dovecot", "apt-get install --no-install-recommends dovecot-imapd")
+        missing("Dovecot", "apt-get install --no-install-recommends dovecot-imapd")
     server = Dovecot()
     try:
         server.start()
@@ -99,7 +92,7 @@ def make_dovecot() -> Iterator[Callable[..., Dovecot]]:
     """A factory of private, started Dovecots (``make_dovecot(idle=False)``) for tests that stop or restart
     one; all are closed after the test."""
     if not dovecot_available():
-        _missing("Dovecot", "apt-get install --no-install-recommends dovecot-imapd")
+        missing("Dovecot", "apt-get install --no-install-recommends dovecot-imapd")
     servers: list[Dovecot] = []
 
     def make(**kwargs: Any) -> Dovecot:
@@ -141,14 +134,8 @@ def mail_lab(dovecot: Dovecot, smtp_lab: SmtpLab, users: Callable[[str], str]) -
 @pytest.fixture(scope="session")
 def sqld() -> Iterator[Sqld]:
     """One real libSQL server for the session: ``libsql.connect(sqld.url)``."""
-    if find_sqld() is None:
-        _missing("sqld", INSTALL_HINT)
-    server = Sqld()
-    try:
-        server.start()
+    with serving_sqld() as server:
         yield server
-    finally:
-        server.close()
 
 
 # ======================================================================================================
@@ -180,9 +167,9 @@ def real_llm() -> Iterator[Any]:
 
     model = verified_path()
     if model is None:
-        _missing("The lab's real model (verified GGUF file)", FETCH_HINT)
+        missing("The lab's real model (verified GGUF file)", FETCH_HINT)
     if not runtime_available():
-        _missing("llama-cpp-python's server", RUNTIME_HINT)
+        missing("llama-cpp-python's server", RUNTIME_HINT)
     server = RealLLM(model)
     try:
         server.start()
@@ -397,7 +384,7 @@ def local_embedder() -> Any:
 def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for localhost / 127.0.0.1: ``(cert.pem, key.pem)``; the cert is its own CA."""
     if not openssl_available():
-        _missing("openssl", "apt-get install openssl")
+        missing("openssl", "apt-get install openssl")
     directory = tmp_path_factory.mktemp("tls")
     directory.chmod(0o755)
     return make_certificate(directory)

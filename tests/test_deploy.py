@@ -23,6 +23,7 @@ from quinn.config import CREDENTIAL_PREFIX, ServiceConfig, load_config, read_sec
 from quinn.errors import ConfigError
 from tests.lab.brain import EXTRACTION
 from tests.lab.documents import make_pdf
+from tests.lab.require import missing, unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT = ROOT / "deploy" / "quinn.service"
@@ -33,10 +34,7 @@ EXPOSURE_GOAL = 2.5
 def systemd_analyze() -> str:
     found = shutil.which("systemd-analyze")
     if found is None:
-        message = "systemd-analyze is not installed: apt-get install --no-install-recommends systemd"
-        if os.environ.get("QUINN_ALLOW_SKIP") == "1":
-            pytest.skip(message)
-        pytest.fail(message, pytrace=False)
+        missing("systemd-analyze", "apt-get install --no-install-recommends systemd")
     return found
 
 
@@ -179,11 +177,9 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
     from tests.lab.llm_server import Json, RecordedRequest, Text
     from tests.lab.sandbox import sandbox_missing, sandboxed
 
-    missing = sandbox_missing()
-    if missing is not None:
-        if os.environ.get("QUINN_ALLOW_SKIP") == "1":
-            pytest.skip(missing)
-        pytest.fail(missing, pytrace=False)
+    lacking = sandbox_missing()
+    if lacking is not None:
+        unavailable(lacking)
     alice = mail_lab.new_user("alice")
     config = lab_config()
 

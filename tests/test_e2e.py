@@ -10,21 +10,10 @@ from __future__ import annotations
 import email
 import email.policy
 import json
-from email.message import EmailMessage
 
 from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import REPLY, Json, RecordedRequest, Text
-
-
-def mail(sender: str, to: str, subject: str, body: str, message_id: str) -> bytes:
-    msg = EmailMessage()
-    msg["From"] = f"Alice Example <{sender}>"
-    msg["To"] = to
-    msg["Subject"] = subject
-    msg["Message-ID"] = message_id
-    msg["Date"] = "Sun, 22 Nov 2026 09:00:00 +0000"
-    msg.set_content(body)
-    return msg.as_bytes()
+from tests.lab.mails import make_mail
 
 
 def scripted_model(alice: str):
@@ -56,8 +45,9 @@ def test_reply_remembers_across_restart(mail_lab, lab_config, llm_server, quinn_
     daemon = quinn_daemon(config)
     daemon.wait_for_log("quinn started", timeout_s=90)
     first_id = "<first-1@example.test>"
-    mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Hello", "Hi, I'm Alice. I prefer answers in Spanish and I "
-                                          "run Python on Linux.", first_id))  # fmt: skip
+    mail_lab.smtp.send(alice, quinn, make_mail(f"Alice Example <{alice}>", quinn, "Hello", "Hi, I'm Alice. I "
+                                               "prefer answers in Spanish and I run Python on Linux.",
+                                               message_id=first_id))  # fmt: skip
     [reply_raw] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
     reply = email.message_from_bytes(reply_raw, policy=email.policy.default)
     assert reply["In-Reply-To"] == first_id
@@ -75,8 +65,8 @@ def test_reply_remembers_across_restart(mail_lab, lab_config, llm_server, quinn_
     first_requests = len(llm_server.requests)
     daemon = quinn_daemon(config)
     daemon.wait_for_log("quinn started", timeout_s=90)
-    mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Quick question", "Which OS do I use?",
-                                          "<second-1@example.test>"))  # fmt: skip
+    mail_lab.smtp.send(alice, quinn, make_mail(f"Alice Example <{alice}>", quinn, "Quick question",
+                                               "Which OS do I use?", message_id="<second-1@example.test>"))  # fmt: skip
     replies = mail_lab.dovecot.wait_for_messages(alice, 2, timeout_s=60)
     assert len(replies) == 2
     second = [r for r in llm_server.requests[first_requests:] if "Which OS do I use?" in r.text

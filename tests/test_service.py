@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import socket
 import time
-from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,9 @@ from quinn.db import Database
 from quinn.notify import Notifier, watchdog_usec
 from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import Delay, Json, RecordedRequest, Text
+from tests.lab.mails import make_mail
 
 FAST = '[embeddings]\nbackend = "none"\n'
-
-
-def mail(sender: str, to: str, subject: str, body: str, message_id: str) -> bytes:
-    msg = EmailMessage()
-    msg["From"] = sender
-    msg["To"] = to
-    msg["Subject"] = subject
-    msg["Message-ID"] = message_id
-    msg["Date"] = "Sun, 22 Nov 2026 09:00:00 +0000"
-    msg.set_content(body)
-    return msg.as_bytes()
 
 
 def model(reply_delay_s: float = 0.0, text: str = "Thanks, noted."):
@@ -150,7 +139,9 @@ def test_quinn_run_notifies_ready_watchdog_status_and_stopping(
         )
         listener.wait_for("WATCHDOG", "1")
         assert "metrics on" not in daemon.log()  # the endpoint is off unless [metrics] enabled
-        mail_lab.smtp.send(alice, config.address, mail(alice, config.address, "Hi", "Hello there", "<n-1@x.test>"))
+        mail_lab.smtp.send(
+            alice, config.address, make_mail(alice, config.address, "Hi", "Hello there", message_id="<n-1@x.test>")
+        )
         mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
         listener.wait_for("STATUS", "replied 1")
         pings = sum("WATCHDOG" in m for m in listener.messages)
@@ -175,7 +166,9 @@ def test_sigterm_finishes_the_mail_in_flight(mail_lab, lab_config, llm_server, q
     llm_server.responder = model(reply_delay_s=3.0, text="Slow but complete.")
     daemon = quinn_daemon(config)
     daemon.wait_for_log("quinn started", timeout_s=60)
-    mail_lab.smtp.send(alice, config.address, mail(alice, config.address, "Slow", "Take your time", "<slow-1@x.test>"))
+    mail_lab.smtp.send(
+        alice, config.address, make_mail(alice, config.address, "Slow", "Take your time", message_id="<slow-1@x.test>")
+    )
     wait_until(lambda: any("Take your time" in r.text for r in llm_server.requests), what="the reply request")
     assert daemon.terminate(timeout_s=60) == 0  # SIGTERM while the model is still answering
     [reply] = mail_lab.dovecot.messages(alice)
@@ -191,7 +184,9 @@ def test_sigterm_past_the_grace_period_resumes_at_next_start(mail_lab, lab_confi
     llm_server.responder = model(reply_delay_s=60.0)
     daemon = quinn_daemon(config)
     daemon.wait_for_log("quinn started", timeout_s=60)
-    mail_lab.smtp.send(alice, config.address, mail(alice, config.address, "Stuck", "Model hangs", "<stuck-1@x.test>"))
+    mail_lab.smtp.send(
+        alice, config.address, make_mail(alice, config.address, "Stuck", "Model hangs", message_id="<stuck-1@x.test>")
+    )
     wait_until(lambda: any("Model hangs" in r.text for r in llm_server.requests), what="the reply request")
     assert daemon.terminate(timeout_s=30) == 0
     assert "grace period over" in daemon.log()
@@ -234,7 +229,7 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
 
     def ask(sender: str, n: int) -> RecordedRequest:
         body = f"Question number {n}"
-        mail_lab.smtp.send(sender, quinn, mail(sender, quinn, f"Q{n}", body, f"<q-{n}@x.test>"))
+        mail_lab.smtp.send(sender, quinn, make_mail(sender, quinn, f"Q{n}", body, message_id=f"<q-{n}@x.test>"))
         wait_until(
             lambda: any(body in r.text for r in llm_server.requests), what=f"question {n} at the model", daemon=daemon
         )
@@ -254,7 +249,7 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
     assert "changed but only applied after a restart: metrics.port" in daemon.log()
     assert "policy.allow" in daemon.log() and "prompts.dir" in daemon.log()
 
-    mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Q2", "Question number 2", "<q-2@x.test>"))
+    mail_lab.smtp.send(alice, quinn, make_mail(alice, quinn, "Q2", "Question number 2", message_id="<q-2@x.test>"))
     wait_until(lambda: ledger(config.db_path).get("<q-2@x.test>") == "rejected", what="alice rejected")
     request = ask(bob, 3)
     assert "MARKER-TWO" in request.text and "MARKER-ONE" not in request.text
@@ -286,7 +281,7 @@ def test_sighup_with_a_broken_template_keeps_the_last_good_one(
     daemon.wait_for_log("rejected, keeping the last good version")
     assert "reply.j2:1" in daemon.log()  # the file and line of the mistake
     quinn = config.address
-    mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Hi", "Still there?", "<t-1@x.test>"))
+    mail_lab.smtp.send(alice, quinn, make_mail(alice, quinn, "Hi", "Still there?", message_id="<t-1@x.test>"))
     mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
     assert "MARKER-GOOD" in next(r for r in llm_server.requests if "Still there?" in r.text).text
     assert daemon.terminate() == 0
@@ -309,7 +304,7 @@ def test_remote_database_survives_idle_time(mail_lab, lab_config, llm_server, qu
         # at start), 12 s of silence, then "The stream has expired due to inactivity" and a crash.
         time.sleep(15)
         quinn = config.address
-        mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Idle", "Still there?", "<idle-1@x.test>"))
+        mail_lab.smtp.send(alice, quinn, make_mail(alice, quinn, "Idle", "Still there?", message_id="<idle-1@x.test>"))
         [reply] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
         assert b"Answered from a remote database." in reply
         assert daemon.terminate() == 0

@@ -59,7 +59,7 @@ def redeem(db: Database, user_id: str, codes: list[str], message_id: str, now: d
         if row:
             db.execute("UPDATE confirmations SET used_at = coalesce(used_at, ?), used_by = ? WHERE token_hash = ?",
                        (iso(now), message_id, _hash(code)))  # fmt: skip
-            return row[0][0]  # type: ignore[no-any-return]
+            return row[0][0]
     return None
 
 

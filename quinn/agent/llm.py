@@ -413,7 +413,7 @@ class LLM:
                     raise _translate(exc, model.model_id) from exc
                 log.warning("model %s: the server refused structured output as %s (%.200s); using %s from now on",
                             model.model_id, mode, exc, modes[i + 1])  # fmt: skip
-                self._format_mode[model.model_id] = modes[i + 1]
+                self._format_mode[model.model_id] = str(modes[i + 1])  # only compatible servers have a next mode
             except (llm.Error, *TRANSPORT_ERRORS) as exc:
                 raise _translate(exc, model.model_id) from exc
             finally:
@@ -468,7 +468,7 @@ def _parse_answer(response: Any, format: type[T], model: str, *, last_try: bool)
         value, repaired = find_json(text)
     except ValueError:
         try:
-            return response.parse()  # type: ignore[no-any-return]  # e.g. a format tool's arguments, not text
+            return response.parse()  # e.g. a format tool's arguments, not text
         except llm.ParseError as exc:
             raise _InvalidAnswer(f"no JSON object in the answer ({text[:100]!r})") from exc
     if is_schema_dump(value):

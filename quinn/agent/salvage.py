@@ -98,7 +98,7 @@ def _parent(value: Any, loc: tuple[int | str, ...]) -> tuple[Any, int | str]:
             return None, loc[-1]
     if isinstance(node, dict | list):
         try:
-            node[loc[-1]]
+            node[loc[-1]]  # type: ignore[index]  # a name on a list is a TypeError, caught
         except (KeyError, IndexError, TypeError):
             return None, loc[-1]
         return node, loc[-1]

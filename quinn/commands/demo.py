@@ -238,7 +238,7 @@ class Demo:
 
     def _inbox(self) -> list[EmailMessage]:
         raws = self.dovecot.messages(YOU)
-        return [email.message_from_bytes(r, policy=email.policy.default) for r in raws]  # type: ignore[misc]
+        return [email.message_from_bytes(r, policy=email.policy.default) for r in raws]
 
     def memories(self) -> list[dict[str, Any]]:
         """What Quinn remembers about you (``quinn memory list``'s store call, on the daemon's store)."""

@@ -105,7 +105,7 @@ def search(args: argparse.Namespace, config: Config) -> int:
     with open_store(config, embed=True) as store:
         hits = search_passages(store, KNOWLEDGE_OWNER, args.query, k=args.k, documents_only=True)
     rows = [{"citation": h.passage.citation, "score": round(h.score, 3), "content": h.passage.content} for h in hits]
-    shown = [{**r, "content": shorten(r["content"])} for r in rows]
+    shown = [{**r, "content": shorten(str(r["content"]))} for r in rows]
     return answer(args, rows, lambda out: out.print(table(args.query, ("citation", "score", "content"), shown,
                                                           empty="nothing found")))  # fmt: skip
 

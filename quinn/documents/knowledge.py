@@ -149,7 +149,7 @@ def add_file(store: MemoryStore, path: Path, config: DocumentsConfig, domains: I
     read = read_in_child([Attachment(path.name, content_type, len(data), data)], config)
     document = read[0] if isinstance(read, list) else None
     if document is None or document.error:
-        return Added(str(path), name, "failed", reason=document.error if document else str(read))
+        return Added(str(path), name, "failed", reason=(document.error if document else None) or str(read))
     pieces = document_pieces(document)
     if not pieces:
         return Added(str(path), name, "failed", reason="no text found in it")

@@ -39,7 +39,7 @@ def read_in_child(attachments: Sequence[Attachment], config: DocumentsConfig) ->
         if not receiving.poll(config.timeout_s + STUCK_GRACE_S):
             return f"reading the attached files took longer than the {config.timeout_s:g} s limit"
         try:
-            return receiving.recv()  # type: ignore[no-any-return]
+            return receiving.recv()
         except EOFError:  # it died without an answer: the memory cap, or a crash in a library's C code
             return "reading the attached files failed (it needed too much memory, or a reader crashed)"
     finally:

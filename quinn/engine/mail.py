@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
+# An IMAP failure, or a login the server refused: the run loop's to handle (reconnect or hold), not a mail's.
+IMAP_OR_LOGIN: tuple[type[BaseException], ...] = (*IMAP_FAILURES, ImapLoginRejected)
 LLM_RETRY_BASE = timedelta(minutes=1)
 LLM_RETRY_MAX = timedelta(hours=1)
 MAX_ATTEMPTS = 12
@@ -135,7 +137,7 @@ class MailHandler:
         (a bug) defers this mail with backoff, and the others go on."""
         try:
             return await step
-        except (*IMAP_FAILURES, ImapLoginRejected):
+        except IMAP_OR_LOGIN:
             raise
         except Exception as exc:
             log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
@@ -234,7 +236,7 @@ class MailHandler:
             if not record.due(p.clock.now()):
                 return None
         elif earlier is not None:
-            return  # another live copy of this mail is in progress; this one waits for its outcome
+            return None  # another live copy of this mail is in progress; this one waits for its outcome
         decision = decide(email, p.rules)
         log.info("mail uid=%s id=%s from=%s: %s (%s)", uid, email.message_id, email.sender, decision.action,
                  decision.reason)  # fmt: skip

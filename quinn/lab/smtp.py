@@ -277,7 +277,7 @@ class SmtpLab:
     def _deliver_and_record(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
         self._deliver(mail_from, rcpt_tos, raw)
         with self._lock:
-            self.received.append(Received(mail_from, rcpt_tos, raw))
+            self.received.append(Received(mail_from, list(rcpt_tos), raw))
 
     def _deliver(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
         # An MTA always adds its Received field, even one that checks nothing (stamp off).

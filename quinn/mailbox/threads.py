@@ -186,13 +186,13 @@ class Sessions:
         return [_stored(row) for row in reversed(rows)]
 
 
-def _stored(row: tuple) -> StoredMessage:  # type: ignore[type-arg]
-    *fields, to_addrs = row
+def _stored(row: tuple) -> StoredMessage:
+    direction, message_id, from_addr, subject, sent_at, body, to_addrs = row
     try:
         recipients = tuple(str(a) for a in json.loads(to_addrs or "[]"))
     except ValueError:
         recipients = ()
-    return StoredMessage(*fields, to_addrs=recipients)
+    return StoredMessage(direction, message_id, from_addr, subject, sent_at, body, recipients)
 
 
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:

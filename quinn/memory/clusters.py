@@ -62,7 +62,7 @@ def similar_groups(
     for seed in order:
         if seed in taken:
             continue
-        members = [j for j in np.flatnonzero(close[seed]) if j not in taken]
+        members = [int(j) for j in np.flatnonzero(close[seed]) if j not in taken]
         if len(members) < min_size:
             continue
         taken.update(members)

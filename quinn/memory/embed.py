@@ -27,8 +27,15 @@ BATCH_SIZE = 64
 class Embedder(Protocol):
     """Anything that embeds a batch of texts into an (n, dim) float32 array of unit vectors."""
 
-    model_id: str
-    dim: int
+    @property
+    def model_id(self) -> str:
+        """Which model made the vectors (stored beside each one)."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """The vectors' size."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in batches; returns shape (len(texts), dim), dtype float32, L2-normalised."""

@@ -177,9 +177,9 @@ def lexical_scores(
     mass = max(sum(idf(total, n) for n in frequencies), 1e-6)
     scores: dict[int, tuple[int, float]] = {}
     found: dict[int, Row] = {}
-    for rank, (bm25, *columns) in enumerate(rows, start=1):
-        mid = int(columns[0])
-        found[mid] = tuple(columns)
+    for rank, (bm25, *values) in enumerate(rows, start=1):
+        mid = int(values[0])
+        found[mid] = tuple(values)
         # FTS5's bm25() is negative (lower is better); a memory matching every query word once scores about -mass.
         scores[mid] = (rank, min(1.0, -float(bm25) / mass))
     return scores, found

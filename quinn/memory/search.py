@@ -195,9 +195,9 @@ def hybrid_search(
     for score, mid in scored[:k]:
         if mid not in memories:  # deleted (purged) since the legs read it
             continue
-        sim = vector_ranks[mid][1] if mid in vector_ranks else None
+        similarity = vector_ranks[mid][1] if mid in vector_ranks else None
         bm25_rank = fts_scores[mid][0] if mid in fts_scores else None
-        hits.append(SearchHit(memories[mid], score, sim, bm25_rank))
+        hits.append(SearchHit(memories[mid], score, similarity, bm25_rank))
     if touch and hits:
         strengthen(store, [h.memory.id for h in hits], now)
     return hits

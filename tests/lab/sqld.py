@@ -22,10 +22,13 @@ import http.client
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.lab.ports import free_port
 from tests.lab.process import LabServer, remove_at_exit
+from tests.lab.require import missing
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _CANDIDATES = (
@@ -93,3 +96,12 @@ class Sqld(LabServer):
             return response.status
         finally:
             conn.close()
+
+
+@contextmanager
+def serving_sqld() -> Iterator[Sqld]:
+    """A running sqld, closed afterwards; the test fails (skips under QUINN_ALLOW_SKIP=1) when none is installed."""
+    if find_sqld() is None:
+        missing("sqld", INSTALL_HINT)
+    with Sqld() as server:
+        yield server

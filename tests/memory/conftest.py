@@ -6,7 +6,6 @@ emptied before each test: sqld serves one database per instance, so "fresh" mean
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from quinn.db import Database
 from quinn.memory.embed import LocalEmbedder
 from quinn.memory.store import MemoryStore
-from tests.lab.sqld import INSTALL_HINT, Sqld, find_sqld
+from tests.lab.sqld import Sqld, serving_sqld
 
 
 @pytest.fixture(scope="session")
@@ -31,17 +30,8 @@ def embedder() -> LocalEmbedder:
 @pytest.fixture(scope="session")
 def memory_sqld() -> Iterator[Sqld]:
     """A private sqld for the memory tests, so emptying it between tests disturbs no one else."""
-    if find_sqld() is None:
-        message = f"sqld is not installed: {INSTALL_HINT}"
-        if os.environ.get("QUINN_ALLOW_SKIP") == "1":
-            pytest.skip(message)
-        pytest.fail(message, pytrace=False)
-    server = Sqld()
-    try:
-        server.start()
+    with serving_sqld() as server:
         yield server
-    finally:
-        server.close()
 
 
 def empty_remote(url: str) -> None:
