@@ -499,10 +499,28 @@ class ConsoleAdmin(Section):
     role: Literal["admin", "read-only"] = Field(
         default="admin", description="admin: may edit and forget memories; read-only: may only look."
     )
-    password_hash_env: str = Field(
+    password_hash_env: str | None = Field(
+        default=None,
         description="Name of the environment variable (or credential) holding this admin's password hash, made "
-        "by `quinn console hash-password`; never the password itself.",
+        "by `quinn console hash-password`; never the password itself. Set this or token_env.",
     )
+    token_env: str | None = Field(
+        default=None,
+        description="Instead of a password hash: name of the environment variable (or credential) holding a login "
+        "token of at least 32 characters, typed as the password on the login form; make one with "
+        '`python -c "import secrets; print(secrets.token_urlsafe(32))"`.',
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_log_in(self) -> ConsoleAdmin:
+        # One way in per admin: with both, which one counts would be a guess (and a forgotten one a back door).
+        how = ("password_hash_env for a password hash made by `quinn console hash-password`, or token_env for a "
+               "random token of 32+ characters")  # fmt: skip
+        if self.password_hash_env is not None and self.token_env is not None:
+            raise ValueError(f"admin {self.name} sets both password_hash_env and token_env: keep one ({how})")
+        if self.password_hash_env is None and self.token_env is None:
+            raise ValueError(f"admin {self.name} sets no way to log in: add {how}")
+        return self
 
 
 class ConsoleConfig(Section):
