@@ -178,6 +178,21 @@ class LlmConfig(Section):
     max_output_tokens: int | None = Field(
         default=None, gt=0, description="Cap on the tokens of one model answer (the provider's own default when unset)."
     )
+    price_input_per_mtok: float | None = Field(
+        default=None, ge=0,
+        description="What a million input tokens of model cost, in the currency of your bill; with "
+        "price_output_per_mtok the console shows cost beside tokens. Unset: tokens only, never a guessed price.",
+    )  # fmt: skip
+    price_output_per_mtok: float | None = Field(
+        default=None, ge=0, description="What a million output tokens of model cost (set with price_input_per_mtok)."
+    )
+    background_price_input_per_mtok: float | None = Field(
+        default=None, ge=0,
+        description="The same for background_model, when it is another model (unset: its tokens stay unpriced).",
+    )  # fmt: skip
+    background_price_output_per_mtok: float | None = Field(
+        default=None, ge=0, description="What a million output tokens of background_model cost."
+    )
 
     @field_validator("model", "background_model")
     @classmethod
@@ -185,6 +200,19 @@ class LlmConfig(Section):
         if value is not None and ("/" not in value or value.startswith("/") or value.endswith("/")):
             raise ValueError('must be "provider/model", e.g. "openai/gpt-4.1-mini" or "ollama/llama3.2"')
         return value
+
+    @model_validator(mode="after")
+    def _prices_in_pairs(self) -> LlmConfig:
+        # Half a price would price input or output only: a cost that looks right and is not.
+        for prefix in ("price", "background_price"):
+            given = [getattr(self, f"{prefix}_{side}_per_mtok") is not None for side in ("input", "output")]
+            if any(given) and not all(given):
+                raise ValueError(f"{prefix}_input_per_mtok and {prefix}_output_per_mtok go together: set both "
+                                 "(0 for a side that is free) or neither")  # fmt: skip
+        if self.background_price_input_per_mtok is not None and self.background_model in (None, self.model):
+            raise ValueError("background_price_*_per_mtok price background_model, which is not another model: "
+                             "remove them, or set background_model")  # fmt: skip
+        return self
 
 
 class DatabaseConfig(Section):
