@@ -606,6 +606,12 @@ class RetentionConfig(Section):
         "only to send exactly once); the row, with its template version, stays for the statistics.",
     )  # fmt: skip
     usage_days: float = Field(default=0, ge=0, description="Token usage rows older than this are deleted.")
+    reply_traces_days: float = Field(
+        default=0, ge=0,
+        description="What reached each reply's prompt (memory and passage ids with scores: the console's \"why did "
+        "Quinn say that?\" and the memory-health figures, which look back 14 days) is deleted this long after the "
+        "reply.",
+    )  # fmt: skip
     archived_days: float = Field(
         default=0, ge=0,
         description="Archived and forgotten memories, and old versions of changed ones, are deleted for good "
