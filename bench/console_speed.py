@@ -163,6 +163,7 @@ def measure(path: Path, users: int, rounds: int, seed: int) -> list[dict[str, An
     """Each page ``rounds`` times after one warm-up, through the console's app in-process."""
     from starlette.testclient import TestClient
 
+    from quinn.agent.usage import Price
     from quinn.config import ConsoleConfig
     from quinn.console.app import Console, build_app
     from quinn.console.auth import Admin, PasswordHash, hash_password
@@ -172,7 +173,8 @@ def measure(path: Path, users: int, rounds: int, seed: int) -> list[dict[str, An
     store = MemoryStore(Database.open(str(path)), None)
     try:
         admin = Admin("root", "admin", PasswordHash.parse(hash_password(PASSWORD, n=2**14, r=8, p=1), owner="root"))
-        app = build_app(Console(ConsoleConfig(), store, admins={"root": admin}))
+        prices = {"openai/gpt-bench": Price(0.40, 1.60)}  # People and a person price their month's tokens
+        app = build_app(Console(ConsoleConfig(), store, admins={"root": admin}, prices=prices))
         results = []
         with TestClient(app, base_url="http://127.0.0.1") as client:
             login = client.get("/login").text

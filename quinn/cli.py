@@ -221,7 +221,7 @@ async def check(config: Config) -> int:
         # quinn run serves the console once ready: a hash that does not parse, or a missing extra, shows here first.
         import importlib.util
 
-        from quinn.console.auth import admins_from
+        from quinn.console.auth import Token, admins_from
         from quinn.console.serve import EXTRA_HINT
 
         missing = [name for name in ("starlette", "uvicorn") if importlib.util.find_spec(name) is None]
@@ -229,8 +229,10 @@ async def check(config: Config) -> int:
             raise ConfigError(f"the console needs {', '.join(missing)}, which is not installed", EXTRA_HINT)
         admins = admins_from(config.console)
         readers = sum(1 for admin in admins.values() if not admin.may_change)
+        tokens = sum(1 for admin in admins.values() if isinstance(admin.credential, Token))
         where = f"http://{config.console.host}:{config.console.port}/"
-        return f"{len(admins)} admins ({readers} read-only), every password hash parses; served on {where}"
+        checked = "every password hash parses" + (f", {tokens} by token, each long enough" if tokens else "")
+        return f"{len(admins)} admins ({readers} read-only), {checked}; served on {where}"
 
     await probe("imap", imap)
     await probe("trust", trust)

@@ -178,6 +178,21 @@ class LlmConfig(Section):
     max_output_tokens: int | None = Field(
         default=None, gt=0, description="Cap on the tokens of one model answer (the provider's own default when unset)."
     )
+    price_input_per_mtok: float | None = Field(
+        default=None, ge=0,
+        description="What a million input tokens of model cost, in the currency of your bill; with "
+        "price_output_per_mtok the console shows cost beside tokens. Unset: tokens only, never a guessed price.",
+    )  # fmt: skip
+    price_output_per_mtok: float | None = Field(
+        default=None, ge=0, description="What a million output tokens of model cost (set with price_input_per_mtok)."
+    )
+    background_price_input_per_mtok: float | None = Field(
+        default=None, ge=0,
+        description="The same for background_model, when it is another model (unset: its tokens stay unpriced).",
+    )  # fmt: skip
+    background_price_output_per_mtok: float | None = Field(
+        default=None, ge=0, description="What a million output tokens of background_model cost."
+    )
 
     @field_validator("model", "background_model")
     @classmethod
@@ -185,6 +200,19 @@ class LlmConfig(Section):
         if value is not None and ("/" not in value or value.startswith("/") or value.endswith("/")):
             raise ValueError('must be "provider/model", e.g. "openai/gpt-4.1-mini" or "ollama/llama3.2"')
         return value
+
+    @model_validator(mode="after")
+    def _prices_in_pairs(self) -> LlmConfig:
+        # Half a price would price input or output only: a cost that looks right and is not.
+        for prefix in ("price", "background_price"):
+            given = [getattr(self, f"{prefix}_{side}_per_mtok") is not None for side in ("input", "output")]
+            if any(given) and not all(given):
+                raise ValueError(f"{prefix}_input_per_mtok and {prefix}_output_per_mtok go together: set both "
+                                 "(0 for a side that is free) or neither")  # fmt: skip
+        if self.background_price_input_per_mtok is not None and self.background_model in (None, self.model):
+            raise ValueError("background_price_*_per_mtok price background_model, which is not another model: "
+                             "remove them, or set background_model")  # fmt: skip
+        return self
 
 
 class DatabaseConfig(Section):
@@ -499,10 +527,28 @@ class ConsoleAdmin(Section):
     role: Literal["admin", "read-only"] = Field(
         default="admin", description="admin: may edit and forget memories; read-only: may only look."
     )
-    password_hash_env: str = Field(
+    password_hash_env: str | None = Field(
+        default=None,
         description="Name of the environment variable (or credential) holding this admin's password hash, made "
-        "by `quinn console hash-password`; never the password itself.",
+        "by `quinn console hash-password`; never the password itself. Set this or token_env.",
     )
+    token_env: str | None = Field(
+        default=None,
+        description="Instead of a password hash: name of the environment variable (or credential) holding a login "
+        "token of at least 32 characters, typed as the password on the login form; make one with "
+        '`python -c "import secrets; print(secrets.token_urlsafe(32))"`.',
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_log_in(self) -> ConsoleAdmin:
+        # One way in per admin: with both, which one counts would be a guess (and a forgotten one a back door).
+        how = ("password_hash_env for a password hash made by `quinn console hash-password`, or token_env for a "
+               "random token of 32+ characters")  # fmt: skip
+        if self.password_hash_env is not None and self.token_env is not None:
+            raise ValueError(f"admin {self.name} sets both password_hash_env and token_env: keep one ({how})")
+        if self.password_hash_env is None and self.token_env is None:
+            raise ValueError(f"admin {self.name} sets no way to log in: add {how}")
+        return self
 
 
 class ConsoleConfig(Section):
@@ -560,6 +606,12 @@ class RetentionConfig(Section):
         "only to send exactly once); the row, with its template version, stays for the statistics.",
     )  # fmt: skip
     usage_days: float = Field(default=0, ge=0, description="Token usage rows older than this are deleted.")
+    reply_traces_days: float = Field(
+        default=0, ge=0,
+        description="What reached each reply's prompt (memory and passage ids with scores: the console's \"why did "
+        "Quinn say that?\" and the memory-health figures, which look back 14 days) is deleted this long after the "
+        "reply.",
+    )  # fmt: skip
     archived_days: float = Field(
         default=0, ge=0,
         description="Archived and forgotten memories, and old versions of changed ones, are deleted for good "

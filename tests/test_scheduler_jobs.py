@@ -574,4 +574,4 @@ async def test_retention_windows_delete_each_kind_and_never_a_current_memory(ben
     assert archived not in [h.id for h in bench.store.search(user, "umbrella", k=5, touch=False)]
     # Zero keeps everything: the default for all but the outbox.
     assert RetentionConfig().model_dump() == {"conversations_days": 0, "outbox_days": 30, "usage_days": 0,
-                                              "archived_days": 0}  # fmt: skip
+                                              "reply_traces_days": 0, "archived_days": 0}  # fmt: skip

@@ -3,7 +3,8 @@
 The reply path computes it (``trace_of``: pure, from the reply's inputs and the rendered prompt) and the engine
 records it with the mail (``record``). Memories and passages are kept by id with their scores, the mail's files
 by kind and size, the tool calls by name with the memory ids they touched; never the person's text, so the row
-is a pointer and a purge of the person deletes it (``purge_user``). The console reads it (``by_id``,
+is a pointer; a purge of the person deletes it (``purge_user``), and so does retention once it is older than
+``[retention] reply_traces_days`` (``expire_before``). The console reads it (``by_id``,
 ``for_user``, ``for_messages``) and fetches the text itself, by id, through the store. This module owns
 ``reply_traces`` (migration 0019). DB functions run on the DB thread (``Database.run``).
 """
@@ -212,6 +213,11 @@ def for_messages(db: Database, message_ids: Iterable[str]) -> dict[str, int]:
         rows = db.query(f"SELECT message_id, id FROM reply_traces WHERE message_id IN ({marks})", chunk)
         found.update({row[0]: int(row[1]) for row in rows})
     return found
+
+
+def expire_before(tx: Transaction, before: str) -> dict[str, int]:
+    """Retention (``[retention] reply_traces_days``): traces of replies written before ``before``."""
+    return {"reply_traces": tx.delete("reply_traces", "at < ?", (before,))}
 
 
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:

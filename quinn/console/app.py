@@ -23,7 +23,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from quinn.agent import PromptStore, sample_variables
+from quinn.agent import PromptStore, sample_variables, usage
+from quinn.clock import Clock
 from quinn.config import ConsoleConfig, SchedulerConfig
 from quinn.console.auth import Admin, LoginLimiter, Session, Sessions, admins_from, csrf_ok
 from quinn.errors import QuinnError
@@ -73,6 +74,10 @@ class Console:
     #: Retry of a failed or quarantined mail (``engine/retry.py``, as ``quinn mail status --retry``), on the DB
     #: thread; it needs the IMAP settings (``serve.mail_parts``). Without it the Mail page offers no retry.
     retry_mail: Callable[[MailKey], dict[str, Any]] | None = None
+    #: What a million tokens of each model cost (``[llm] price_*_per_mtok``, ``usage.prices_from``); without
+    #: them the pages show tokens, and "—" for cost. ``clock``: what "this month" is.
+    prices: dict[str, usage.Price] = field(default_factory=dict)
+    clock: Clock = field(default_factory=Clock)
 
     def __post_init__(self) -> None:
         if not self.admins:
@@ -84,6 +89,8 @@ class Console:
             loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined
         )
         self.templates.filters["path"] = lambda text: quote(str(text), safe="@")  # one URL path segment
+        self.templates.filters["money"] = lambda cost: "—" if cost is None else f"{cost:,.4f}"  # no price: a dash
+        self.templates.filters["count"] = lambda number: f"{number:,}"
 
     # -- responses ---------------------------------------------------------------------------------------
 

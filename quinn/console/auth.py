@@ -1,8 +1,11 @@
-"""Who may use the console: password hashes, sessions with CSRF tokens, and the login rate limit. Pure: no I/O.
+"""Who may use the console: password hashes or tokens, sessions with CSRF tokens, and the login rate limit. Pure:
+no I/O.
 
 Password hashes are scrypt (RFC 7914) from the standard library, written as ``scrypt$N$r$p$salt$hash`` (salt and
 hash in URL-safe base64), so an operator makes one with ``quinn console hash-password`` and puts it in an
-environment variable or a systemd credential; the password itself is never stored anywhere.
+environment variable or a systemd credential; the password itself is never stored anywhere. An admin may have a
+login token instead (``token_env``: a long random string, typed as the password), for one who keeps it in a
+password manager rather than choosing a password; it is compared in constant time under the same rate limit.
 
 A session is an opaque random id (256 bits) kept in this process's memory, not a signed cookie: a logout or an
 expiry really ends it, and there is no signing key to configure, leak or rotate. The price: sessions end when the
@@ -29,6 +32,8 @@ SCRYPT_MAXMEM = 64 * 1024 * 1024
 HASH_PREFIX = "scrypt"
 MAX_ANONYMOUS = 1000  # sessions of login pages not (yet) logged in; past this the oldest goes
 MAX_LIMITED_KEYS = 10_000  # names and addresses with failed logins kept before the stale ones are dropped
+MIN_TOKEN_CHARS = 32  # token_urlsafe(32) gives 43: 256 bits, beyond guessing within any login rate limit
+MAKE_TOKEN = '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
 
 
 def _b64(data: bytes) -> str:
@@ -86,13 +91,39 @@ class PasswordHash:
 DECOY = PasswordHash(SCRYPT_N, SCRYPT_R, SCRYPT_P, b"\0" * 16, b"\0" * 32)
 
 
+@dataclass(frozen=True, repr=False)
+class Token:
+    """A login token (``token_env``), typed on the login form in place of a password."""
+
+    value: str
+
+    @classmethod
+    def parse(cls, text: str, *, owner: str) -> Token:
+        """Check a configured token; ``owner`` names whose it is in the error (never the value itself)."""
+        if len(text) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"{owner} holds a token of {len(text)} characters, fewer than {MIN_TOKEN_CHARS}",
+                              f"make one with {MAKE_TOKEN} and put it in the variable")  # fmt: skip
+        return cls(text)
+
+    def matches(self, password: str) -> bool:
+        """True when ``password`` is the token (compared in constant time)."""
+        # The decoy's scrypt first: a token admin's name then answers as slowly as any other name (no probing
+        # which names hold tokens). SHA-256 of both sides: the compare takes no time that depends on the length.
+        DECOY.matches(password)
+        typed, token = hashlib.sha256(password.encode("utf-8")), hashlib.sha256(self.value.encode("utf-8"))
+        return hmac.compare_digest(typed.digest(), token.digest())
+
+    def __repr__(self) -> str:
+        return "Token(***)"
+
+
 @dataclass(frozen=True)
 class Admin:
-    """Someone who may log in."""
+    """Someone who may log in, with a password hash or a token."""
 
     name: str
     role: str
-    password: PasswordHash
+    credential: PasswordHash | Token
 
     @property
     def may_change(self) -> bool:
@@ -101,15 +132,25 @@ class Admin:
 
 
 def admins_from(config: ConsoleConfig) -> dict[str, Admin]:
-    """The configured admins with their parsed hashes; a missing or malformed hash is a ``ConfigError``."""
+    """The configured admins with their parsed hashes or checked tokens; a missing, malformed or short one is a
+    ``ConfigError``."""
     found = {}
     for i, entry in enumerate(config.admins):
-        where = f"console.admins[{i}].password_hash_env ({entry.password_hash_env}, admin {entry.name})"
-        text = entry.secret("password_hash")
-        if not text:
-            raise ConfigError(f"{where} is not set", f"export {entry.password_hash_env}=... (quinn console "
-                              "hash-password makes the value)")  # fmt: skip
-        found[entry.name] = Admin(entry.name, entry.role, PasswordHash.parse(text, owner=where))
+        credential: PasswordHash | Token
+        if entry.token_env is not None:
+            where = f"console.admins[{i}].token_env ({entry.token_env}, admin {entry.name})"
+            text = entry.secret("token")
+            if not text:
+                raise ConfigError(f"{where} is not set", f"export {entry.token_env}=... ({MAKE_TOKEN} makes one)")
+            credential = Token.parse(text, owner=where)
+        else:
+            where = f"console.admins[{i}].password_hash_env ({entry.password_hash_env}, admin {entry.name})"
+            text = entry.secret("password_hash")
+            if not text:
+                raise ConfigError(f"{where} is not set", f"export {entry.password_hash_env}=... (quinn console "
+                                  "hash-password makes the value)")  # fmt: skip
+            credential = PasswordHash.parse(text, owner=where)
+        found[entry.name] = Admin(entry.name, entry.role, credential)
     return found
 
 

@@ -9,13 +9,15 @@ the Audit page shows.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log, reply_trace
+from quinn.agent import audit_log, reply_trace, usage
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
+from quinn.db import Database
 from quinn.engine.retry import RETRIABLE
 from quinn.mailbox import MailKey
 from quinn.memory import list_users
@@ -44,11 +46,19 @@ def people(console: Console) -> Endpoint:
     async def list_people(request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
         page = max(_int(request.query_params.get("page"), 1), 1)
-        # One more than a page: whether there is a next one.
-        rows = await console.store.db.run(list_users, console.store.db, query or None, limit=PEOPLE_LIMIT + 1,
-                                          offset=(page - 1) * PEOPLE_LIMIT)  # fmt: skip
-        return console.render(request, "people.html", people=rows[:PEOPLE_LIMIT], q=query, limit=PEOPLE_LIMIT,
-                              page=page, more=len(rows) > PEOPLE_LIMIT)  # fmt: skip
+        since = usage.month_start(console.clock.now())
+
+        def read(db: Database) -> tuple[list[dict[str, Any]], bool]:
+            # One more than a page: whether there is a next one. The page's spend in one query, not one a row.
+            rows = list_users(db, query or None, limit=PEOPLE_LIMIT + 1, offset=(page - 1) * PEOPLE_LIMIT)
+            shown = rows[:PEOPLE_LIMIT]
+            spent = usage.users_spend(db, [row["user"] for row in shown], since, console.prices)
+            nothing = usage.spend_of([], console.prices)
+            return [{**row, "spend": spent.get(row["user"], nothing)} for row in shown], len(rows) > PEOPLE_LIMIT
+
+        shown, more = await console.store.db.run(read, console.store.db)
+        return console.render(request, "people.html", people=shown, month=since, priced=bool(console.prices),
+                              q=query, limit=PEOPLE_LIMIT, page=page, more=more)  # fmt: skip
 
     return list_people
 
@@ -83,10 +93,13 @@ def person(console: Console) -> Endpoint:
         current = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT)
         kinds = Counter((m.domain or "", m.type) for m in current)
         replies = await store.db.run(reply_trace.for_user, store.db, user, REPLIES_LIMIT)
+        since = usage.month_start(console.clock.now())
+        spent = await store.db.run(usage.users_spend, store.db, [user], since, console.prices)
         return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
                               include_inactive=include_inactive, kinds=sorted(kinds.items()),
                               domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),
-                              searched=bool(query), replies=replies)  # fmt: skip
+                              searched=bool(query), replies=replies, month=since, priced=bool(console.prices),
+                              spend=spent.get(user, usage.spend_of([], console.prices)))  # fmt: skip
 
     return show_person
 

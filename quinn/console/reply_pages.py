@@ -3,7 +3,8 @@ that reached its prompt with their scores and citations, the tool calls the mode
 
 The trace (``agent/reply_trace.py``) holds ids and scores, not text: the memories are read through the store and
 the passages through ``memory.passages`` by id, so a memory forgotten since shows as forgotten and a purged
-person's replies are gone. Tokens come from the token ledger (``agent/usage.py``) by the mail's Message-ID.
+person's replies are gone. Tokens come from the token ledger (``agent/usage.py``) by the mail's Message-ID, and
+their cost from the prices in ``[llm]`` (none configured: "—").
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def _why(console: Console, trace_id: int) -> dict[str, Any] | None:
     passages = [PassageRow(p, found.get(p.id)) for p in trace.passages]
     ledger = console.ledger.listing(message_id=traced.message_id, limit=1)
     spent = usage.message_usage(store.db, traced.message_id)
-    return {"traced": traced, "trace": trace, "memories": memories, "passages": passages, "usage": spent,
-            "mail": ledger[0] if ledger else None}  # fmt: skip
+    costs = [usage.spend_of([part], console.prices) for part in spent]  # each part is of one model
+    return {"traced": traced, "trace": trace, "memories": memories, "passages": passages,
+            "usage": list(zip(spent, costs, strict=True)), "total": usage.spend_of(spent, console.prices),
+            "priced": bool(console.prices), "mail": ledger[0] if ledger else None}  # fmt: skip
 
 
 def why(console: Console) -> Endpoint:

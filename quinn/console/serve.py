@@ -36,7 +36,8 @@ class ConsoleServer:
             from quinn.console.app import Console, build_app
         except ImportError as exc:
             raise ConfigError(f"the console needs {exc.name}, which is not installed", EXTRA_HINT) from None
-        extra = {**prompt_parts(full, store), **job_parts(full, store), **mail_parts(full, store)} if full else {}
+        extra = {**prompt_parts(full, store), **job_parts(full, store), **mail_parts(full, store),
+                 **usage_parts(full)} if full else {}  # fmt: skip
         console = Console(config, store, **extra)  # checks the admins' hashes before anything listens
         self.socket = bind(config.host, config.port)
         host, port = self.socket.getsockname()[:2]
@@ -114,6 +115,13 @@ def mail_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
     from quinn.engine.retry import retry
 
     return {"retry_mail": lambda key: retry(config, store.db, key)}
+
+
+def usage_parts(config: Config) -> dict[str, Any]:
+    """The prices of ``[llm]``, for the cost beside the tokens (People, a person, why a reply)."""
+    from quinn.agent import usage
+
+    return {"prices": usage.prices_from(config.llm)}
 
 
 def bind(host: str, port: int) -> socket.socket:

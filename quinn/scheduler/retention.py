@@ -7,6 +7,7 @@
   row (state, template version) stays for the statistics. Pending and failed ones are never touched: they still
   have to be sent or looked at.
 * usage: token usage rows.
+* reply traces: what reached each reply's prompt (ids and scores), by when the reply was written.
 * archived: memories no longer in use (archived, forgotten, or an old version of a changed memory) are deleted
   with their history rows and graph links; a current memory is never touched.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from quinn.agent import state, usage
+from quinn.agent import reply_trace, state, usage
 from quinn.clock import iso
 from quinn.config import RetentionConfig
 from quinn.db import Database, Transaction
@@ -33,6 +34,7 @@ WINDOWS: tuple[tuple[str, tuple[Expire, ...]], ...] = (
     ("conversations_days", (threads.expire_before, state.expire_before)),
     ("outbox_days", (outbox.expire_before,)),
     ("usage_days", (usage.expire_before,)),
+    ("reply_traces_days", (reply_trace.expire_before,)),
     ("archived_days", (expiry.expire_before,)),
 )
 

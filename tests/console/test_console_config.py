@@ -6,7 +6,7 @@ import pytest
 
 from quinn.cli import main
 from quinn.config import load_config
-from quinn.console.auth import PasswordHash, admins_from, hash_password
+from quinn.console.auth import PasswordHash, Token, admins_from, hash_password
 from quinn.errors import ConfigError
 from tests.console.conftest import CONFIG, TEST_COST
 
@@ -36,6 +36,13 @@ def test_off_and_on_loopback_by_default(tmp_path):
          "console.admins.0.name"),
         ('[console]\n[[console.admins]]\nname = "a"\npassword_hash_env = "H_MISSING"\n', {},
          "console.admins[0].password_hash_env names the environment variable H_MISSING, which is not set"),
+        ('[console]\n[[console.admins]]\nname = "a"\npassword_hash_env = "H"\ntoken_env = "T"\n', {"H": "x", "T": "y"},
+         "admin a sets both password_hash_env and token_env: keep one (password_hash_env for a password hash"),
+        ('[console]\n[[console.admins]]\nname = "a"\nrole = "read-only"\n', {},
+         "admin a sets no way to log in: add password_hash_env for a password hash made by `quinn console "
+         "hash-password`, or token_env for a random token of 32+ characters"),
+        ('[console]\n[[console.admins]]\nname = "a"\ntoken_env = "T_MISSING"\n', {},
+         "console.admins[0].token_env names the environment variable T_MISSING, which is not set"),
         ("[console]\nport = 70000\n", {}, "console.port"),
         ('[console]\n[[console.admins]]\nname = "a"\npasswrd_hash_env = "H"\n', {},
          "did you mean console.admins.0.password_hash_env"),
@@ -55,6 +62,24 @@ def test_a_malformed_hash_names_the_admin_not_the_value(tmp_path):
     message = str(caught.value)
     assert "console.admins[0].password_hash_env (H, admin a) is not a password hash" in message
     assert "hunter2" not in message and "hash-password" in (caught.value.hint or "")
+
+
+def test_a_short_token_is_refused_at_start_naming_how_to_make_one(tmp_path):
+    config = load(tmp_path, BASE + '[console]\n[[console.admins]]\nname = "ops"\ntoken_env = "T"\n',
+                  {"T": "letmein-letmein-letmein-letmein"})  # 31 characters  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        admins_from(config.console)
+    message = str(caught.value)
+    assert message.startswith("console.admins[0].token_env (T, admin ops) holds a token of 31 characters, fewer "
+                              "than 32")  # fmt: skip
+    assert "letmein" not in message
+    assert 'python -c "import secrets; print(secrets.token_urlsafe(32))"' in (caught.value.hint or "")
+    long_enough = load(tmp_path, BASE + '[console]\n[[console.admins]]\nname = "ops"\ntoken_env = "T"\n',
+                       {"T": "x" * 32})  # fmt: skip
+    (ops,) = admins_from(long_enough.console).values()
+    assert isinstance(ops.credential, Token) and ops.credential.matches("x" * 32)
+    assert not ops.credential.matches("x" * 31) and not ops.credential.matches("x" * 33)
+    assert "x" * 32 not in repr(ops)
 
 
 def test_hash_password_round_trip(capsys, monkeypatch):
