@@ -60,9 +60,9 @@ def test_approve_edit_and_discard_are_decided_once(outbox: Outbox) -> None:
     [draft] = outbox.drafts()
     assert draft.awaiting and not draft.blanked and draft.item.state == "drafted"
     assert outbox.pending() == [] and outbox.to_send_reviewed() == []
-    edited = with_body(draft.item.raw, "Noon is fine.")
-    item = outbox.review(first, "approved", "root", raw=edited)
-    assert (item.state, item.raw) == ("approved", edited)
+    item = outbox.review(first, "approved", "root", body="Noon is fine.")
+    assert item.state == "approved" and read_draft(item.raw).body == "Noon is fine.\n"
+    assert email.message_from_bytes(item.raw)["Message-ID"] == first
     assert [i.message_id for i in outbox.to_send_reviewed()] == [first]
     assert outbox.pending() == []  # the digests' and the mail path's list never takes a reviewed item
     with pytest.raises(QuinnError, match="is approved, not a draft awaiting review"):
@@ -88,6 +88,8 @@ def test_a_discarded_draft_is_never_sent_and_a_blanked_one_cannot_be_approved(ou
     with pytest.raises(QuinnError, match="blanked by retention") as refused:
         outbox.review(mid, "approved", "root")
     assert "drafts folder" in str(refused.value.hint)
+    with pytest.raises(QuinnError, match="blanked by retention"):  # an edit has no headers to keep either
+        outbox.review(mid, "approved", "root", body="A new text")
     assert outbox.get(mid).state == "drafted"
     outbox.review(mid, "discarded", "root")
     assert outbox.to_send_reviewed() == [] and outbox.drafts() == []

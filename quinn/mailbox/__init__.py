@@ -41,6 +41,7 @@ HOMES = {
     "html_to_text": "parse",
     "parse_email": "parse",
     "UNVERIFIED_PREFIX": "policy",
+    "MAX_DRAFT_CHARS": "review",
     "DraftText": "review",
     "read_draft": "review",
     "with_body": "review",
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.policy import check_trust as check_trust
     from quinn.mailbox.policy import decide as decide
     from quinn.mailbox.policy import trust_warnings as trust_warnings
+    from quinn.mailbox.review import MAX_DRAFT_CHARS as MAX_DRAFT_CHARS
     from quinn.mailbox.review import DraftText as DraftText
     from quinn.mailbox.review import read_draft as read_draft
     from quinn.mailbox.review import with_body as with_body

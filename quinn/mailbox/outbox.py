@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
 from quinn.errors import QuinnError
+from quinn.mailbox.review import with_body
 
 
 @dataclass(frozen=True)
@@ -162,29 +163,30 @@ class Outbox:
                 drafts.append(Draft(item, template, drafted_at, by, at))
         return drafts
 
-    def review(self, message_id: str, decision: str, reviewer: str, *, raw: bytes | None = None) -> OutboxItem:
-        """A reviewer's decision on a draft awaiting review: ``approved`` (with ``raw``, its edited text) or
-        ``discarded``. Refused with the reason (a ``QuinnError``) when the item is not a draft awaiting review
-        (decided already, by someone else too), or when approving a draft whose text retention blanked."""
-        if decision not in DECISIONS:
-            raise ValueError(f"not a review decision: {decision}")
+    def review(self, message_id: str, decision: str, reviewer: str, *, body: str | None = None) -> OutboxItem:
+        """A reviewer's decision on a draft awaiting review: ``approved`` (with ``body``, the text it is sent
+        with instead: ``review.with_body``) or ``discarded``. Refused with the reason (a ``QuinnError``) when the
+        item is not a draft awaiting review (decided already, by someone else too), or when approving a draft
+        whose text retention blanked."""
+        if decision not in DECISIONS or (body is not None and decision != "approved"):
+            raise ValueError(f"not a review decision: {decision}{' with a new text' if body is not None else ''}")
         with self.db.transaction() as tx:
-            rows = tx.query("SELECT state, length(raw) FROM outbox WHERE message_id = ?", (message_id,))
+            rows = tx.query("SELECT state, raw FROM outbox WHERE message_id = ?", (message_id,))
             if not rows:
                 raise QuinnError(f"no reply {message_id} in the outbox", "copy an id from the list of drafts")
-            state, size = rows[0]
+            state, raw = rows[0][0], bytes(rows[0][1])
             if state != "drafted":
                 raise QuinnError(f"reply {message_id} is {state}, not a draft awaiting review",
                                  "only a draft nobody has decided on yet can be approved or discarded")  # fmt: skip
-            if decision == "approved" and not size and not raw:
+            if decision == "approved" and not raw:
                 raise QuinnError(
                     f"the text of draft {message_id} was blanked by retention ([retention] outbox_days), so Quinn "
                     "has nothing to send", "send it from the drafts folder in your mail client, or discard it",
                 )  # fmt: skip
             tx.execute(
-                "UPDATE outbox SET state = ?, reviewed_by = ?, reviewed_at = ?, raw = coalesce(?, raw),"
-                " last_error = '' WHERE message_id = ? AND state = 'drafted'",
-                (decision, reviewer, iso(utcnow()), raw, message_id),
+                "UPDATE outbox SET state = ?, reviewed_by = ?, reviewed_at = ?, raw = ?, last_error = ''"
+                " WHERE message_id = ? AND state = 'drafted'",
+                (decision, reviewer, iso(utcnow()), raw if body is None else with_body(raw, body), message_id),
             )
         item = self.get(message_id)
         assert item is not None

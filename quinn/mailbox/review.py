@@ -17,7 +17,7 @@ from quinn.mailbox.smtp import html_alternative  # the same HTML part as a compo
 
 #: Headers that describe the old body; the rebuilt message writes its own.
 _BODY_HEADERS = frozenset({"content-type", "content-transfer-encoding", "mime-version", "content-disposition"})
-MAX_BODY_CHARS = 50_000
+MAX_DRAFT_CHARS = 50_000
 
 
 @dataclass(frozen=True)
