@@ -59,11 +59,11 @@ def test_approve_edit_and_discard_are_decided_once(outbox: Outbox) -> None:
     first = drafted(outbox)
     [draft] = outbox.drafts()
     assert draft.awaiting and not draft.blanked and draft.item.state == "drafted"
-    assert outbox.pending() == [] and outbox.to_send_reviewed() == []
+    assert outbox.pending() == [] and outbox.to_send_reviewed() == [] and not outbox.reviewed_work()
     item = outbox.review(first, "approved", "root", body="Noon is fine.")
     assert item.state == "approved" and read_draft(item.raw).body == "Noon is fine.\n"
     assert email.message_from_bytes(item.raw)["Message-ID"] == first
-    assert [i.message_id for i in outbox.to_send_reviewed()] == [first]
+    assert [i.message_id for i in outbox.to_send_reviewed()] == [first] and outbox.reviewed_work()
     assert outbox.pending() == []  # the digests' and the mail path's list never takes a reviewed item
     with pytest.raises(QuinnError, match="is approved, not a draft awaiting review"):
         outbox.review(first, "discarded", "other")
@@ -73,8 +73,9 @@ def test_approve_edit_and_discard_are_decided_once(outbox: Outbox) -> None:
     outbox.mark(first, "sent")
     assert outbox.drafts() == [] and outbox.to_send_reviewed() == []
     assert outbox.drafts_to_remove() == [first]
+    assert outbox.reviewed_work()
     outbox.draft_removed(first)
-    assert outbox.drafts_to_remove() == []
+    assert outbox.drafts_to_remove() == [] and not outbox.reviewed_work()
     with pytest.raises(QuinnError, match="no reply <nope@x> in the outbox"):
         outbox.review("<nope@x>", "approved", "root")
 

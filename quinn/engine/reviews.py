@@ -27,6 +27,9 @@ async def finish_reviewed(parts: Parts, hold: SetupHold, run_db: Callable[..., A
     reviewed ones from the drafts folder; when another daemon holds the lease, it is doing this now."""
     store = parts.store
     assert store is not None
+    outbox = Outbox(store.db)
+    if not await run_db(outbox.reviewed_work):  # the usual pass: nothing decided, so no lease is written
+        return
     leases = Leases(store.db, holder)
     now, lease_s = parts.clock.now(), parts.config.service.mail_lease_s
     held = await run_db(leases.acquire, LEASE, now, lease_s)

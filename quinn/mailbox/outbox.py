@@ -192,6 +192,13 @@ class Outbox:
         assert item is not None
         return item
 
+    def reviewed_work(self) -> bool:
+        """Whether a reviewed draft waits for the daemon: to be sent, or to leave the drafts folder."""
+        return bool(self.db.query_value(
+            f"SELECT EXISTS (SELECT 1 FROM outbox WHERE ({_REVIEWED_UNSENT}) OR (reviewed_at IS NOT NULL"
+            " AND draft_removed_at IS NULL AND state IN ('sent', 'discarded')))"
+        ))  # fmt: skip
+
     def to_send_reviewed(self) -> list[OutboxItem]:
         """Approved drafts not yet sent (a try that failed or was interrupted included), oldest decision first."""
         rows = self.db.query(f"SELECT message_id FROM outbox WHERE {_REVIEWED_UNSENT} ORDER BY reviewed_at")
