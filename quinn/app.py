@@ -1,7 +1,8 @@
 """Quinn: the daemon's loop. Built from a Config through the composition root (``quinn.engine.parts``), it
 keeps the IMAP connection alive and feeds each mail of the watched folder to the mail engine
 (``quinn.engine.mail``), which takes it along the state machine of ``quinn.engine.states``; after each pass it
-sends the digests and sweeps purged users' mail. SIGHUP's ``reload`` rebuilds the parts a new config changes.
+sends the digests, finishes the drafts a reviewer decided on and sweeps purged users' mail. SIGHUP's ``reload``
+rebuilds the parts a new config changes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from quinn.engine.folder import WatchedFolder
 from quinn.engine.mail import MailHandler
 from quinn.engine.parts import Parts
 from quinn.engine.purges import MailboxPurges
+from quinn.engine.reviews import finish_reviewed
 from quinn.errors import ConnectError, QuinnError
 from quinn.hold import HELD_PREFIX, SetupHold
 from quinn.logs import set_level
@@ -221,6 +223,7 @@ class Quinn:
         if self.purges:
             await self.purges.sweep(self.mailbox, self.config.smtp.from_address, self._imap)
         await send_digests(self.parts, self.hold, self._db, self.mail.holder)
+        await finish_reviewed(self.parts, self.hold, self._db, self.mail.holder)  # drafts approved or discarded
         return len(uids)
 
     @property

@@ -124,7 +124,9 @@ class SmtpConfig(Section):
         default=None, description="CA bundle (PEM) to verify the server's certificate; default: the system's CAs."
     )
     reply_mode: Literal["send", "draft"] = Field(
-        default="send", description="send: reply over SMTP; draft: APPEND the reply to the drafts folder."
+        default="send",
+        description="send: reply over SMTP; draft: APPEND the reply to the drafts folder, where it awaits review "
+        "(the console's Mail page: approve, edit or discard; the daemon sends what is approved).",
     )
     reply_all: bool = Field(
         default=False, description="Keep the other To/Cc recipients of a mail on Cc of the reply (reply-all)."

@@ -310,3 +310,38 @@ def test_users_list_and_the_user_metric_count_the_same_people(admin_db, tmp_path
         assert MemoryStore(db, None).users() == sorted(listed)
     finally:
         db.close()
+
+
+@pytest.mark.lab  # runs a process
+def test_mail_drafts_lists_approves_and_discards_audited(admin_db, tmp_path):
+    from quinn.agent import audit_log
+    from quinn.mailbox.smtp import compose_reply
+
+    db = Database.open(str(tmp_path / "quinn.db"))
+    outbox, ids = Outbox(db), []
+    for n in (1, 2):
+        reply = compose_reply(parse_email(email_bytes(ALICE, f"Draft {n}", "Hi", f"<d{n}@x.test>")), f"Answer {n}",
+                              own_address="quinn@example.test")  # fmt: skip
+        outbox.put(reply.message_id, f"<d{n}@x.test>", ALICE, None, reply.recipients, reply.raw)
+        outbox.mark(reply.message_id, "drafted")
+        ids.append(reply.message_id)
+    db.close()
+    config = admin_db["config"]
+    listed = as_json(quinn(config, "mail", "drafts", "--json"))
+    assert [(d["id"], d["state"], d["subject"], d["body"]) for d in listed] == [
+        (ids[0], "drafted", "Re: Draft 1", "Answer 1\n"), (ids[1], "drafted", "Re: Draft 2", "Answer 2\n")]  # fmt: skip
+    approved = quinn(config, "mail", "drafts", "--approve", ids[0])
+    assert approved.returncode == 0 and "the daemon sends it on its next pass" in approved.stdout
+    assert as_json(quinn(config, "mail", "drafts", "--discard", ids[1], "--json")) == {
+        "id": ids[1],
+        "state": "discarded",
+    }
+    again = quinn(config, "mail", "drafts", "--discard", ids[0])
+    assert again.returncode == 1 and f"reply {ids[0]} is approved, not a draft awaiting review" in again.stderr
+    db = Database.open(str(tmp_path / "quinn.db"))
+    try:
+        assert [Outbox(db).get(i).state for i in ids] == ["approved", "discarded"]
+        actions = [(e.action, e.object) for e in reversed(audit_log.listing(db))]
+        assert actions == [("approve draft", f"draft {ids[0]}"), ("discard draft", f"draft {ids[1]}")]
+    finally:
+        db.close()

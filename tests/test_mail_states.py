@@ -42,8 +42,9 @@ def test_every_state_is_reachable_from_received_and_final_states_stay_final() ->
                 reached.add(nxt)
                 todo.append(nxt)
     assert reached == states.STATES
-    for final in ("replied", "drafted", "ignored", "rejected", "superseded"):
+    for final in ("replied", "ignored", "rejected", "superseded"):
         assert states.TRANSITIONS[final] == frozenset()
+    assert states.TRANSITIONS["drafted"] == {"replied"}  # a reviewer approved the draft and it was sent
     assert "received" not in set().union(*states.TRANSITIONS.values()), "received is only ever the first state"
 
 

@@ -3,6 +3,10 @@
 A mail is named by its ledger key ``FOLDER:UIDVALIDITY:UID`` (as the table shows it). ``--retry KEY`` takes a
 ``failed`` mail (a permanent SMTP rejection, or too many transient failures) or a ``quarantined`` one back, through
 ``engine/retry.py`` (the console's Mail page uses the same function).
+
+``quinn mail drafts`` lists the drafts awaiting review (draft mode); ``--approve ID`` / ``--discard ID`` decide on
+one (ID: its Message-ID, as listed) through ``Outbox.review``, as the console's Mail page does, audited as
+``cli:<login name>``; the daemon sends an approved draft at its next pass (``engine/reviews.py``).
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ from typing import Any
 
 from rich.console import Console
 
+from quinn.agent import audit_log
 from quinn.commands.database import DATABASE_ONLY, opened_database
 from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config, resolve_secrets
 from quinn.db import Database
 from quinn.engine.retry import key_text, retry
 from quinn.errors import ConfigError
-from quinn.mailbox import MailKey, MailLedger, Outbox
+from quinn.mailbox import MailKey, MailLedger, Outbox, read_draft
 
 ATTENTION_STATES = ("failed", "quarantined", "deferred", "handling", "retried")
 
@@ -34,6 +39,13 @@ def register(sub: Any, with_config: Any) -> None:
     status.add_argument("--retry", metavar="KEY", help="retry a failed mail (KEY as listed: FOLDER:UIDVALIDITY:UID)")
     status.add_argument("--limit", type=int, default=50, help="list at most this many mails per state (default 50)")
     status.set_defaults(handler=mail_status, secrets_of=DATABASE_ONLY)
+    drafts = with_config(add_json_flag(commands.add_parser(
+        "drafts", help="drafts awaiting review (draft mode); --approve ID or --discard ID decides on one",
+    )))  # fmt: skip
+    decide = drafts.add_mutually_exclusive_group()
+    decide.add_argument("--approve", metavar="ID", help="approve a draft (ID: its Message-ID): the daemon sends it")
+    decide.add_argument("--discard", metavar="ID", help="discard a draft (ID: its Message-ID): it is never sent")
+    drafts.set_defaults(handler=mail_drafts, secrets_of=DATABASE_ONLY)
 
 
 def parse_key(text: str) -> MailKey:
@@ -90,3 +102,40 @@ def mail_status(args: argparse.Namespace, config: Config) -> int:
             out.print("Retry a failed mail with: quinn mail status --retry KEY")
 
     return answer(args, report, show)
+
+
+def drafts_report(db: Database) -> list[dict[str, Any]]:
+    """The drafts awaiting review and the reviewed ones not sent yet, oldest first."""
+    rows = []
+    for draft in Outbox(db).drafts():
+        text = read_draft(draft.item.raw)
+        rows.append({"id": draft.item.message_id, "state": draft.item.state, "to": text.to, "subject": text.subject,
+                     "drafted_at": draft.drafted_at, "reviewed_by": draft.reviewed_by, "blanked": draft.blanked,
+                     "error": draft.item.last_error, "body": text.body})  # fmt: skip
+    return rows
+
+
+def mail_drafts(args: argparse.Namespace, config: Config) -> int:
+    """List the drafts, or approve or discard one (audited)."""
+    if args.approve or args.discard:
+        decision, message_id = ("approved", args.approve) if args.approve else ("discarded", args.discard)
+        actor = audit_log.cli_actor()
+        with opened_database(config) as db:
+            item = Outbox(db).review(message_id, decision, actor)
+            verb = "approve draft" if decision == "approved" else "discard draft"
+            audit_log.record(db, actor, verb, f"draft {message_id}", user_id=item.user_id,
+                             detail=f"to {', '.join(item.recipients)}")  # fmt: skip
+        then = "the daemon sends it on its next pass" if decision == "approved" else "it will not be sent"
+        return answer(args, {"id": message_id, "state": decision},
+                      lambda out: out.print(f"{message_id}: {decision}; {then}"))  # fmt: skip
+    with opened_database(config) as db:
+        rows = drafts_report(db)
+
+    def show(out: Console) -> None:
+        listed = [{**row, "body": shorten(row["body"], 80)} for row in rows]
+        out.print(table("Drafts awaiting review", ["id", "state", "to", "subject", "drafted_at", "body"], listed,
+                        empty="no drafts awaiting review"))  # fmt: skip
+        if any(row["state"] == "drafted" for row in rows):
+            out.print("Decide with: quinn mail drafts --approve ID  (or --discard ID)")
+
+    return answer(args, rows, show)

@@ -78,6 +78,9 @@ class Console:
     #: them the pages show tokens, and "—" for cost. ``clock``: what "this month" is.
     prices: dict[str, usage.Price] = field(default_factory=dict)
     clock: Clock = field(default_factory=Clock)
+    #: ``[smtp] reply_mode``: in draft mode the Mail page always shows its drafts awaiting review (otherwise only
+    #: when some are left from a time it was on).
+    reply_mode: str = "send"
 
     def __post_init__(self) -> None:
         if not self.admins:
@@ -169,7 +172,7 @@ def form_of(request: Request) -> dict[str, str]:
 
 def build_app(console: Console) -> Starlette:
     """The Starlette app: the login routes, then every page under ``Console.guarded``."""
-    from quinn.console import job_pages, login, pages, prompt_pages, reply_pages
+    from quinn.console import draft_pages, job_pages, login, pages, prompt_pages, reply_pages
 
     guarded = console.guarded
     routes = [
@@ -185,6 +188,12 @@ def build_app(console: Console) -> Starlette:
         Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
         Route("/mail/retry", guarded(pages.retry(console), changes=True), methods=["POST"]),
+        *(
+            Route(
+                f"/mail/drafts/{action}", guarded(draft_pages.decide(console, action), changes=True), methods=["POST"]
+            )
+            for action in draft_pages.ACTIONS
+        ),
         Route("/replies/{trace_id:int}", guarded(reply_pages.why(console)), methods=["GET"]),
         Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
         Route("/jobs", guarded(job_pages.jobs(console)), methods=["GET"]),

@@ -1,4 +1,5 @@
-"""The console's pages: People, a person's memory (view, search, history, edit, forget) and the mail ledger.
+"""The console's pages: People, a person's memory (view, search, history, edit, forget) and the mail ledger (with
+the drafts awaiting review of ``draft_pages``).
 
 Each reads and writes only through the store and the ledger (on the database's thread, ``Database.run``). An edit
 is ``MemoryStore.update`` (a new version; the old one stays in history) and a forget ``MemoryStore.forget``, with
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from quinn.agent import audit_log, reply_trace, usage
+from quinn.console import draft_pages
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.db import Database
 from quinn.engine.retry import RETRIABLE
@@ -193,10 +195,13 @@ def mail(console: Console) -> Endpoint:
         entries = await console.store.db.run(ledger.listing, state=state, user_id=user, limit=MAIL_LIMIT)
         traces = await console.store.db.run(reply_trace.for_messages, console.store.db,
                                             [e.record.message_id for e in entries])  # fmt: skip
+        drafts = await console.store.db.run(draft_pages.listing, console.store.db)
         return console.render(request, "mail.html", entries=entries, counts=sorted(counts.items()), state=state,
                               user=user, limit=MAIL_LIMIT, traces=traces, retriable=RETRIABLE,
                               can_retry=console.retry_mail is not None,
-                              retried=request.query_params.get("retried"))  # fmt: skip
+                              retried=request.query_params.get("retried"), drafts=drafts,
+                              show_drafts=console.reply_mode == "draft" or bool(drafts),
+                              reviewed=request.query_params.get("reviewed"))  # fmt: skip
 
     return show_mail
 

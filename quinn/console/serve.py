@@ -111,10 +111,11 @@ def job_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
 
 def mail_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
     """The Mail page's retry: ``engine.retry.retry`` with the IMAP settings, the function of ``quinn mail status
-    --retry`` (a moved mail needs the IMAP password in the console's environment)."""
+    --retry`` (a moved mail needs the IMAP password in the console's environment); and ``[smtp] reply_mode``, for
+    its drafts awaiting review."""
     from quinn.engine.retry import retry
 
-    return {"retry_mail": lambda key: retry(config, store.db, key)}
+    return {"retry_mail": lambda key: retry(config, store.db, key), "reply_mode": config.smtp.reply_mode}
 
 
 def usage_parts(config: Config) -> dict[str, Any]:

@@ -7,6 +7,7 @@
               ├─► deferred                                                  a rate cap, a setup hold
               └─► superseded                                                its key died (UIDVALIDITY changed)
     failed | quarantined ──(`quinn mail status --retry`)──► retried         comes back under a new UID
+    drafted ──(its draft approved and sent: engine/reviews.py)──► replied
     final ──► filed                                                         flagged and moved (``moved``)
 
 A mail that is not final may be taken up again after a crash from whatever open state it was left in, so every
@@ -24,13 +25,14 @@ STATES = OPEN_STATES | FINAL_STATES | frozenset(HANDED_ON_STATES)
 
 #: Where each state may go. ``received`` is only ever the first state; final states only to ``retried`` (the
 #: operator's retry of a failed or quarantined mail), and ``retried`` back to ``failed`` when that retry's
-#: move on the server failed.
+#: move on the server failed; ``drafted`` to ``replied`` once a reviewer approved the draft and it was sent.
 TRANSITIONS: dict[str, frozenset[str]] = {
     **{state: (STATES - {"received", "retried"}) for state in OPEN_STATES},
     "failed": frozenset({"retried"}),
     "quarantined": frozenset({"retried"}),
     "retried": frozenset({"failed"}),
-    **{state: frozenset() for state in FINAL_STATES - {"failed", "quarantined"}},
+    "drafted": frozenset({"replied"}),
+    **{state: frozenset() for state in FINAL_STATES - {"failed", "quarantined", "drafted"}},
     "superseded": frozenset(),
 }
 

@@ -36,10 +36,15 @@ HOMES = {
     "Address": "message",
     "Attachment": "message",
     "InboundEmail": "message",
+    "Draft": "outbox",
     "Outbox": "outbox",
     "html_to_text": "parse",
     "parse_email": "parse",
     "UNVERIFIED_PREFIX": "policy",
+    "MAX_DRAFT_CHARS": "review",
+    "DraftText": "review",
+    "read_draft": "review",
+    "with_body": "review",
     "Decision": "policy",
     "Rules": "policy",
     "check_trust": "policy",
@@ -81,6 +86,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.message import Address as Address
     from quinn.mailbox.message import Attachment as Attachment
     from quinn.mailbox.message import InboundEmail as InboundEmail
+    from quinn.mailbox.outbox import Draft as Draft
     from quinn.mailbox.outbox import Outbox as Outbox
     from quinn.mailbox.parse import html_to_text as html_to_text
     from quinn.mailbox.parse import parse_email as parse_email
@@ -90,6 +96,10 @@ if TYPE_CHECKING:
     from quinn.mailbox.policy import check_trust as check_trust
     from quinn.mailbox.policy import decide as decide
     from quinn.mailbox.policy import trust_warnings as trust_warnings
+    from quinn.mailbox.review import MAX_DRAFT_CHARS as MAX_DRAFT_CHARS
+    from quinn.mailbox.review import DraftText as DraftText
+    from quinn.mailbox.review import read_draft as read_draft
+    from quinn.mailbox.review import with_body as with_body
     from quinn.mailbox.smtp import LOOP_HEADER as LOOP_HEADER
     from quinn.mailbox.smtp import Reply as Reply
     from quinn.mailbox.smtp import SmtpSender as SmtpSender

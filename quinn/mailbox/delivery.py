@@ -45,8 +45,9 @@ class Delivery:
         self._db = run_db
         self._imap = run_imap
 
-    async def deliver(self, item: OutboxItem) -> str:
+    async def deliver(self, item: OutboxItem, *, draft: bool | None = None) -> str:
         """Deliver ``item`` unless it already was; returns the mail's ledger state (``replied`` or ``drafted``).
+        ``draft``: APPEND it as a draft; by default as ``smtp.reply_mode`` says (an approved draft is sent).
 
         Raises ``RetryLater`` when the server keeps failing temporarily (the item waits, still marked so the
         next try checks first), ``ConnectError`` when it refused the message for good (the item is ``failed``),
@@ -54,7 +55,8 @@ class Delivery:
         """
         if item.state in LEDGER_STATE:
             return LEDGER_STATE[item.state]
-        draft = self.smtp.reply_mode == "draft"
+        if draft is None:
+            draft = self.smtp.reply_mode == "draft"
         tries = 1 if draft else self.smtp.send_attempts
         backoff = Backoff(self.smtp.retry_delay_s, self.smtp.retry_delay_s * 2 ** (tries - 1))
         for attempt in range(1, tries + 1):
@@ -63,7 +65,7 @@ class Delivery:
                 log.info("reply %s: a copy is in the mailbox, so the interrupted try delivered it; not resending",
                          item.message_id)  # fmt: skip
                 await self._db(self.outbox.mark, item.message_id, done)
-                await self._file_copy(item)
+                await self._file_copy(item, draft)
                 return LEDGER_STATE[done]
             fault_point("before_send")
             try:
@@ -92,15 +94,19 @@ class Delivery:
             fault_point("after_send")
             done = "drafted" if draft else "sent"
             await self._db(self.outbox.mark, item.message_id, done)
-            await self._file_copy(item)
+            await self._file_copy(item, draft)
             return LEDGER_STATE[done]
         raise AssertionError("unreachable: the last try returns or raises")
 
-    async def _file_copy(self, item: OutboxItem) -> None:
+    async def remove_draft(self, message_id: str) -> int:
+        """A reviewed draft (sent or discarded) leaves the drafts folder; returns how many copies went."""
+        return int(await self._imap(self.mailbox.remove_message_id, message_id, self.imap.drafts_folder))
+
+    async def _file_copy(self, item: OutboxItem, draft: bool) -> None:
         """File our copy of a sent reply at once when it is already there (a local server delivers it before
         it answers), so the watched folder shows people's mail only. A copy that comes later is recognised
         and filed by the pipeline."""
-        if self.smtp.reply_mode == "send" and self.smtp.copy_to_self:
+        if not draft and self.smtp.copy_to_self:
             await self._imap(self.mailbox.file_copies, item.message_id, self.imap.sent_folder)
 
     def _envelope(self, item: OutboxItem) -> list[str]:

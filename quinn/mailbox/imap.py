@@ -369,6 +369,24 @@ class ImapMailbox:
             self._client.select_folder(self.server_name(watched))
         return removed
 
+    def remove_message_id(self, message_id: str, folder: str) -> int:
+        """Delete the messages with this Message-ID from ``folder`` (a reviewed draft leaving the drafts folder);
+        returns how many. Expunged by UID (RFC 4315); without UIDPLUS they keep \\Deleted, as in ``file_away``.
+        A folder that does not exist holds nothing; the watched folder stays selected."""
+        name = self.server_name(folder)
+        try:
+            if not self._client.folder_exists(name):
+                return 0
+            self._client.select_folder(name)
+            uids = self._client.search(["UNDELETED", "HEADER", "Message-ID", message_id])
+            if uids:
+                self._client.add_flags(uids, [b"\\Deleted"])
+                if self.can_uidplus:
+                    self._client.uid_expunge(uids)
+            return len(uids)
+        finally:
+            self._client.select_folder(self.server_name(self.config.folder))
+
     def _transfer(self, uid: int, target: str) -> None:
         if self.can_move:
             self._client.move([uid], target)

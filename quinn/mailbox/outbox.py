@@ -3,6 +3,10 @@
 States: ``pending`` (written, not tried) → ``sending`` / ``drafting`` (a try is under way: the server may have
 the message) → ``sent`` / ``drafted``, or ``failed`` (permanent refusal, with the reason). An item found in
 ``sending`` or ``drafting`` after a crash is checked against the mailbox before it is tried again.
+
+Review (draft mode, migration 0020): a ``drafted`` item awaits review. An admin ``approved`` it (its text perhaps
+replaced first) or ``discarded`` it (``review``); the daemon sends an approved one over SMTP (``sending`` →
+``sent``, ``to_send_reviewed``) and removes the reviewed draft from the drafts folder (``drafts_to_remove``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from dataclasses import dataclass
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
+from quinn.errors import QuinnError
+from quinn.mailbox.review import with_body
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,32 @@ class OutboxItem:
 
 
 IN_FLIGHT = frozenset({"sending", "drafting"})
+#: A reviewer's decisions on a draft awaiting review.
+DECISIONS = frozenset({"approved", "discarded"})
 _COLUMNS = "message_id, in_reply_to, user_id, session_id, recipients, raw, state, attempts, last_error"
+#: Reviewed items the daemon still has to send: approved, or back to pending / interrupted after a try.
+_REVIEWED_UNSENT = "reviewed_at IS NOT NULL AND state IN ('approved', 'pending', 'sending')"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A reply in draft mode, as the reviewer sees it: awaiting review, or reviewed and not yet done with."""
+
+    item: OutboxItem
+    template: str
+    drafted_at: str | None
+    reviewed_by: str | None
+    reviewed_at: str | None
+
+    @property
+    def awaiting(self) -> bool:
+        """Nobody has decided on it yet."""
+        return self.item.state == "drafted"
+
+    @property
+    def blanked(self) -> bool:
+        """Retention blanked its text (``[retention] outbox_days``): it can be discarded, not approved."""
+        return not self.item.raw
 
 
 class Outbox:
@@ -95,7 +126,7 @@ class Outbox:
         ``template`` when given."""
         rows = self.db.query(
             "SELECT message_id FROM outbox WHERE state IN ('pending', 'sending', 'drafting')"
-            " AND (? IS NULL OR template = ?) ORDER BY created_at",
+            " AND reviewed_at IS NULL AND (? IS NULL OR template = ?) ORDER BY created_at",
             (template, template),
         )
         return [item for (mid,) in rows if (item := self.get(mid)) is not None]
@@ -117,6 +148,74 @@ class Outbox:
             (in_reply_to,),
         )
 
+    def drafts(self, limit: int = 200) -> list[Draft]:
+        """Drafts awaiting review, and reviewed ones the daemon has not sent yet or could not send (refused
+        for good, with the reason), oldest first."""
+        rows = self.db.query(
+            "SELECT message_id, template, sent_at, reviewed_by, reviewed_at FROM outbox WHERE state = 'drafted'"
+            f" OR ({_REVIEWED_UNSENT}) OR (reviewed_at IS NOT NULL AND state = 'failed')"
+            " ORDER BY created_at, message_id LIMIT ?",
+            (int(limit),),
+        )
+        drafts = []
+        for mid, template, drafted_at, by, at in rows:
+            if (item := self.get(mid)) is not None:
+                drafts.append(Draft(item, template, drafted_at, by, at))
+        return drafts
+
+    def review(self, message_id: str, decision: str, reviewer: str, *, body: str | None = None) -> OutboxItem:
+        """A reviewer's decision on a draft awaiting review: ``approved`` (with ``body``, the text it is sent
+        with instead: ``review.with_body``) or ``discarded``. Refused with the reason (a ``QuinnError``) when the
+        item is not a draft awaiting review (decided already, by someone else too), or when approving a draft
+        whose text retention blanked."""
+        if decision not in DECISIONS or (body is not None and decision != "approved"):
+            raise ValueError(f"not a review decision: {decision}{' with a new text' if body is not None else ''}")
+        with self.db.transaction() as tx:
+            rows = tx.query("SELECT state, raw FROM outbox WHERE message_id = ?", (message_id,))
+            if not rows:
+                raise QuinnError(f"no reply {message_id} in the outbox", "copy an id from the list of drafts")
+            state, raw = rows[0][0], bytes(rows[0][1])
+            if state != "drafted":
+                raise QuinnError(f"reply {message_id} is {state}, not a draft awaiting review",
+                                 "only a draft nobody has decided on yet can be approved or discarded")  # fmt: skip
+            if decision == "approved" and not raw:
+                raise QuinnError(
+                    f"the text of draft {message_id} was blanked by retention ([retention] outbox_days), so Quinn "
+                    "has nothing to send", "send it from the drafts folder in your mail client, or discard it",
+                )  # fmt: skip
+            tx.execute(
+                "UPDATE outbox SET state = ?, reviewed_by = ?, reviewed_at = ?, raw = ?, last_error = ''"
+                " WHERE message_id = ? AND state = 'drafted'",
+                (decision, reviewer, iso(utcnow()), raw if body is None else with_body(raw, body), message_id),
+            )
+        item = self.get(message_id)
+        assert item is not None
+        return item
+
+    def reviewed_work(self) -> bool:
+        """Whether a reviewed draft waits for the daemon: to be sent, or to leave the drafts folder."""
+        return bool(self.db.query_value(
+            f"SELECT EXISTS (SELECT 1 FROM outbox WHERE ({_REVIEWED_UNSENT}) OR (reviewed_at IS NOT NULL"
+            " AND draft_removed_at IS NULL AND state IN ('sent', 'discarded')))"
+        ))  # fmt: skip
+
+    def to_send_reviewed(self) -> list[OutboxItem]:
+        """Approved drafts not yet sent (a try that failed or was interrupted included), oldest decision first."""
+        rows = self.db.query(f"SELECT message_id FROM outbox WHERE {_REVIEWED_UNSENT} ORDER BY reviewed_at")
+        return [item for (mid,) in rows if (item := self.get(mid)) is not None]
+
+    def drafts_to_remove(self) -> list[str]:
+        """Message-IDs of reviewed drafts, sent or discarded, whose copy in the drafts folder is still to go."""
+        rows = self.db.query(
+            "SELECT message_id FROM outbox WHERE reviewed_at IS NOT NULL AND draft_removed_at IS NULL"
+            " AND state IN ('sent', 'discarded') ORDER BY reviewed_at"
+        )
+        return [str(mid) for (mid,) in rows]
+
+    def draft_removed(self, message_id: str) -> None:
+        """The reviewed draft left the drafts folder (or was not there any more)."""
+        self.db.execute("UPDATE outbox SET draft_removed_at = ? WHERE message_id = ?", (iso(utcnow()), message_id))
+
     def template_of(self, message_id: str) -> str | None:
         """The template a reply of ours was made with (``reply``, ``digest``, ``purge_done``, …), or None."""
         return self.db.query_value("SELECT template FROM outbox WHERE message_id = ?", (message_id,))
@@ -127,10 +226,11 @@ class Outbox:
 
 
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:
-    """Retention (``[retention] outbox_days``): the raw copy of a reply sent or drafted before ``before`` is
-    blanked; the row (state, template version) stays for the statistics. Pending and failed replies are never
-    touched: they still have to be sent or looked at."""
-    went = "state IN ('sent', 'drafted') AND sent_at < ? AND length(raw) > 0"
+    """Retention (``[retention] outbox_days``): the raw copy of a reply sent, drafted or discarded (drafted
+    before ``before``) is blanked; the row (state, template version) stays for the statistics. Pending, approved
+    and failed replies are never touched: they still have to be sent or looked at. A draft awaiting review loses
+    its text too: it can then be discarded, not approved (its copy in the drafts folder stays the reviewer's)."""
+    went = "state IN ('sent', 'drafted', 'discarded') AND sent_at < ? AND length(raw) > 0"
     count = int(tx.query(f"SELECT count(*) FROM outbox WHERE {went}", (before,))[0][0])
     tx.execute(f"UPDATE outbox SET raw = X'' WHERE {went}", (before,))
     return {"outbox_raw": count}
