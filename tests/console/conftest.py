@@ -3,7 +3,9 @@ built from a real config (admins' hashes in environment variables, as an operato
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,3 +117,33 @@ def log_in(client, name: str = "root", password: str | None = None):  # type: ig
     page = client.get("/login")
     form = {"csrf": csrf_of(page.text), "name": name, "password": PASSWORDS[name] if password is None else password}
     return client.post("/login", data=form, follow_redirects=False)
+
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+HINT = "apt-get install chromium chromium-driver (.ci/run does)"
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    """Debian's chromium, headless, through chromedriver (Selenium); a 1200x800 page."""
+    if not (CHROMIUM and CHROMEDRIVER):
+        message = f"chromium and chromedriver are not installed: {HINT}"
+        if os.environ.get("QUINN_ALLOW_SKIP") == "1":
+            pytest.skip(message)
+        pytest.fail(message, pytrace=False)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    # --no-sandbox: CI runs as root, where chromium's own sandbox refuses to start.
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,800",
+                 "--disable-gpu", "--no-first-run", "--disable-extensions"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        driver.set_page_load_timeout(30)
+        yield driver
+    finally:
+        driver.quit()
