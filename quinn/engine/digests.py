@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quinn.agent import digest
+from quinn.engine.leading import lead
 from quinn.engine.parts import Parts
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.hold import SetupHold
 from quinn.mailbox import Outbox
-from quinn.scheduler import LeaseHolder, Leases, holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -24,16 +24,8 @@ LEASE = "digests"
 async def send_digests(parts: Parts, hold: SetupHold, run_db: Callable[..., Awaitable[Any]], holder: str) -> None:
     """Under the lease ``digests`` (``holder``: this daemon), compose and deliver the planned digests; when another
     daemon holds it, it is doing this now and this daemon does nothing."""
-    store = parts.store
-    assert store is not None
-    leases = Leases(store.db, holder)
-    now, lease_s = parts.clock.now(), parts.config.service.mail_lease_s
-    held = await run_db(leases.acquire, LEASE, now, lease_s)
-    dead = held.holder != holder and holder_is_dead(held.holder)  # this daemon before a crash: no waiting
-    if dead and await run_db(leases.take_over, LEASE, held.holder, now, lease_s):
-        held = LeaseHolder(holder, "")
-    if held.holder != holder:
-        log.debug("digests: sent by another daemon (%s) now", held.holder)
+    leases = await lead(parts, run_db, holder, LEASE)
+    if leases is None:
         return
     try:
         await _send(parts, hold, run_db)

@@ -10,12 +10,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from quinn.engine.leading import lead
 from quinn.engine.parts import Parts
 from quinn.engine.states import check
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.hold import SetupHold
 from quinn.mailbox import MailLedger, Outbox
-from quinn.scheduler import LeaseHolder, Leases, holder_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,8 @@ async def finish_reviewed(parts: Parts, hold: SetupHold, run_db: Callable[..., A
     outbox = Outbox(store.db)
     if not await run_db(outbox.reviewed_work):  # the usual pass: nothing decided, so no lease is written
         return
-    leases = Leases(store.db, holder)
-    now, lease_s = parts.clock.now(), parts.config.service.mail_lease_s
-    held = await run_db(leases.acquire, LEASE, now, lease_s)
-    dead = held.holder != holder and holder_is_dead(held.holder)  # this daemon before a crash: no waiting
-    if dead and await run_db(leases.take_over, LEASE, held.holder, now, lease_s):
-        held = LeaseHolder(holder, "")
-    if held.holder != holder:
+    leases = await lead(parts, run_db, holder, LEASE)
+    if leases is None:
         return
     try:
         await _send_approved(parts, hold, run_db)
