@@ -3,7 +3,6 @@ built from a real config (admins' hashes in environment variables, as an operato
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
 from quinn.memory.store import MemoryStore
+from tests.lab.require import missing
 from tests.test_config import MINIMAL  # [imap], [smtp], [llm]; the database is quinn.db beside the file
 
 ALICE = "alice@example.org"
@@ -128,10 +128,7 @@ HINT = "apt-get install chromium chromium-driver (.ci/run does)"
 def browser() -> Iterator[object]:
     """Debian's chromium, headless, through chromedriver (Selenium); a 1200x800 page."""
     if not (CHROMIUM and CHROMEDRIVER):
-        message = f"chromium and chromedriver are not installed: {HINT}"
-        if os.environ.get("QUINN_ALLOW_SKIP") == "1":
-            pytest.skip(message)
-        pytest.fail(message, pytrace=False)
+        missing("chromium and chromedriver", HINT)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import timedelta
 
 import pytest
 from starlette.testclient import TestClient
@@ -48,7 +47,9 @@ def test_health_figures_come_from_what_replies_learning_and_reflect_recorded(wor
     recalled = Trace(passages=(ShownPassage(1, 0.5, 0.4),))
     for n, (trace, gate, learnt) in enumerate([(searched, reply_trace.PASSED, 2), (Trace(), reply_trace.REJECTED, None),
                                                (recalled, reply_trace.PASSED, 0), (Trace(), "", None)]):  # fmt: skip
-        reply_trace.record(db, ALICE, f"<m{n}@x>", "reply", "reply@abc", trace, now - timedelta(hours=n))
+        # All today (the chart has a bar a day): minutes after midnight, so a run just after midnight passes too.
+        at = now.replace(hour=0, minute=n, second=0)
+        reply_trace.record(db, ALICE, f"<m{n}@x>", "reply", "reply@abc", trace, at)
         if gate:
             reply_trace.learnt(db, f"<m{n}@x>", gate, learnt)
     runs = RunLog(db)
