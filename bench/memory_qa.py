@@ -364,6 +364,51 @@ def summarise(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     return summary
 
 
+def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One result from the parts of a run cut in pieces (``--skip``): the same model and sampling, the same data
+    set, no person twice; the summary is recomputed from every question, and each part's machine (commit, load)
+    is kept."""
+    first = parts[0]
+    for part in parts[1:]:
+        for key in ("model",):
+            if part[key] != first[key]:
+                raise SystemExit(f"the parts differ in {key}: {first[key]} vs {part[key]}")
+        if part["data"]["seed"] != first["data"]["seed"]:
+            raise SystemExit("the parts come from different data sets (seed)")
+    per_part = [{o["user"].split("-")[0] for o in part["per_question"]} for part in parts]  # maren-1a2b3c4d@...
+    if sum(len(people) for people in per_part) != len(set().union(*per_part)):
+        raise SystemExit(f"a person is in more than one part: {per_part}")
+    outcomes = [Outcome(**o) for part in parts for o in part["per_question"]]
+    histories = [part["history"] for part in parts]
+    mails = sum(h["mails"] for h in histories)
+    raw = [s for h in histories for s in h.get("seconds_per_mail", [])]
+    mean = sum(h["seconds_per_mail_mean"] * h["mails"] for h in histories) / mails if mails else 0
+    return {
+        **{k: first[k] for k in ("benchmark", "model")},
+        "machine": [part["machine"] for part in parts],
+        "data": {
+            **first["data"],
+            "users": sum(part["data"]["users"] for part in parts),
+            "questions": len({(o.user, o.kind) for o in outcomes}),
+            "parts": len(parts),
+        },
+        "summary": summarise(outcomes),
+        "history": {
+            "mails": mails,
+            "seconds_per_mail_mean": round(mean, 1),
+            "seconds_per_mail_p50": round(statistics.median(raw), 1) if len(raw) == mails and raw else "n/a",
+            "seconds_per_mail": raw,
+            "settle_passes": [n for h in histories for n in h["settle_passes"]],
+            "jobs": [j for h in histories for j in h["jobs"]],
+            "jobs_seconds": round(sum(h["jobs_seconds"] for h in histories), 1),
+            "memories_per_user": [n for h in histories for n in h["memories_per_user"]],
+            "full_history_kept": "; ".join(h["full_history_kept"] for h in histories),
+        },
+        "duration_s": round(sum(part["duration_s"] for part in parts), 1),
+        "per_question": [dataclasses.asdict(o) for o in outcomes],
+    }
+
+
 def markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     names = {"quinn": "Quinn", "no_memory": "no memory", "full_history": "full history in the prompt"}
@@ -490,6 +535,7 @@ class Run:
                 "seed": args.seed,
                 "users": self.users_done,
                 "users_planned": args.users,
+                "skipped": args.skip,
                 "history_mails_per_user": HISTORY_MAILS,
                 "questions": len({(o.user, o.kind) for o in self.outcomes}),
             },
@@ -498,6 +544,7 @@ class Run:
                 "mails": len(replay),
                 "seconds_per_mail_mean": round(statistics.mean(replay), 1) if replay else 0,
                 "seconds_per_mail_p50": round(statistics.median(replay), 1) if replay else 0,
+                "seconds_per_mail": [round(s, 1) for s in replay],
                 "settle_passes": self.settled,
                 "jobs": self.jobs,
                 "jobs_seconds": round(sum(j["seconds"] for run in self.jobs for j in run.values()), 1),
@@ -529,7 +576,7 @@ async def run(state: Run, target: Target, workdir: Path) -> None:
         bench.kept = state.kept
         await bench.start()
         try:
-            for script in build(args.seed, args.users):
+            for script in build(args.seed, args.users)[args.skip :]:
                 user = unique_address(script.first.lower())
                 state.replay += await bench.replay(script, user)
                 state.settled.append(await bench.settle())
@@ -562,7 +609,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--base-url", help="an OpenAI-compatible server to use instead of starting the real model")
     parser.add_argument("--name", default=f"memory_qa-{MODEL_NAME}", help="results file name, without extension")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the first N people (a run in parts)")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                        help="combine the parts of a run cut in pieces, and exit")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.merge:
+        result = merge([json.loads(path.read_text(encoding="utf-8")) for path in args.merge])
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        (args.out / f"{args.name}.md").write_text(markdown(result), encoding="utf-8")
+        if not args.no_plot:
+            plot(result, args.out / f"{args.name}.png")
+        print(markdown(result))
+        return result
     state = Run(args, machine_info())
     with model_target(args.base_url, args.n_ctx) as target, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(run(state, target, Path(tmp)))

@@ -13,6 +13,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from bench import memory_qa
 from bench.memory_qa_data import CATEGORIES, HISTORY_MAILS, SEED, answered, build, date_patterns
 from tests.lab.brain import EXTRACTION, new_mail
@@ -103,3 +105,15 @@ def test_the_benchmark_runs_through_the_lab_and_memory_reaches_quinns_prompt(
     calls = [r for r in llm_server.requests if r.kind == "chat" and any(text in r.text for text in asked)]
     assert calls and not [r for r in calls if "response_format" in r.body_json]
     assert [r for r in llm_server.requests if "response_format" in r.body_json]  # which the history had
+
+    # A run in parts: the second person alone (--skip 1), then one result from both, recomputed per question.
+    memory_qa.main(["--users", "2", "--skip", "1", "--questions", "2", "--base-url", llm_server.openai_base_url,
+                    "--out", str(tmp_path), "--name", "qa2", "--no-plot"])  # fmt: skip
+    parts = [str(tmp_path / "qa.json"), str(tmp_path / "qa2.json")]
+    merged = memory_qa.main(["--merge", *parts, "--out", str(tmp_path), "--name", "both", "--no-plot"])
+    assert merged["data"]["users"] == 2 and merged["data"]["questions"] == 6
+    assert Counter(r["condition"] for r in merged["per_question"]) == {"quinn": 6, "no_memory": 6, "full_history": 6}
+    assert merged["history"]["mails"] == 2 * HISTORY_MAILS and len(merged["history"]["memories_per_user"]) == 2
+    assert merged["summary"]["full_history"]["overall"]["recall_in_prompt"] == 1
+    with pytest.raises(SystemExit, match="more than one part"):
+        memory_qa.main(["--merge", parts[0], parts[0], "--out", str(tmp_path), "--name", "twice", "--no-plot"])
