@@ -13,19 +13,9 @@ from typing import Any
 import httpx
 
 from quinn.console.auth import hash_password
-from tests.console.conftest import PASSWORDS, TEST_COST, csrf_of
+from tests.console.conftest import DAEMON_CONSOLE, PASSWORDS, TEST_COST, csrf_of
 from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to, wait_for
 
-CONSOLE = """
-[embeddings]
-backend = "none"
-[console]
-enabled = true
-port = 0
-[[console.admins]]
-name = "root"
-password_hash_env = "Q_CONSOLE_ROOT"
-"""
 IDS = {"approve": "<approve@x.test>", "edit": "<edit@x.test>", "discard": "<discard@x.test>"}
 
 
@@ -38,7 +28,7 @@ def draft_ids(raws: list[bytes]) -> dict[str, str]:
 def test_drafts_are_sent_once_approved_and_never_when_discarded(mail_lab: Any, lab_config: Any, llm_server: Any,
                                                                  quinn_daemon: Any) -> None:  # fmt: skip
     llm_server.responder = plain_model
-    config = lab_config(extra=CONSOLE, smtp_extra='reply_mode = "draft"')
+    config = lab_config(extra='[embeddings]\nbackend = "none"\n' + DAEMON_CONSOLE, smtp_extra='reply_mode = "draft"')
     config.env["Q_CONSOLE_ROOT"] = hash_password(PASSWORDS["root"], **TEST_COST)
     daemon = quinn_daemon(config)
     daemon.wait_for_log("console on http://127.0.0.1:", timeout_s=90)

@@ -14,6 +14,7 @@ import pytest
 from quinn.config import load_config
 from quinn.console.app import Console, build_app
 from quinn.console.auth import hash_password
+from quinn.console.serve import ConsoleServer
 from quinn.db import Database
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.parse import parse_email
@@ -144,3 +145,28 @@ def browser() -> Iterator[object]:
         yield driver
     finally:
         driver.quit()
+
+
+def full_console(world: World, tmp_path: Path) -> tuple[ConsoleServer, Path]:
+    """The console as `quinn console` serves it (every part wired from the whole config), over ``world``'s store,
+    with an admin prompts folder (returned); not started yet."""
+    admin_dir = tmp_path / "prompts"
+    admin_dir.mkdir()
+    path = tmp_path / "full.toml"
+    path.write_text(CONFIG.replace("[console]", f'[prompts]\ndir = "{admin_dir}"\n[console]'), encoding="utf-8")
+    env = {"Q_IMAP": "x"} | {f"Q_CONSOLE_{name.upper()}": hash_password(pw, **TEST_COST)
+                             for name, pw in PASSWORDS.items()}  # fmt: skip
+    full = load_config(path, env=env)
+    full.console.port = 0
+    return ConsoleServer(full.console, world.store, full), admin_dir
+
+
+# The console section of a daemon's config (`quinn run` serving the console on any free port).
+DAEMON_CONSOLE = """
+[console]
+enabled = true
+port = 0
+[[console.admins]]
+name = "root"
+password_hash_env = "Q_CONSOLE_ROOT"
+"""

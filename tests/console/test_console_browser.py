@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 
 from quinn.agent import audit_log
-from quinn.config import load_config
-from quinn.console.auth import hash_password
 from quinn.console.serve import ConsoleServer
 from quinn.mailbox.ledger import MailKey, MailLedger
-from tests.console.conftest import ALICE, BROKEN, CONFIG, EXTEND, PASSWORDS, TEST_COST, World, add_mail, mail_bytes
+from tests.console.conftest import ALICE, BROKEN, EXTEND, PASSWORDS, World, add_mail, full_console, mail_bytes
 
 
 @pytest.fixture
@@ -92,15 +90,7 @@ def test_log_in_find_a_person_edit_a_memory_see_the_new_version(world, served, b
 
 @pytest.fixture
 def served_with_prompts(world: World, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    admin_dir = tmp_path / "prompts"
-    admin_dir.mkdir()
-    path = tmp_path / "full.toml"
-    path.write_text(CONFIG.replace("[console]", f'[prompts]\ndir = "{admin_dir}"\n[console]'), encoding="utf-8")
-    env = {"Q_IMAP": "x"} | {f"Q_CONSOLE_{name.upper()}": hash_password(pw, **TEST_COST)
-                             for name, pw in PASSWORDS.items()}  # fmt: skip
-    full = load_config(path, env=env)
-    full.console.port = 0
-    server = ConsoleServer(full.console, world.store, full)
+    server, admin_dir = full_console(world, tmp_path)
     server.start()
     try:
         yield server.url.rstrip("/"), admin_dir

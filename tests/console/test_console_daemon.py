@@ -9,20 +9,11 @@ import httpx
 
 from quinn.console.auth import hash_password
 from quinn.memory.store import MemoryStore
-from tests.console.conftest import ALICE, PASSWORDS, TEST_COST, csrf_of
-
-CONSOLE = """
-[console]
-enabled = true
-port = 0
-[[console.admins]]
-name = "root"
-password_hash_env = "Q_CONSOLE_ROOT"
-"""
+from tests.console.conftest import ALICE, DAEMON_CONSOLE, PASSWORDS, TEST_COST, csrf_of
 
 
 def test_the_daemon_serves_the_console_on_its_own_store(lab_config, quinn_daemon):
-    config = lab_config(extra=CONSOLE)
+    config = lab_config(extra=DAEMON_CONSOLE)
     config.env["Q_CONSOLE_ROOT"] = hash_password(PASSWORDS["root"], **TEST_COST)
     store = MemoryStore.open(str(config.db_path), embedder=None)
     memory_id = store.add(ALICE, "Alice keeps bees")
@@ -50,7 +41,7 @@ def test_the_daemon_serves_the_console_on_its_own_store(lab_config, quinn_daemon
 def test_quinn_check_reports_the_console_and_a_hash_that_does_not_parse(lab_config):
     from tests.test_cli import quinn
 
-    config = lab_config(extra=CONSOLE + '[embeddings]\nbackend = "none"\n')
+    config = lab_config(extra=DAEMON_CONSOLE + '[embeddings]\nbackend = "none"\n')
     config.env["Q_CONSOLE_ROOT"] = hash_password(PASSWORDS["root"], **TEST_COST)
     result = quinn(config, "check")
     [line] = [line for line in result.stdout.splitlines() if line.startswith("console")]

@@ -26,12 +26,9 @@ from quinn.agent.reply_trace import ShownMemory, ToolUse, Trace
 from quinn.agent.samples import sample_variables
 from quinn.agent.usage import record_usage
 from quinn.clock import utcnow
-from quinn.config import load_config
-from quinn.console.auth import hash_password
-from quinn.console.serve import ConsoleServer
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.scheduler.runlog import OK, RunLog
-from tests.console.conftest import ALICE, BROKEN, CONFIG, EXTEND, PASSWORDS, TEST_COST, World, add_mail, mail_bytes
+from tests.console.conftest import ALICE, BROKEN, EXTEND, World, add_mail, full_console, mail_bytes
 from tests.console.test_console_browser import arrive, log_in
 
 CAROL = "carol@example.org"
@@ -122,16 +119,8 @@ def seed(world: World, admin_dir: Path) -> dict[str, str]:
 
 @pytest.fixture
 def seeded(world: World, tmp_path: Path) -> Iterator[Seeded]:
-    admin_dir = tmp_path / "prompts"
-    admin_dir.mkdir()
-    path = tmp_path / "full.toml"
-    path.write_text(CONFIG.replace("[console]", f'[prompts]\ndir = "{admin_dir}"\n[console]'), encoding="utf-8")
-    env = {"Q_IMAP": "x"} | {f"Q_CONSOLE_{name.upper()}": hash_password(pw, **TEST_COST)
-                             for name, pw in PASSWORDS.items()}  # fmt: skip
-    full = load_config(path, env=env)
-    full.console.port = 0
+    server, admin_dir = full_console(world, tmp_path)
     pages = seed(world, admin_dir)
-    server = ConsoleServer(full.console, world.store, full)  # as `quinn console` serves it: every part wired
     server.start()
     try:
         yield Seeded(server.url.rstrip("/"), pages)
