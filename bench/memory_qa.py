@@ -218,6 +218,11 @@ class Bench:
         self.probes.add(mid)
         await self.quinn.process()
         seconds = time.perf_counter() - started
+        # A probe is not part of the person's history: later questions must not find it (or its answer) in
+        # conversation recall, where 20 look-alike questions crowded out the history (8 of the 10 passages of a
+        # missed prompt in the 2-person run were earlier questions). Each question is asked of the history
+        # alone, as in LongMemEval and as the full-history condition already was.
+        self.quinn.execute("DELETE FROM passages WHERE message_id = ? OR in_reply_to = ?", (mid, mid))
         reply = ""
         for message in self.quinn.replies(user):
             if str(message["In-Reply-To"] or "").strip() == mid:

@@ -18,7 +18,7 @@ import pytest
 from bench import memory_qa
 from bench.memory_qa_data import CATEGORIES, HISTORY_MAILS, SEED, answered, build, date_patterns
 from tests.lab.brain import EXTRACTION, new_mail
-from tests.lab.llm_server import Json, RecordedRequest, ScriptedLLM
+from tests.lab.llm_server import REPLY, Json, RecordedRequest, ScriptedLLM
 
 
 def test_the_data_set_has_five_people_and_a_hundred_questions_in_five_categories() -> None:
@@ -104,6 +104,11 @@ def test_the_benchmark_runs_through_the_lab_and_memory_reaches_quinns_prompt(
     asked = [q.text for q in build(SEED, 1)[0].questions[:4]]
     calls = [r for r in llm_server.requests if r.kind == "chat" and any(text in r.text for text in asked)]
     assert calls and not [r for r in calls if "response_format" in r.body_json]
+    # ... and each is asked of the history alone: no earlier question reaches a later one's prompt.
+    replies = [r for r in calls if r.purpose == REPLY]
+    for n, text in enumerate(asked[1:], start=1):
+        for prompt in [r.text for r in replies if text in r.text]:
+            assert not [earlier for earlier in asked[:n] if earlier in prompt], prompt
     assert [r for r in llm_server.requests if "response_format" in r.body_json]  # which the history had
 
     # A run in parts: the second person alone (--skip 1), then one result from both, recomputed per question.
