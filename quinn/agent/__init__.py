@@ -22,6 +22,7 @@ HOMES = {
     "state": "",
     "usage": "",
     "opted_out": "consent",
+    "opted_out_among": "consent",
     "ThreadMessage": "context",
     "estimate_tokens": "context",
     "others_on_thread": "context",
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from quinn.agent import state as state
     from quinn.agent import usage as usage
     from quinn.agent.consent import opted_out as opted_out
+    from quinn.agent.consent import opted_out_among as opted_out_among
     from quinn.agent.context import ThreadMessage as ThreadMessage
     from quinn.agent.context import estimate_tokens as estimate_tokens
     from quinn.agent.context import others_on_thread as others_on_thread

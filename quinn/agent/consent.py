@@ -10,6 +10,7 @@ This module owns the ``memory_consent`` table (migration 0010). Its functions ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from quinn.clock import iso
@@ -22,6 +23,14 @@ FOOTER = ('\n\n---\nAs you asked, I am not remembering anything new from our ema
 def opted_out(db: Database, user_id: str) -> bool:
     """Whether ``user_id`` asked Quinn to stop remembering them (and has not taken it back)."""
     return db.query_value("SELECT 1 FROM memory_consent WHERE user_id = ?", (user_id,)) is not None
+
+
+def opted_out_among(db: Database, users: Sequence[str]) -> set[str]:
+    """Which of ``users`` opted out, in one query (the console's People page)."""
+    if not users:
+        return set()
+    marks = ", ".join("?" * len(users))
+    return {row[0] for row in db.query(f"SELECT user_id FROM memory_consent WHERE user_id IN ({marks})", list(users))}
 
 
 def opt_out(db: Database, user_id: str, now: datetime, message_id: str | None) -> None:

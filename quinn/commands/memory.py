@@ -1,6 +1,6 @@
 """``quinn memory …``: the operator's view of users' memories.
 
-list, show, search, history, edit, forget, purge, export, import and reembed, each against the configured
+list, show, search, history, edit, forget, pin, unpin, purge, export, import and reembed, each against the configured
 database. Tables are for people; ``--json`` prints plain JSON for scripts. Errors are ``QuinnError``s, which
 ``quinn.cli.main`` turns into one line with a hint. Operator searches do not count as retrievals (they would
 strengthen memories nobody used), and only ``search``, ``edit``, ``import`` and ``reembed`` load the embedder.
@@ -75,6 +75,13 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     p.add_argument("id", type=int, help="the id of the current version")
     p.add_argument("--reason", default="forgotten by an operator", help="why, for the audit log")
     p.add_argument("--allow-immutable", action="store_true", help="also forget a memory marked immutable")
+
+    for verb, pinned in (("pin", True), ("unpin", False)):
+        p = command(verb, pin_memory, "mark a memory immutable: decay and consolidation leave it alone" if pinned
+                    else "take the immutable mark off a memory")  # fmt: skip
+        p.add_argument("id", type=int, help="the id of the current version")
+        p.add_argument("--reason", default=f"{verb}ned by an operator", help="why, for the audit log")
+        p.set_defaults(pinned=pinned)
 
     p = command("purge", purge_user, "delete every trace of a user (memories, history, messages); no undo")
     p.add_argument("user", help="the user's address")
@@ -229,6 +236,18 @@ def forget_memory(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         return _print_json({"id": args.id, "forgotten": True})
     print(f"memory {args.id} is forgotten (out of retrieval, kept in history until a purge)")
+    return 0
+
+
+def pin_memory(args: argparse.Namespace, config: Config) -> int:
+    """``quinn memory pin ID`` and ``quinn memory unpin ID``."""
+    with open_store(config) as store:
+        old = _required(store.get(args.id), args.id)
+        store.pin(args.id, args.pinned, reason=args.reason)
+        _audit(store, "pin memory" if args.pinned else "unpin memory", old, args.reason)
+    if args.json:
+        return _print_json({"id": args.id, "immutable": args.pinned})
+    print(f"memory {args.id} is {'pinned (immutable)' if args.pinned else 'no longer pinned'}")
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,9 @@ class Console:
     #: Retry of a failed or quarantined mail (``engine/retry.py``, as ``quinn mail status --retry``), on the DB
     #: thread; it needs the IMAP settings (``serve.mail_parts``). Without it the Mail page offers no retry.
     retry_mail: Callable[[MailKey], dict[str, Any]] | None = None
+    #: A purge's mailbox part: the person's mail out of Quinn's folders (as ``quinn memory purge --mailbox``),
+    #: returns how many went; needs IMAP. Without it a purge deletes what the database holds and says the rest.
+    purge_mailbox: Callable[[str], int] | None = None
     #: What a million tokens of each model cost (``[llm] price_*_per_mtok``, ``usage.prices_from``); without
     #: them the pages show tokens, and "—" for cost. ``clock``: what "this month" is.
     prices: dict[str, usage.Price] = field(default_factory=dict)
@@ -94,6 +98,7 @@ class Console:
         self.templates.filters["path"] = lambda text: quote(str(text), safe="@")  # one URL path segment
         self.templates.filters["money"] = lambda cost: "—" if cost is None else f"{cost:,.4f}"  # no price: a dash
         self.templates.filters["count"] = lambda number: f"{number:,}"
+        self.templates.filters["shell"] = shlex.quote  # an address in a command to copy: one word, inert
 
     # -- responses ---------------------------------------------------------------------------------------
 
@@ -172,7 +177,7 @@ def form_of(request: Request) -> dict[str, str]:
 
 def build_app(console: Console) -> Starlette:
     """The Starlette app: the login routes, then every page under ``Console.guarded``."""
-    from quinn.console import draft_pages, job_pages, login, pages, prompt_pages, reply_pages
+    from quinn.console import draft_pages, job_pages, login, pages, person_pages, prompt_pages, reply_pages
 
     guarded = console.guarded
     routes = [
@@ -183,7 +188,13 @@ def build_app(console: Console) -> Starlette:
         Route("/", guarded(pages.home(console)), methods=["GET"]),
         Route("/people", guarded(pages.people(console)), methods=["GET"]),
         Route("/people/{user}", guarded(pages.person(console)), methods=["GET"]),
+        Route("/people/{user}/export", guarded(person_pages.export(console), changes=True), methods=["POST"]),
+        Route("/people/{user}/purge", guarded(person_pages.purge_person(console), changes=True), methods=["POST"]),
         Route("/memories/{memory_id:int}", guarded(pages.memory(console)), methods=["GET"]),
+        Route("/memories/{memory_id:int}/pin", guarded(person_pages.pin(console), changes=True), methods=["POST"]),
+        Route(
+            "/memories/{memory_id:int}/private", guarded(person_pages.private(console), changes=True), methods=["POST"]
+        ),
         Route("/memories/{memory_id:int}/edit", guarded(pages.edit(console), changes=True), methods=["POST"]),
         Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
         Route("/mail", guarded(pages.mail(console)), methods=["GET"]),

@@ -1,5 +1,5 @@
-"""The console's pages: People, a person's memory (view, search, history, edit, forget) and the mail ledger (with
-the drafts awaiting review of ``draft_pages``).
+"""The console's pages: People, a person's memory (view, search, history, edit, forget; pin, private, export and
+purge are ``person_pages``) and the mail ledger (with the drafts awaiting review of ``draft_pages``).
 
 Each reads and writes only through the store and the ledger (on the database's thread, ``Database.run``). An edit
 is ``MemoryStore.update`` (a new version; the old one stays in history) and a forget ``MemoryStore.forget``, with
@@ -16,13 +16,14 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log, reply_trace, usage
+from quinn.agent import audit_log, opted_out_among, reply_trace, usage
 from quinn.console import draft_pages
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.db import Database
+from quinn.documents import library
 from quinn.engine.retry import RETRIABLE
 from quinn.mailbox import MailKey
-from quinn.memory import list_users
+from quinn.memory import list_users, passage_counts
 
 PEOPLE_LIMIT = 100  # people per page, most recently seen first
 MEMORIES_LIMIT = 500
@@ -51,12 +52,19 @@ def people(console: Console) -> Endpoint:
         since = usage.month_start(console.clock.now())
 
         def read(db: Database) -> tuple[list[dict[str, Any]], bool]:
-            # One more than a page: whether there is a next one. The page's spend in one query, not one a row.
+            # One more than a page: whether there is a next one. Each figure beyond list_users' (spend, passages,
+            # files, consent) in one grouped query for the page's users, never one a row (bench/console_speed.py).
             rows = list_users(db, query or None, limit=PEOPLE_LIMIT + 1, offset=(page - 1) * PEOPLE_LIMIT)
             shown = rows[:PEOPLE_LIMIT]
-            spent = usage.users_spend(db, [row["user"] for row in shown], since, console.prices)
+            users = [row["user"] for row in shown]
+            spent = usage.users_spend(db, users, since, console.prices)
             nothing = usage.spend_of([], console.prices)
-            return [{**row, "spend": spent.get(row["user"], nothing)} for row in shown], len(rows) > PEOPLE_LIMIT
+            passages = passage_counts(db, users)
+            files = library.document_counts(db, users)
+            out = opted_out_among(db, users)
+            return [{**row, "spend": spent.get(row["user"], nothing), "documents": files.get(row["user"], 0),
+                     "passages": passages.get(row["user"], {"conversation": 0, "document": 0}),
+                     "opted_out": row["user"] in out} for row in shown], len(rows) > PEOPLE_LIMIT  # fmt: skip
 
         shown, more = await console.store.db.run(read, console.store.db)
         return console.render(request, "people.html", people=shown, month=since, priced=bool(console.prices),
@@ -97,11 +105,13 @@ def person(console: Console) -> Endpoint:
         replies = await store.db.run(reply_trace.for_user, store.db, user, REPLIES_LIMIT)
         since = usage.month_start(console.clock.now())
         spent = await store.db.run(usage.users_spend, store.db, [user], since, console.prices)
+        out = await store.db.run(opted_out_among, store.db, [user])
         return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
                               include_inactive=include_inactive, kinds=sorted(kinds.items()),
                               domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),
                               searched=bool(query), replies=replies, month=since, priced=bool(console.prices),
-                              spend=spent.get(user, usage.spend_of([], console.prices)))  # fmt: skip
+                              spend=spent.get(user, usage.spend_of([], console.prices)),
+                              opted_out=user in out)  # fmt: skip
 
     return show_person
 

@@ -111,11 +111,25 @@ def job_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
 
 def mail_parts(config: Config, store: MemoryStore) -> dict[str, Any]:
     """The Mail page's retry: ``engine.retry.retry`` with the IMAP settings, the function of ``quinn mail status
-    --retry`` (a moved mail needs the IMAP password in the console's environment); and ``[smtp] reply_mode``, for
-    its drafts awaiting review."""
+    --retry`` (a moved mail needs the IMAP password in the console's environment); ``[smtp] reply_mode``, for
+    its drafts awaiting review; and a purge's mailbox part (``purge_mailbox``)."""
     from quinn.engine.retry import retry
 
-    return {"retry_mail": lambda key: retry(config, store.db, key), "reply_mode": config.smtp.reply_mode}
+    return {"retry_mail": lambda key: retry(config, store.db, key), "reply_mode": config.smtp.reply_mode,
+            "purge_mailbox": lambda user: purge_mailbox(config, user)}  # fmt: skip
+
+
+def purge_mailbox(config: Config, user: str) -> int:
+    """A purge's mailbox part, as ``quinn memory purge --mailbox`` does it: the person's mail and Quinn's to them
+    out of Quinn's folders; returns how many went. Needs the IMAP password in the console's environment."""
+    from quinn.engine import parts
+
+    mailbox = parts.mailbox(config)
+    try:
+        mailbox.connect()
+        return mailbox.purge_address(user, config.smtp.from_address)
+    finally:
+        mailbox.close()
 
 
 def usage_parts(config: Config) -> dict[str, Any]:

@@ -140,3 +140,13 @@ def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     for table in reversed(tables):  # links, parts, then the files (the triggers find nothing left)
         tx.delete(table, "user_id = ?", (user,))
     return counts
+
+
+def document_counts(db: Database, users: Sequence[str]) -> dict[str, int]:
+    """How many files each of ``users`` has kept, in one grouped query (the People page); none: absent."""
+    if not users:
+        return {}
+    marks = ", ".join("?" * len(users))
+    rows = db.query(f"SELECT user_id, count(*) FROM documents WHERE user_id IN ({marks}) GROUP BY user_id",
+                    list(users))  # fmt: skip
+    return {user: int(n) for user, n in rows}

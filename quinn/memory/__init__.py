@@ -27,7 +27,7 @@ from quinn.memory.passages import (
     user_passages,
     write_passages,
 )
-from quinn.memory.people import list_users
+from quinn.memory.people import list_users, passage_counts
 from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
@@ -68,6 +68,7 @@ __all__ = [
     "list_users",
     "memory_filter",
     "normalise_user",
+    "passage_counts",
     "passages_by_id",
     "people",
     "profile_changes_by_day",

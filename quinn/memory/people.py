@@ -1,10 +1,11 @@
 """Who Quinn knows (the one definition of a user, ``quinn.users``), with their counts.
 
-Read by ``quinn users list`` and the console's People page.
+Read by ``quinn users list`` and the console's People page (which adds each user's passages).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from quinn.db import Database
@@ -47,3 +48,17 @@ def list_users(db: Database, matching: str | None = None, *, limit: int | None =
         """
     rows = db.query(sql, params)
     return [dict(zip(COLUMNS, (*row[:5], row[5] or None), strict=True)) for row in rows]
+
+
+def passage_counts(db: Database, users: Sequence[str]) -> dict[str, dict[str, int]]:
+    """How many conversation-recall passages each of ``users`` has, split into those of mail (``conversation``)
+    and those of their files (``document``), in one grouped query; a user without any is absent."""
+    if not users:
+        return {}
+    marks = ", ".join("?" * len(users))
+    rows = db.query(
+        "SELECT user_id, sum(document_id IS NULL), sum(document_id IS NOT NULL) FROM passages"
+        f" WHERE user_id IN ({marks}) GROUP BY user_id",
+        list(users),
+    )
+    return {user: {"conversation": int(mail or 0), "document": int(files or 0)} for user, mail, files in rows}

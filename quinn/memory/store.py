@@ -4,7 +4,8 @@ import in ``records.py``.
 Memories are never overwritten: ``update`` writes version n+1 as a new row and closes the old one
 (``valid_to``, ``superseded_by``); ``forget`` makes a memory inactive but keeps it in history; only ``purge``
 deletes, and then it removes every trace of the user. Immutable memories refuse ``update``, ``supersede`` and
-``forget`` unless the caller is an operator who says so (``allow_immutable=True``); the agent never does.
+``forget`` unless the caller is an operator who says so (``allow_immutable=True``); the agent never does. ``pin``
+(an operator's) sets or clears that mark in place.
 
 Every method is synchronous and runs on the caller's thread under the database's one lock; from the event loop,
 go through ``Database.run``.
@@ -275,6 +276,21 @@ class MemoryStore:
         with self.db.transaction() as tx:
             tx.execute("UPDATE memories SET active = 0, updated_at = ? WHERE id = ?", (now, old.id))
             log_changes(tx, [old.id], "forgotten", reason, now)
+
+    def pin(
+        self, memory_id: int, pinned: bool = True, *, user_id: str | None = None, reason: str | None = None
+    ) -> None:
+        """Mark a current memory immutable (pinned: decay, consolidation, contradiction and the model's tools leave
+        it alone) or take the mark back. In place, as ``forget``: the fact and its validity do not change, so no
+        new version; the change log says ``pinned`` or ``unpinned``. An operator's act (``quinn memory pin``, the
+        console); the agent never calls it."""
+        old = self._current_for_change(memory_id, user_id, True, "pin" if pinned else "unpin")
+        if old.immutable == pinned:
+            return  # already so: no change, no log entry
+        now = iso(utcnow())
+        with self.db.transaction() as tx:
+            tx.execute("UPDATE memories SET immutable = ?, updated_at = ? WHERE id = ?", (int(pinned), now, old.id))
+            log_changes(tx, [old.id], "pinned" if pinned else "unpinned", reason, now)
 
     def complete(
         self, memory_id: int, *, user_id: str | None = None, at: datetime | str | None = None,

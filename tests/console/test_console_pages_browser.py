@@ -20,20 +20,28 @@ from pathlib import Path
 import pytest
 
 from quinn.agent import audit_log, proposals, reply_trace
+from quinn.agent.consent import opt_out
 from quinn.agent.llm import Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.reply_trace import ShownMemory, ToolUse, Trace
 from quinn.agent.samples import sample_variables
 from quinn.agent.usage import record_usage
 from quinn.clock import utcnow
+from quinn.documents.extract import Extracted, Section
+from quinn.documents.library import keep_documents
 from quinn.mailbox.ledger import MailKey, MailLedger
+from quinn.mailbox.message import Attachment
+from quinn.memory.passages import index_message
 from quinn.scheduler.runlog import OK, RunLog
 from tests.console.conftest import ALICE, BROKEN, EXTEND, World, add_mail, full_console, mail_bytes
 from tests.console.test_console_browser import arrive, log_in
 
 CAROL = "carol@example.org"
 SHOT_SIZE = {"width": 1200, "height": 800, "deviceScaleFactor": 1, "mobile": False}
-CHANGES = "button.retry, [id^=run-], #save, #forget, #save-template, button.rollback, #accept, #reject"
+CHANGES = (
+    "button.retry, [id^=run-], #save, #forget, #save-template, button.rollback, #accept, #reject, #pin, #unpin, "
+    "#mark-private, #not-private, #export, #purge"
+)
 PALETTE = 128  # colours of a saved screenshot: text and flat colours lose nothing visible, the file a third
 
 
@@ -65,6 +73,12 @@ def seed(world: World, admin_dir: Path) -> dict[str, str]:
              "unparseable: unknown charset x-klingon")  # fmt: skip
     add_mail(db, 5, mail_bytes("Invoice 2026-118", "m5@example.org", CAROL), CAROL, "processing")
     MailLedger(db).defer(MailKey("INBOX", 1, 5), "model unreachable: connection refused", now + timedelta(minutes=4))
+    for message_id in ("<m1@example.org>", "<m3@example.org>"):  # conversation recall's passages, and a file's
+        index_message(store, ALICE, message_id, "in")
+    lease = Extracted("lease.pdf", "application/pdf", "pdf", 9, "ab" * 32, (Section("p.1", "The lease runs a year."),))
+    keep_documents(store, ALICE, "<m3@example.org>", None, [lease],
+                   [Attachment("lease.pdf", "application/pdf", 9, b"x" * 9)], max_file_bytes=1024)  # fmt: skip
+    opt_out(db, CAROL, now - timedelta(days=4), "<m4@example.org>")
 
     prompts = PromptStore(admin_dir, samples=sample_variables)
     default_version, default_text = prompts.text_of("reply")

@@ -264,3 +264,20 @@ def test_memory_without_a_subcommand_shows_usage(lab: Lab, capsys):
         cli.main(["memory"])
     assert info.value.code == 2
     assert "SUBCOMMAND" in capsys.readouterr().err
+
+
+def test_pin_and_unpin_change_the_mark_in_place(lab: Lab, alice: dict[str, int]):
+    assert lab.json("memory", "pin", str(alice["tea"])) == {"id": alice["tea"], "immutable": True}
+    code, _out, err = lab.run("memory", "edit", str(alice["tea"]), "Alice prefers coffee")
+    assert code == 1 and "is immutable" in err  # pinned: what decay and consolidation leave alone
+    code, out, _err = lab.run("memory", "unpin", str(alice["allergy"]), "--reason", "no longer needed")
+    assert code == 0 and "no longer pinned" in out
+    store = lab.store()
+    try:
+        tea, allergy = store.get(alice["tea"]), store.get(alice["allergy"])
+        changes = [(c.change, c.reason) for c in store.changes(alice["allergy"])]
+        actions = [e.action for e in audit_log.listing(store.db)]
+    finally:
+        store.close()
+    assert tea.immutable and tea.version == 1 and not allergy.immutable and allergy.version == 1  # no new version
+    assert changes[-1] == ("unpinned", "no longer needed") and actions == ["unpin memory", "pin memory"]
