@@ -104,10 +104,12 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
                 "nothing of it was applied; fix the cause and start Quinn again",
             ) from exc
         found = int(db.query_value("PRAGMA user_version") or 0)
-        if found != version:  # cannot happen while every statement raises on failure: checked anyway
+        if found < version:  # cannot happen while every statement raises on failure: checked anyway
             raise StoreError(
                 f"database {db.redacted_url}: migration {version:04d} ran, but the schema version reads {found}",
                 "start Quinn again; if it repeats, restore a backup and report it",
             )
-        current = version
+        if found > version:  # another daemon on the same server applied the next ones meanwhile
+            log.info("database %s: migrations up to %04d were applied by another process", db.redacted_url, found)
+        current = found
     return current

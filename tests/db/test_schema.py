@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from quinn.db import Database, migration_scripts
+from quinn.db.schema import migrate
 
 # sqlite_master of a database migrated by the old layout (quinn/memory/migrations/ at 19fe6ba), written once by
 # that code: the schema every existing installation has today.
@@ -66,3 +67,37 @@ def test_every_table_a_migration_creates_has_an_owner_in_the_architecture_page()
     picture = page.split("## Layers and owners", 1)[1].split("```", 2)[1]
     named = set(re.findall(r"\b[a-z]+(?:_[a-z]+)*\b", picture))
     assert created - named == set(), "tables without an owner in docs/architecture.md's picture"
+
+
+class Overtaken:
+    """A connection after each of whose migrations another daemon, on its own connection to the same database,
+    applies the next one: two daemons started at once on one libSQL server (CI, tests/proof/test_two_daemons)."""
+
+    def __init__(self, mine: Database, other: Database) -> None:
+        self.mine, self.other = mine, other
+
+    @property
+    def redacted_url(self) -> str:
+        return self.mine.redacted_url
+
+    def query_value(self, sql: str, params: Any = ()) -> Any:
+        return self.mine.query_value(sql, params)
+
+    def rollback_quietly(self) -> None:
+        self.mine.rollback_quietly()
+
+    def script(self, sql: str) -> None:
+        self.mine.script(sql)
+        migrate(self.other, target=int(self.other.query_value("PRAGMA user_version")) + 1)
+
+
+def test_a_daemon_overtaken_by_another_mid_migration_goes_on_from_where_the_other_got(tmp_path: Path) -> None:
+    path = str(tmp_path / "quinn.db")
+    mine, other = Database.open(path, migrate=False), Database.open(path, migrate=False)
+    try:
+        assert migrate(Overtaken(mine, other)) == len(migration_scripts())
+        assert other.query_value("PRAGMA user_version") == len(migration_scripts())
+        assert schema_of(mine) == schema_of(other)
+    finally:
+        mine.close()
+        other.close()
