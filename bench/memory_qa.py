@@ -369,6 +369,17 @@ def summarise(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     return summary
 
 
+def read_part(parser: argparse.ArgumentParser, path: Path) -> dict[str, Any]:
+    """One part's JSON, or a usage error that names the file and what is wrong with it."""
+    try:
+        part = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        parser.error(f"--merge {path}: cannot read a result from it ({exc})")
+    if not isinstance(part, dict) or part.get("benchmark") != "memory_qa":
+        parser.error(f"--merge {path}: not a memory_qa result (give the .json this benchmark wrote)")
+    return part
+
+
 def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One result from the parts of a run cut in pieces (``--skip``): the same model and sampling, the same data
     set, no person twice; the summary is recomputed from every question, and each part's machine (commit, load)
@@ -618,8 +629,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
                         help="combine the parts of a run cut in pieces, and exit")  # fmt: skip
     args = parser.parse_args(argv)
+    if not 0 <= args.skip < args.users:
+        parser.error(f"--skip {args.skip}: give 0 to {args.users - 1} (people left out of the {args.users})")
     if args.merge:
-        result = merge([json.loads(path.read_text(encoding="utf-8")) for path in args.merge])
+        result = merge([read_part(parser, path) for path in args.merge])
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         (args.out / f"{args.name}.md").write_text(markdown(result), encoding="utf-8")

@@ -120,5 +120,9 @@ def test_the_benchmark_runs_through_the_lab_and_memory_reaches_quinns_prompt(
     assert Counter(r["condition"] for r in merged["per_question"]) == {"quinn": 6, "no_memory": 6, "full_history": 6}
     assert merged["history"]["mails"] == 2 * HISTORY_MAILS and len(merged["history"]["memories_per_user"]) == 2
     assert merged["summary"]["full_history"]["overall"]["recall_in_prompt"] == 1
+    for bad in (str(tmp_path / "missing.json"), str(tmp_path / "qa.md")):  # not there; not a result
+        with pytest.raises(SystemExit):
+            memory_qa.main(["--merge", bad, "--out", str(tmp_path), "--name", "bad", "--no-plot"])
+    assert not (tmp_path / "bad.json").exists()
     with pytest.raises(SystemExit, match="more than one part"):
         memory_qa.main(["--merge", parts[0], parts[0], "--out", str(tmp_path), "--name", "twice", "--no-plot"])
