@@ -150,11 +150,8 @@ def edit(console: Console) -> Endpoint:
         store = console.store
         before = await store.db.run(store.get, memory_id)
         new_id = await store.db.run(store.update, memory_id, content, reason=reason)
-        await store.db.run(audit_log.record, store.db, admin.name, "edit memory", f"memory {memory_id}",
-                           user_id=before.user_id if before else None,
-                           detail=with_why(f"new version: memory {new_id}", form))  # fmt: skip
-        audit.info("console: %s edited memory %s -> %s", admin.name, memory_id, new_id)
-        return RedirectResponse(f"/memories/{new_id}", status_code=303, headers=SECURITY_HEADERS)
+        return await memory_changed(console, admin.name, "edit memory", memory_id, before,
+                                    with_why(f"new version: memory {new_id}", form), shown=new_id)  # fmt: skip
 
     return edit_memory
 
@@ -169,12 +166,21 @@ def forget(console: Console) -> Endpoint:
         store = console.store
         before = await store.db.run(store.get, memory_id)
         await store.db.run(store.forget, memory_id, reason=reason)
-        await store.db.run(audit_log.record, store.db, admin.name, "forget memory", f"memory {memory_id}",
-                           user_id=before.user_id if before else None, detail=why_of(form_of(request)))  # fmt: skip
-        audit.info("console: %s forgot memory %s", admin.name, memory_id)
-        return RedirectResponse(f"/memories/{memory_id}", status_code=303, headers=SECURITY_HEADERS)
+        return await memory_changed(console, admin.name, "forget memory", memory_id, before, why_of(form_of(request)))
 
     return forget_memory
+
+
+async def memory_changed(
+    console: Console, admin: str, action: str, memory_id: int, before: Any, detail: str, shown: int | None = None
+) -> Response:
+    """After ``admin`` changed memory ``memory_id`` (``before``: as it was, or None): the audit row and line, and
+    the way to the memory to show (``shown``: the new version, default the same memory)."""
+    store = console.store
+    await store.db.run(audit_log.record, store.db, admin, action, f"memory {memory_id}",
+                       user_id=before.user_id if before else None, detail=detail)  # fmt: skip
+    audit.info("console: %s: %s %s%s", admin, action, memory_id, f" -> {shown}" if shown else "")
+    return RedirectResponse(f"/memories/{shown or memory_id}", status_code=303, headers=SECURITY_HEADERS)
 
 
 def change_reason(admin: str, verb: str, form: dict[str, str]) -> str:

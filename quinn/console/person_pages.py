@@ -16,11 +16,11 @@ import hashlib
 import logging
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from quinn.agent import audit_log, purge
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
-from quinn.console.pages import change_reason, with_why
+from quinn.console.pages import change_reason, memory_changed, with_why
 from quinn.memory import dump_document, export_document
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,8 @@ def pin(console: Console) -> Endpoint:
         before = await store.db.run(store.get, memory_id)
         verb = "pinned" if pinned else "unpinned"
         await store.db.run(store.pin, memory_id, pinned, reason=change_reason(admin.name, verb, form))
-        await store.db.run(audit_log.record, store.db, admin.name, "pin memory" if pinned else "unpin memory",
-                           f"memory {memory_id}", user_id=before.user_id if before else None,
-                           detail=with_why(verb, form))  # fmt: skip
-        audit.info("console: %s %s memory %s", admin.name, verb, memory_id)
-        return RedirectResponse(f"/memories/{memory_id}", status_code=303, headers=SECURITY_HEADERS)
+        action = "pin memory" if pinned else "unpin memory"
+        return await memory_changed(console, admin.name, action, memory_id, before, with_why(verb, form))
 
     return pin_memory
 
@@ -63,11 +60,9 @@ def private(console: Console) -> Endpoint:
         verb = "marked private" if flag else "marked not private"
         new_id = await store.db.run(store.update, memory_id, before.content, metadata={"private": flag},
                                     reason=change_reason(admin.name, verb, form))  # fmt: skip
-        await store.db.run(audit_log.record, store.db, admin.name, "mark memory private" if flag else
-                           "mark memory not private", f"memory {memory_id}", user_id=before.user_id,
-                           detail=with_why(f"new version: memory {new_id}", form))  # fmt: skip
-        audit.info("console: %s %s memory %s -> %s", admin.name, verb, memory_id, new_id)
-        return RedirectResponse(f"/memories/{new_id}", status_code=303, headers=SECURITY_HEADERS)
+        action = "mark memory private" if flag else "mark memory not private"
+        return await memory_changed(console, admin.name, action, memory_id, before,
+                                    with_why(f"new version: memory {new_id}", form), shown=new_id)  # fmt: skip
 
     return mark_private
 
