@@ -165,8 +165,9 @@ def measure(path: Path, users: int, rounds: int, seed: int) -> list[dict[str, An
 
     from quinn.agent.usage import Price
     from quinn.config import ConsoleConfig
-    from quinn.console.app import Console, build_app
+    from quinn.console.app import Console
     from quinn.console.auth import Admin, PasswordHash, hash_password
+    from quinn.console.routes import build_app
     from quinn.db import Database
     from quinn.memory.store import MemoryStore
 

@@ -230,7 +230,7 @@ def test_context_block_cites_dedupes_and_respects_the_budget() -> None:
 
 
 def test_attached_files_share_their_budget_cite_each_section_and_cannot_close_their_block() -> None:
-    from quinn.documents.extract import Extracted, Section
+    from quinn.documents import Extracted, Section
 
     long = Extracted("report.pdf", "application/pdf", "pdf", 5000, "a" * 64,
                      tuple(Section(f"p.{n}", f"Page {n} text. " * 40) for n in range(1, 6)))  # fmt: skip

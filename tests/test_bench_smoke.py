@@ -171,8 +171,9 @@ def test_console_speed_times_every_console_page(tmp_path: Path) -> None:
 
     from bench import console_speed
     from quinn.config import ConsoleConfig
-    from quinn.console.app import Console, build_app
+    from quinn.console.app import Console
     from quinn.console.auth import Admin, PasswordHash, hash_password
+    from quinn.console.routes import build_app
     from quinn.db import Database
     from quinn.memory.store import MemoryStore
 

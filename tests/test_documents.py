@@ -9,7 +9,8 @@ import zipfile
 
 import pytest
 
-from quinn.documents.extract import Deadline, Limits, display_name, extract, kind_of
+from quinn.documents.extract import display_name, extract, kind_of
+from quinn.documents.sections import Deadline, Limits
 from quinn.mailbox.parse import parse_email
 from tests.lab.documents import encrypted_pdf, make_docx, make_odt, make_pdf, make_pptx, make_xlsx
 from tests.lab.inprocess import build_mail

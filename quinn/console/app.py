@@ -1,4 +1,4 @@
-"""The console's web app: Starlette routes over one ``Console`` (the store, the ledger, the admins, the sessions).
+"""The console's core: one ``Console`` (the store, the ledger, the admins, the sessions) and what every page uses.
 
 Every route but the login page and the stylesheet goes through ``guarded``: no session, no page (a test walks
 every route anonymously). Every POST needs the session's CSRF token, and the changing ones the admin role.
@@ -18,11 +18,8 @@ from typing import Any
 from urllib.parse import parse_qsl, quote
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
 
 from quinn.agent import PromptStore, sample_variables, usage
 from quinn.clock import Clock
@@ -173,59 +170,3 @@ async def read_form(request: Request) -> dict[str, str]:
 def form_of(request: Request) -> dict[str, str]:
     """The form a guarded POST already read."""
     return request.scope["console_form"]
-
-
-def build_app(console: Console) -> Starlette:
-    """The Starlette app: the login routes, then every page under ``Console.guarded``."""
-    from quinn.console import draft_pages, job_pages, login, pages, person_pages, prompt_pages, reply_pages
-
-    guarded = console.guarded
-    routes = [
-        Route("/login", login.login_page(console), methods=["GET"]),
-        Route("/login", login.login(console), methods=["POST"]),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-        Route("/logout", guarded(login.logout(console)), methods=["POST"]),
-        Route("/", guarded(pages.home(console)), methods=["GET"]),
-        Route("/people", guarded(pages.people(console)), methods=["GET"]),
-        Route("/people/{user}", guarded(pages.person(console)), methods=["GET"]),
-        Route("/people/{user}/export", guarded(person_pages.export(console), changes=True), methods=["POST"]),
-        Route("/people/{user}/purge", guarded(person_pages.purge_person(console), changes=True), methods=["POST"]),
-        Route("/memories/{memory_id:int}", guarded(pages.memory(console)), methods=["GET"]),
-        Route("/memories/{memory_id:int}/pin", guarded(person_pages.pin(console), changes=True), methods=["POST"]),
-        Route(
-            "/memories/{memory_id:int}/private", guarded(person_pages.private(console), changes=True), methods=["POST"]
-        ),
-        Route("/memories/{memory_id:int}/edit", guarded(pages.edit(console), changes=True), methods=["POST"]),
-        Route("/memories/{memory_id:int}/forget", guarded(pages.forget(console), changes=True), methods=["POST"]),
-        Route("/mail", guarded(pages.mail(console)), methods=["GET"]),
-        Route("/mail/retry", guarded(pages.retry(console), changes=True), methods=["POST"]),
-        *(
-            Route(
-                f"/mail/drafts/{action}", guarded(draft_pages.decide(console, action), changes=True), methods=["POST"]
-            )
-            for action in draft_pages.ACTIONS
-        ),
-        Route("/replies/{trace_id:int}", guarded(reply_pages.why(console)), methods=["GET"]),
-        Route("/audit", guarded(pages.audit_page(console)), methods=["GET"]),
-        Route("/jobs", guarded(job_pages.jobs(console)), methods=["GET"]),
-        Route("/jobs/{name}/run", guarded(job_pages.run_now(console), changes=True), methods=["POST"]),
-        Route("/prompts", guarded(prompt_pages.listing(console)), methods=["GET"]),
-        Route("/prompts/{name}", guarded(prompt_pages.page(console)), methods=["GET"]),
-        Route("/prompts/{name}/diff", guarded(prompt_pages.diff(console)), methods=["GET"]),
-        Route("/prompts/{name}/preview", guarded(prompt_pages.preview(console)), methods=["POST"]),
-        Route("/prompts/{name}/save", guarded(prompt_pages.save(console), changes=True), methods=["POST"]),
-        Route("/prompts/{name}/rollback", guarded(prompt_pages.rollback(console), changes=True), methods=["POST"]),
-        Route("/proposals", guarded(prompt_pages.proposal_list(console)), methods=["GET"]),
-        Route("/proposals/{proposal_id:int}", guarded(prompt_pages.proposal_page(console)), methods=["GET"]),
-        Route(
-            "/proposals/{proposal_id:int}/accept",
-            guarded(prompt_pages.decide(console, "accept"), changes=True),
-            methods=["POST"],
-        ),
-        Route(
-            "/proposals/{proposal_id:int}/reject",
-            guarded(prompt_pages.decide(console, "reject"), changes=True),
-            methods=["POST"],
-        ),
-    ]
-    return Starlette(routes=routes)

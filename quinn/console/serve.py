@@ -33,7 +33,8 @@ class ConsoleServer:
         try:
             import uvicorn
 
-            from quinn.console.app import Console, build_app
+            from quinn.console.app import Console
+            from quinn.console.routes import build_app
         except ImportError as exc:
             raise ConfigError(f"the console needs {exc.name}, which is not installed", EXTRA_HINT) from None
         extra = {**prompt_parts(full, store), **job_parts(full, store), **mail_parts(full, store),

@@ -19,7 +19,7 @@ HOMES = {
     "knowledge": "",
     "library": "",
     "Extracted": "extract",
-    "Section": "extract",
+    "Section": "sections",
     "display_name": "extract",
     "take_documents": "library",
 }
@@ -30,6 +30,6 @@ if TYPE_CHECKING:
     from quinn.documents import knowledge as knowledge
     from quinn.documents import library as library
     from quinn.documents.extract import Extracted as Extracted
-    from quinn.documents.extract import Section as Section
     from quinn.documents.extract import display_name as display_name
     from quinn.documents.library import take_documents as take_documents
+    from quinn.documents.sections import Section as Section

@@ -12,39 +12,16 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-import time
 import unicodedata
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from io import BytesIO
+
+from quinn.documents.formats import READERS
+from quinn.documents.sections import Deadline, Limits, Section, Unreadable
 
 NAME_CHARS = 80  # a longer file name is cut: it is shown to the model and cited
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f\[\]<>{}`|\\/]+")
-
-
-class Unreadable(Exception):
-    """Why a file cannot be read, in words for the person who sent it; caught in ``extract``."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one file may cost to read (``[documents]`` in the config)."""
-
-    max_file_bytes: int = 10 * 1024 * 1024
-    max_pages: int = 200
-    max_text_chars: int = 256 * 1024
-    timeout_s: float = 20.0
-    max_zip_members: int = 2000
-    max_unzipped_bytes: int = 100 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Section:
-    """A piece of a document's text and where it is: ``p.3``, ``sheet Budget``, ``Introduction``, ``event 1``."""
-
-    ref: str
-    text: str
 
 
 @dataclass(frozen=True)
@@ -64,22 +41,6 @@ class Extracted:
     def text(self) -> str:
         """All the text, sections in order."""
         return "\n\n".join(s.text for s in self.sections)
-
-
-@dataclass
-class Deadline:
-    """Extraction's time limit, checked between units of work (pages, rows, parts)."""
-
-    seconds: float
-    start: float = field(default_factory=time.monotonic)
-
-    def check(self) -> None:
-        """Raise ``Unreadable`` once the time is up."""
-        if time.monotonic() - self.start > self.seconds:
-            raise Unreadable(f"reading it took longer than the {self.seconds:g} s limit")
-
-
-Reader = Callable[[bytes, Limits, Deadline], tuple[list[Section], list[str]]]
 
 
 def display_name(name: str, index: int = 1) -> str:
@@ -139,32 +100,12 @@ def _zip_kind(data: bytes) -> str:
     return "zip"
 
 
-def check_zip(data: bytes, limits: Limits) -> None:
-    """Refuse a zip whose members are too many or would unpack too big, before anything is unpacked. The sizes
-    are the archive's own claims; zipfile never yields more than a member claims (it stops and fails its CRC)."""
-    try:
-        with zipfile.ZipFile(BytesIO(data)) as archive:
-            members = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise Unreadable(f"the file is damaged (not a readable zip archive: {exc})") from exc
-    if len(members) > limits.max_zip_members:
-        raise Unreadable(f"it holds {len(members)} parts, more than the limit of {limits.max_zip_members}")
-    unpacked = sum(m.file_size for m in members)
-    if unpacked > limits.max_unzipped_bytes:
-        raise Unreadable(
-            f"it would unpack to {unpacked // 1_000_000} MB, more than the limit of "
-            f"{limits.max_unzipped_bytes // 1_000_000} MB (a zip bomb?)"
-        )
-
-
 def extract(
     name: str, content_type: str, data: bytes, limits: Limits | None = None, index: int = 1,
     deadline: Deadline | None = None,
 ) -> Extracted:  # fmt: skip
     """Read one attached file (the ``index``-th of its mail), by ``deadline`` (one shared by a mail's files;
     else ``limits.timeout_s`` from now). Never raises: what cannot be read comes back with ``error`` saying why."""
-    from quinn.documents.formats import READERS  # the readers import this module's types
-
     limits = limits or Limits()
     shown = display_name(name, index)
     kind = kind_of(shown, content_type, data)

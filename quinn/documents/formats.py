@@ -20,7 +20,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from io import BytesIO, StringIO
 from typing import Any
 
-from quinn.documents.extract import Deadline, Limits, Reader, Section, Unreadable, check_zip
+from quinn.documents.sections import Deadline, Limits, Reader, Section, Unreadable, check_zip
+from quinn.errors import MailParseError
 
 ROWS_PER_SECTION = 40  # a CSV section: a screenful of rows, each section repeating the header line
 _MD_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
@@ -235,7 +236,6 @@ def read_ics(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Sect
 
 def read_eml(data: bytes, limits: Limits, deadline: Deadline) -> tuple[list[Section], list[str]]:
     """A forwarded mail: its headers and text through Quinn's own parser; files inside it are named, not read."""
-    from quinn.errors import MailParseError
     from quinn.mailbox import parse_email
 
     try:

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
 from quinn.config import DocumentsConfig
-from quinn.documents.extract import Deadline, Extracted, Limits, display_name, extract
+from quinn.documents.extract import Extracted, display_name, extract
+from quinn.documents.sections import Deadline, Limits
 from quinn.mailbox import Attachment
 
 MEMORY_CAP_BYTES = 1024 * 1024 * 1024  # address space of the reading process: far above any file within limits

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from quinn.config import load_config
-from quinn.console.app import Console, build_app
+from quinn.console.app import Console
 from quinn.console.auth import hash_password
+from quinn.console.routes import build_app
 from quinn.console.serve import ConsoleServer
 from quinn.db import Database
 from quinn.mailbox.ledger import MailKey, MailLedger

@@ -14,8 +14,9 @@ from quinn.agent.llm import Usage
 from quinn.agent.reply_trace import Trace
 from quinn.clock import ManualClock
 from quinn.config import LlmConfig, load_config
-from quinn.console.app import Console, build_app
+from quinn.console.app import Console
 from quinn.console.auth import hash_password
+from quinn.console.routes import build_app
 from quinn.console.serve import usage_parts
 from quinn.db import Database
 from quinn.errors import ConfigError

@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from quinn.agent import audit_log, reply_trace
-from quinn.console.app import build_app
+from quinn.console.routes import build_app
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.outbox import Outbox, expire_before
 from quinn.mailbox.parse import parse_email

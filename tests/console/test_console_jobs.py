@@ -14,7 +14,7 @@ from quinn.agent import audit_log, reply_trace
 from quinn.agent.reply_trace import ShownMemory, ShownPassage, Trace
 from quinn.clock import utcnow
 from quinn.config import load_config
-from quinn.console.app import build_app
+from quinn.console.routes import build_app
 from quinn.console.serve import job_parts
 from quinn.scheduler.jobs import JOBS
 from quinn.scheduler.runlog import OK, RunLog

@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 
 from quinn.agent import audit_log
 from quinn.config import load_config
-from quinn.console.app import build_app
+from quinn.console.routes import build_app
 from quinn.console.serve import mail_parts
 from quinn.mailbox.ledger import MailKey, MailLedger
 from tests.console.conftest import BOB, add_mail, csrf_of, log_in, mail_bytes

@@ -27,7 +27,7 @@ from quinn.agent.reply_trace import ShownMemory, ToolUse, Trace
 from quinn.agent.samples import sample_variables
 from quinn.agent.usage import record_usage
 from quinn.clock import utcnow
-from quinn.documents.extract import Extracted, Section
+from quinn.documents import Extracted, Section
 from quinn.documents.library import keep_documents
 from quinn.mailbox.ledger import MailKey, MailLedger
 from quinn.mailbox.message import Attachment

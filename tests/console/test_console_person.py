@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from quinn.agent import audit_log
 from quinn.agent.consent import opt_out
 from quinn.console.person_pages import pseudonym
-from quinn.documents.extract import Extracted, Section
+from quinn.documents import Extracted, Section
 from quinn.documents.library import keep_documents
 from quinn.mailbox.message import Attachment
 from quinn.memory.passages import index_message

@@ -14,7 +14,8 @@ from quinn.agent.prompts import PromptStore
 from quinn.agent.samples import sample_variables
 from quinn.clock import utcnow
 from quinn.config import load_config
-from quinn.console.app import Console, build_app
+from quinn.console.app import Console
+from quinn.console.routes import build_app
 from quinn.console.serve import prompt_parts
 from tests.console.conftest import ALICE, BROKEN, CONFIG, EXTEND, csrf_of, log_in
 

@@ -10,8 +10,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from quinn.config import load_config
-from quinn.console.app import Console, build_app
+from quinn.console.app import Console
 from quinn.console.auth import hash_password
+from quinn.console.routes import build_app
 from quinn.db import Database
 from quinn.logs import secret_values
 from quinn.memory.store import MemoryStore

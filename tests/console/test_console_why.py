@@ -12,8 +12,9 @@ from starlette.testclient import TestClient
 from quinn.agent import reply_trace
 from quinn.agent.purge import purge
 from quinn.config import ConsoleConfig
-from quinn.console.app import Console, build_app
+from quinn.console.app import Console
 from quinn.console.auth import Admin, PasswordHash, hash_password
+from quinn.console.routes import build_app
 from tests.console.conftest import PASSWORDS, TEST_COST, log_in
 from tests.lab.brain import NOTHING, Brain
 from tests.lab.llm_server import Text, ToolCall, ToolCalls

@@ -41,7 +41,7 @@ from quinn.agent.llm import LLM
 from quinn.agent.prompts import PromptStore
 from quinn.agent.respond import Agent, Answer
 from quinn.db import Database
-from quinn.documents.extract import Extracted, Section
+from quinn.documents import Extracted, Section
 from quinn.documents.knowledge import add_file
 from quinn.documents.library import keep_documents
 from quinn.mailbox.message import Attachment
