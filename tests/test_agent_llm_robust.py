@@ -347,11 +347,26 @@ PAST_MAIL = ("My cousin just moved to Bologna, there was a power cut in the even
         ("Hi Quinn,\n\nWhat is Anouk's new job? Please keep it short.", True),  # the short question, sent back
         (f"Start by running a small party at home. {PAST_MAIL}", True),  # a past mail pasted as the answer
         ("Your cousin moved to Bologna, you told me in March.", False),  # a fact restated from past mail
+        ("My cousin just moved to Bologna, there was a power cut in the evening.", False),  # one sentence of it
+        (
+            "My cousin just moved to Bologna, there was a power cut in the evening, so we played cards by candle "
+            "light. The kids gave the parrot a name.",
+            True,
+        ),  # two sentences of it: a paste
         ("The parrot is called Waffles.", False),
         (f'You wrote to me on 3 March: "{PAST_MAIL}"', False),  # asked what exactly they wrote: a quotation
         (f"You wrote to me on 3 March:\n\n> {PAST_MAIL}\n\nShall I remind you of anything else?", False),
     ],
-    ids=["short-question", "past-mail-pasted", "fact-restated", "short-fact", "quotation", "quoted-lines"],
+    ids=[
+        "short-question",
+        "past-mail-pasted",
+        "fact-restated",
+        "one-sentence-said-again",
+        "two-sentences-pasted",
+        "short-fact",
+        "quotation",
+        "quoted-lines",
+    ],
 )
 def test_an_echo_of_the_question_or_of_recalled_mail(reply: str, echo: bool) -> None:
     """Seen in the memory QA run: the 0.5B model sent back the question itself (under the 60-character floor),

@@ -190,7 +190,9 @@ def echoed(reply: str, *sources: str, results: Sequence[str] = (), recalled: Seq
       sent back) or of one tool result (8 or more: "remember: saved");
     - or runs of at least ``_ECHO_RUN`` characters found in any of them cover ``ECHO_SHARE`` of it and
       ``ECHO_MIN`` characters at least (the email and "Write the reply body only" sent back; a past mail of the
-      person pasted as the answer).
+      person pasted as the answer). What is copied from ``recalled`` counts only when it is two sentences or
+      more: one remembered sentence said again ("The car I bought to replace the old one is a dark green
+      Mazda.", asked which car) is the answer, seen refused three times over in the memory QA run.
 
     Small models do all of these (seen with a 0.5B model). A reply quoting a line and answering it stays under the
     share, and a short answer restating the question or a fact is under the minimum. The thread and its summary
@@ -210,8 +212,22 @@ def echoed(reply: str, *sources: str, results: Sequence[str] = (), recalled: Seq
         return True
     if len(text) >= _RESULT_MIN and any(text in flat for flat in tools):
         return True
+    sent = _copied(text, (*strict, *tools))
+    kept = _copied(text, memory)
+    if not _SENTENCE_BREAK.search("".join(c if hit else "\0" for c, hit in zip(text, kept, strict=True))):
+        kept = [False] * len(text)  # one remembered sentence said again is an answer, not a paste
+    copied = sum(a or b for a, b in zip(sent, kept, strict=True))
+    return copied >= ECHO_MIN and copied >= ECHO_SHARE * len(text)
+
+
+_SENTENCE_BREAK = re.compile(r"[.!?]\s+[^\s\0]")  # inside one copied run: the end of a sentence and the next
+
+
+def _copied(text: str, sources: Sequence[str]) -> list[bool]:
+    """Per character of ``text``: whether it lies in a run of at least ``_ECHO_RUN`` characters found in one of
+    ``sources``."""
     covered = [False] * len(text)
-    for flat in (*strict, *tools, *memory):
+    for flat in sources:
         start = 0
         while start <= len(text) - _ECHO_RUN:
             at = flat.find(text[start : start + _ECHO_RUN])
@@ -224,5 +240,4 @@ def echoed(reply: str, *sources: str, results: Sequence[str] = (), recalled: Seq
             for i in range(start, end):
                 covered[i] = True
             start = end
-    copied = sum(covered)
-    return copied >= ECHO_MIN and copied >= ECHO_SHARE * len(text)
+    return covered
