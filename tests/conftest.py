@@ -204,6 +204,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+LAYERS = ("realmodel", "unit")  # the groups whose cost the summary reports
+_layer_cost: dict[str, list[float]] = {layer: [0, 0.0] for layer in LAYERS}  # tests run, seconds
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's time (setup included: the real model starts in the first test's) to its layer."""
+    for layer in LAYERS:
+        if layer in report.keywords:
+            _layer_cost[layer][0] += report.when == "call"
+            _layer_cost[layer][1] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per layer: how many of its tests ran and the seconds they took (what the layer costs CI)."""
+    for layer, (tests, seconds) in _layer_cost.items():
+        if tests:
+            terminalreporter.write_line(f"layer {layer}: {tests:g} tests ran in {seconds:.0f} s")
+
+
 @pytest.fixture(autouse=True)
 def _unit_stays_in_process(request: pytest.FixtureRequest) -> Iterator[None]:
     """A ``unit`` test may not start a process or open a TCP connection (even on 127.0.0.1): either is a lab
