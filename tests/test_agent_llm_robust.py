@@ -387,3 +387,54 @@ async def test_a_reply_sending_back_quinns_own_note_or_in_a_code_fence(llm_serve
     result = await local(llm_server).text("You are Quinn.", "I like tea.", tools=[remember], echo_of=("I like tea.",))
     assert result.text == "Hello Ana, tea it is." and saved == ["Ana likes tea"]
     assert "a copy of the email or of tool results, not a reply" in llm_server.requests[-1].text  # sent back once
+
+
+# -- a prompt longer than the model's context ------------------------------------------------------------------
+
+# llama-cpp-python's server, seen in the memory QA run (n_ctx 4096, a long session review).
+TOO_LONG = ("This model's maximum context length is 4096 tokens. However, you requested 4582 tokens (4182 in the "
+            "messages, 400 in the completion). Please reduce the length of the messages or completion.")  # fmt: skip
+
+
+async def test_a_prompt_too_long_keeps_the_mode_and_says_how_long(llm_server: ScriptedLLM) -> None:
+    """Seen: the overflow's 400 was taken for a refused json_object mode, and the model was asked for JSON in
+    the prompt from then on. It is a ``PromptTooLong`` with the server's figures, and the mode stays."""
+    from quinn.agent import PromptTooLong
+
+    llm_server.like_llama_cpp = True
+    seam = local(llm_server)
+    llm_server.script(Json(GOOD))  # json_schema refused (llama.cpp's 500), json_object works and is kept
+    await seam.structured("Extract.", "Ana...", Facts)
+    llm_server.script(Error(400, TOO_LONG), Json(GOOD))
+    with pytest.raises(PromptTooLong) as raised:
+        await seam.structured("Extract.", "Ana... " * 100, Facts)
+    assert (raised.value.limit, raised.value.requested) == (4096, 4582)
+    assert len((await seam.structured("Extract.", "Ana...", Facts))[0].facts) == 2
+    formats = [(r.body_json.get("response_format") or {}).get("type") for r in llm_server.requests]
+    assert formats == ["json_schema", "json_object", "json_object", "json_object"]
+
+
+async def test_a_reply_prompt_too_long_keeps_the_tools(llm_server: ScriptedLLM) -> None:
+    """A 400 for the length is not a server refusing tools: the next reply is offered them again."""
+    from quinn.agent import PromptTooLong
+
+    seam = local(llm_server)
+    llm_server.script(Error(400, TOO_LONG), Text("Hello Ana."))
+    with pytest.raises(PromptTooLong):
+        await seam.text("You are Quinn.", "Hi " * 100, tools=[remember])
+    assert (await seam.text("You are Quinn.", "Hi", tools=[remember])).text == "Hello Ana."
+    assert ["tools" in r.body_json for r in llm_server.requests] == [True, True]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "the request exceeds the available context size, try increasing it",  # llama.cpp's own server
+        "Input is too long: context_length_exceeded",
+    ],
+)
+def test_what_reads_as_a_prompt_too_long(message: str) -> None:
+    from quinn.agent.llm import context_overflow
+
+    assert context_overflow(llm.BadRequestError(message, "openai"), "m") is not None
+    assert context_overflow(llm.BadRequestError("response_format is not supported", "openai"), "m") is None

@@ -32,6 +32,7 @@ HOMES = {
     "ExtractionOutcome": "extract",
     "apply_extraction": "extract",
     "LLM": "llm",
+    "PromptTooLong": "llm",
     "Usage": "llm",
     "NO_LEARNING_TEMPLATES": "memory_mail",
     "PURGE_DONE_TEMPLATE": "memory_mail",
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     from quinn.agent.extract import ExtractionOutcome as ExtractionOutcome
     from quinn.agent.extract import apply_extraction as apply_extraction
     from quinn.agent.llm import LLM as LLM
+    from quinn.agent.llm import PromptTooLong as PromptTooLong
     from quinn.agent.llm import Usage as Usage
     from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES as NO_LEARNING_TEMPLATES
     from quinn.agent.memory_mail import PURGE_DONE_TEMPLATE as PURGE_DONE_TEMPLATE

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +42,45 @@ T = TypeVar("T", bound=BaseModel)
 NATIVE = ("openai", "anthropic", "google")
 # Structured-output modes on an OpenAI-compatible server, tried in this order until the server takes one.
 COMPATIBLE_MODES = ("json_schema", "json_object", "prompt")
+
+# What servers say when the prompt and the answer's room are more than the model's context. OpenAI, vLLM and
+# llama-cpp-python: "This model's maximum context length is 4096 tokens. However, you requested 4582 tokens (4182
+# in the messages, 400 in the completion)" (code context_length_exceeded); llama.cpp's own server:
+# "the request exceeds the available context size" (exceed_context_size_error, n_prompt_tokens, n_ctx).
+_OVERFLOW_WORDS = re.compile(
+    r"context_length_exceeded|exceed_context_size|maximum context length|exceeds? (?:the )?(?:available )?context"
+    r"|context window", re.I,
+)  # fmt: skip
+_CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|n_ctx['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
+_REQUESTED = re.compile(r"(?:you requested|requested tokens \(|n_prompt_tokens['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
+
+
+class PromptTooLong(RetryLater):
+    """The prompt and the room for the answer are more than the model's context. Sent again as it is, it fails
+    again: the caller may send less. ``limit`` and ``requested`` are in tokens, when the server said them."""
+
+    def __init__(self, message: str, limit: int | None = None, requested: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.requested = requested
+
+
+def context_overflow(exc: Exception, model: str) -> PromptTooLong | None:
+    """``exc`` as a ``PromptTooLong`` when the server refused the request for its length, else None. Not a refused
+    mode or refused tools: taken for one, it would switch a model that handles both to a worse mode for good."""
+    if not isinstance(exc, llm.BadRequestError | llm.ServerError):  # llama.cpp's own server: 400; some proxies 500
+        return None
+    text = str(exc)
+    if not _OVERFLOW_WORDS.search(text):
+        return None
+    limit, requested = _CONTEXT_LIMIT.search(text), _REQUESTED.search(text)
+    return PromptTooLong(
+        f"the prompt is longer than model {model}'s context: {text[:300]}",
+        int(limit.group(1)) if limit else None,
+        int(requested.group(1)) if requested else None,
+    )
+
+
 # Mirascope wraps the OpenAI/Anthropic SDK errors, but google-genai lets httpx's timeouts and connection errors
 # through unwrapped: those are transient like any other provider's.
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, OSError)
@@ -298,8 +338,9 @@ class LLM:
                 response = await self._first_text_call(model, system, user, tools, ctx)
             except llm.BadRequestError as exc:
                 # Ollama and vLLM answer 400 to tools a model or server does not support. Not a 5xx: a server
-                # that is overloaded or down must make the mail wait, not lose its tools for good.
-                if not tools:
+                # that is overloaded or down must make the mail wait, not lose its tools for good. Nor a prompt
+                # too long for the model's context (also a 400).
+                if not tools or context_overflow(exc, model.model_id) is not None:
                     raise
                 log.warning("model %s: the server refused the request with tools (%.200s); answering without tools "
                             "from now on", model.model_id, exc)  # fmt: skip
@@ -409,7 +450,7 @@ class LLM:
                 # llama-cpp-python refuses json_schema with a plain 500; 502-504 (overloaded, a proxy timing out)
                 # are transient and say nothing about the mode.
                 transient = isinstance(exc, llm.ServerError) and exc.status_code != 500
-                if transient or i + 1 == len(modes):
+                if transient or i + 1 == len(modes) or context_overflow(exc, model.model_id) is not None:
                     raise _translate(exc, model.model_id) from exc
                 log.warning("model %s: the server refused structured output as %s (%.200s); using %s from now on",
                             model.model_id, mode, exc, modes[i + 1])  # fmt: skip
@@ -529,7 +570,10 @@ def _usage(response: Any, model: str) -> Usage:
 
 
 def _translate(exc: Exception, model: str) -> Exception:
-    """Mirascope errors as Quinn's: an operator mistake is a ConfigError, anything else is retried later."""
+    """Mirascope errors as Quinn's: an operator mistake is a ConfigError, a prompt too long for the model's
+    context a ``PromptTooLong``, anything else is retried later."""
+    if (too_long := context_overflow(exc, model)) is not None:
+        return too_long
     if isinstance(exc, llm.AuthenticationError | llm.PermissionError):
         return ConfigError(f"LLM {model} rejected our credentials: {exc}", "check llm.api_key_env")
     if isinstance(exc, llm.NotFoundError):
