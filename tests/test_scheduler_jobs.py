@@ -16,6 +16,7 @@ from quinn.clock import iso, utcnow
 from quinn.mailbox.outbox import Outbox
 from quinn.mailbox.parse import parse_email
 from quinn.mailbox.threads import Sessions
+from quinn.memory import NewMemory
 from quinn.memory.filters import CURRENT
 from quinn.memory.graph import linked_memories
 from quinn.memory.passages import index_message
@@ -222,6 +223,46 @@ async def test_session_close_reviews_a_quiet_session_once(bench, llm_server):
     email = parse_email(inbound_mail(user, QUINN, "Offsite", "One more thing: vegetarian lunch please.",
                                      "<late@example.test>", in_reply_to=thread.message_ids[-1]))  # fmt: skip
     Sessions(bench.db).assign(email, user, now=bench.clock.now())
+    assert bench.db.query_value("SELECT status FROM sessions") == "open"
+
+
+# llama-cpp-python's answer to a prompt over n_ctx, as the memory QA run got it for a long session review.
+TOO_LONG = ("This model's maximum context length is 4096 tokens. However, you requested 8192 tokens (7792 in the "
+            "messages, 400 in the completion). Please reduce the length of the messages or completion.")  # fmt: skip
+
+
+async def test_a_review_too_long_for_the_model_is_asked_again_shorter_and_the_session_closed(bench, llm_server):
+    user = "dana@example.test"
+    start = bench.clock.now()
+    bodies = [f"Note {i}: " + "the offsite planning goes on and on. " * 60 for i in range(8)]  # ~550 tokens
+    write_thread(bench.db, user, QUINN, "Offsite", bodies, start)
+    bench.store.add_many([NewMemory(user, f"Dana keeps a note about topic number {i}.", scope="episodic")
+                          for i in range(20)])  # fmt: skip
+    reviews = iter([Error(400, TOO_LONG), Json(review())])
+    llm_server.responder = lambda r: next(reviews) if r.purpose == REVIEW else None
+
+    bench.clock.set(start + timedelta(hours=3))
+    outcome = await bench.runner(session_close_after_min=60).run_job("session_close", force=True)
+    assert outcome.status == "ok" and outcome.counts["processed"] == 1
+    first, second = prompts_with(llm_server, REVIEW)
+    assert len(second.text) < 0.5 * len(first.text)  # cut to 0.4 of the messages and memories: 4096 / 8192 * 0.8
+    notes = [[n for n in range(8) if f"Note {n}:" in prompt.text] for prompt in (first, second)]
+    assert notes == [[1, 2, 3, 4, 5, 6, 7], [6, 7]]  # the newest within 4,000 tokens, then within 1,600
+    assert first.text.count("Dana keeps a note") == 20 and second.text.count("Dana keeps a note") == 8
+    assert bench.db.query_value("SELECT status FROM sessions") == "closed"
+
+
+async def test_a_review_always_too_long_leaves_the_session_open_and_says_why(bench, llm_server):
+    user = "dana@example.test"
+    start = bench.clock.now()
+    write_thread(bench.db, user, QUINN, "Offsite", ["Can we meet in March?", "Sure."], start)
+    llm_server.responder = lambda r: Error(400, TOO_LONG) if r.purpose == REVIEW else None
+
+    bench.clock.set(start + timedelta(hours=3))
+    outcome = await bench.runner(session_close_after_min=60).run_job("session_close", force=True)
+    assert len(prompts_with(llm_server, REVIEW)) == 3  # REVIEW_TRIES, each shorter, then left for the next run
+    [failure] = outcome.counts["details"]["failed_items"]
+    assert "longer than model" in failure
     assert bench.db.query_value("SELECT status FROM sessions") == "open"
 
 

@@ -39,6 +39,7 @@ HOMES = {
     "SUFFIX": "prompts",
     "TEMPLATE_NAMES": "prompts",
     "PromptStore": "prompts",
+    "RenderedPrompt": "prompts",
     "packaged_dir": "prompts",
     "TemplateRewrite": "proposals",
     "Agent": "respond",
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from quinn.agent.prompts import SUFFIX as SUFFIX
     from quinn.agent.prompts import TEMPLATE_NAMES as TEMPLATE_NAMES
     from quinn.agent.prompts import PromptStore as PromptStore
+    from quinn.agent.prompts import RenderedPrompt as RenderedPrompt
     from quinn.agent.prompts import packaged_dir as packaged_dir
     from quinn.agent.proposals import TemplateRewrite as TemplateRewrite
     from quinn.agent.reply_trace import DayFigures as DayFigures

@@ -18,12 +18,22 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
-from quinn.agent import ALL_STATE_FIELDS, STATE_FIELDS, Extraction, apply_extraction, opted_out, user_state
+from quinn.agent import (
+    ALL_STATE_FIELDS,
+    STATE_FIELDS,
+    Extraction,
+    PromptTooLong,
+    RenderedPrompt,
+    Usage,
+    apply_extraction,
+    opted_out,
+    user_state,
+)
 from quinn.clock import iso
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.scheduler.context import JobContext
-from quinn.scheduler.summarize import Message, session_text
+from quinn.scheduler.summarize import Message, SessionText, session_text
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +87,10 @@ def reply_prompt_version(db: Database, session_id: str) -> str:
     return value or ""
 
 
+REVIEW_TRIES = 3  # a review too long for the model's context is cut down and asked again, this often in all
+EXISTING_SHOWN = 200  # the person's known memories shown to the review at most
+
+
 def newest_within(messages: list[Message], max_tokens: int) -> list[Message]:
     """The newest messages that fit in ``max_tokens`` (one at least): older ones live in the rolling summary."""
     kept: list[Message] = []
@@ -127,6 +141,55 @@ def close_session(
     return True
 
 
+async def ask_for_review(
+    ctx: JobContext, session_id: str, text: SessionText
+) -> tuple[SessionReview, Usage, list[Message], RenderedPrompt] | None:
+    """The model's review of the session: its newest messages within twice ``summarize_threshold_tokens`` and
+    the person's known memories. A prompt too long for the model's context (``PromptTooLong``) is asked again
+    with both cut to the share the server's figures allow, up to ``REVIEW_TRIES`` times in all. None when the
+    model could not be asked now (recorded as the run's failed item)."""
+    existing = await ctx.db(ctx.store.get_all, text.user_id, limit=EXISTING_SHOWN)
+    state = await ctx.db(user_state, ctx.store.db, text.user_id)
+    budget, shown = ctx.settings.summarize_threshold_tokens * 2, len(existing)
+    for attempt in range(1, REVIEW_TRIES + 1):
+        messages = newest_within(text.messages, budget) if text.messages else []
+        rendered = ctx.prompts.render("session_close", {
+            "user": {"address": text.user_id},
+            "subject": text.subject,
+            "previous_summary": text.summary or "",
+            "messages": [{"sender": m.sender, "date": m.date, "body": m.body} for m in messages],
+            "existing": [{"id": m.id, "type": m.type, "content": m.content} for m in existing[:shown]],
+            "state": {name: state[name] for name in STATE_FIELDS},
+            "today": ctx.now().date().isoformat(),
+        })  # fmt: skip
+        try:
+            review, usage = await ctx.model().structured(rendered.system, rendered.user, SessionReview,
+                                                         background=True)  # fmt: skip
+            return review, usage, messages, rendered
+        except PromptTooLong as exc:
+            if attempt == REVIEW_TRIES:
+                ctx.item_failed(f"session {session_id}", exc)
+                return None
+            share = shrink_share(exc)
+            budget, shown = max(1, int(budget * share)), int(shown * share)
+            log.info("session %s: the review is too long for the model (%s tokens of %s); asking again with at "
+                     "most %d tokens of its messages and %d known memories", session_id, exc.requested or "?",
+                     exc.limit or "?", budget, shown)  # fmt: skip
+        except RetryLater as exc:
+            ctx.item_failed(f"session {session_id}", exc)
+            return None
+    raise AssertionError("unreachable: the last try returns")
+
+
+def shrink_share(exc: PromptTooLong) -> float:
+    """How much of a review's variable parts to keep after ``exc``: the share of the request the model's
+    context holds, less a fifth for the fixed parts (instructions, schema, the answer's room); half when the
+    server gave no figures."""
+    if exc.limit and exc.requested and exc.requested > exc.limit:
+        return max(0.1, exc.limit / exc.requested * 0.8)
+    return 0.5
+
+
 async def session_close_job(ctx: JobContext) -> None:
     """Review and close every session that has been quiet for ``session_close_after_min``."""
     settings = ctx.settings
@@ -141,24 +204,10 @@ async def session_close_job(ctx: JobContext) -> None:
             await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, None, "",
                          ctx.now())  # fmt: skip
             continue
-        messages = newest_within(text.messages, settings.summarize_threshold_tokens * 2) if text.messages else []
-        existing = await ctx.db(ctx.store.get_all, text.user_id, limit=200)
-        state = await ctx.db(user_state, ctx.store.db, text.user_id)
-        rendered = ctx.prompts.render("session_close", {
-            "user": {"address": text.user_id},
-            "subject": text.subject,
-            "previous_summary": text.summary or "",
-            "messages": [{"sender": m.sender, "date": m.date, "body": m.body} for m in messages],
-            "existing": [{"id": m.id, "type": m.type, "content": m.content} for m in existing],
-            "state": {name: state[name] for name in STATE_FIELDS},
-            "today": ctx.now().date().isoformat(),
-        })  # fmt: skip
-        try:
-            review, usage = await ctx.model().structured(rendered.system, rendered.user, SessionReview,
-                                                         background=True)  # fmt: skip
-        except RetryLater as exc:  # the session stays open and is reviewed at the next run
-            ctx.item_failed(f"session {quiet.id}", exc)
+        asked = await ask_for_review(ctx, quiet.id, text)
+        if asked is None:  # the session stays open and is reviewed at the next run
             continue
+        review, usage, messages, rendered = asked
         ctx.item_done()
         await ctx.record_usage(usage, text.user_id)
         last_date = messages[-1].date if messages else quiet.last_message_at
