@@ -10,10 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
+from quinn.lab.wait import wait_for
 from quinn.mailbox.backlog import WatchMark, first_uid
 from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.llm_server import ScriptedLLM
-from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to, wait_for
+from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to
 from tests.lab.smtp import MailLab
 
 QUIET = '[embeddings]\nbackend = "none"\n'

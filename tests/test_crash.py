@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from quinn.lab.wait import wait_for
 from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.llm_server import Json, RecordedRequest
-from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to, wait_for
+from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to
 
 # (fault point, pass on which the process kills itself); each run dies there, the next one starts clean. A
 # daemon start costs seconds (Python imports), so the CI plan hits each window once and one of them twice.

@@ -13,10 +13,11 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from quinn.lab.wait import wait_for
 from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import Error, RecordedRequest, ScriptedLLM
-from tests.lab.mails import ledger, ledger_rows, make_mail, plain_model, query, replies_to, wait_for
+from tests.lab.mails import ledger, ledger_rows, make_mail, plain_model, query, replies_to
 from tests.lab.smtp import SmtpLab, mx_stamp
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mail"

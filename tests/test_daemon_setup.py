@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from quinn.lab.wait import wait_for
 from tests.lab.daemon import LabConfig
 from tests.lab.llm_server import Error, Json, RecordedRequest, ScriptedLLM
-from tests.lab.mails import ledger, make_mail, plain_model, replies_to, wait_for
+from tests.lab.mails import ledger, make_mail, plain_model, replies_to
 from tests.lab.smtp import MailLab
 
 QUIET = '[embeddings]\nbackend = "none"\n'  # no memory model to load: the daemon starts fast

@@ -11,12 +11,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from quinn.cli import main
+from quinn.lab.wait import wait_for
 from tests.lab.brain import NOTHING, Brain, new_mail
 from tests.lab.llm_server import ScriptedLLM, Text
 from tests.lab.mails import query
@@ -136,11 +136,11 @@ def test_demo_at_the_prompt_answers_shows_memory_and_stops_clean_on_ctrl_c(
         reader.start()
 
         def printed(text: str, timeout_s: float = 120) -> str:
-            deadline = time.monotonic() + timeout_s
-            while not any(text in line for line in lines):
+            def shown() -> bool:
                 assert proc.poll() is None, f"quinn demo exited with {proc.returncode}:\n{''.join(lines)}"
-                assert time.monotonic() < deadline, f"{text!r} not printed:\n{''.join(lines)}"
-                time.sleep(0.05)
+                return any(text in line for line in lines)
+
+            wait_for(shown, f"{text!r} printed", timeout_s, interval_s=0.05, log=lambda: "".join(lines))
             return "".join(lines)
 
         try:

@@ -14,13 +14,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from quinn.config import CREDENTIAL_PREFIX, ServiceConfig, load_config, read_secret
 from quinn.errors import ConfigError
+from quinn.lab.wait import wait_for
 from tests.lab.brain import EXTRACTION
 from tests.lab.documents import make_pdf
 from tests.lab.require import missing, unavailable
@@ -197,13 +197,15 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                 cwd=ROOT)  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while "quinn started" not in log_path.read_text() and time.monotonic() < deadline:
+
+        def started() -> bool:
             if proc.poll() is not None:
                 if proc.returncode == 97:
                     pytest.skip("this kernel has no PR_SET_MDWE (Linux < 6.3)")
                 pytest.fail(f"quinn exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.1)
+            return "quinn started" in log_path.read_text()
+
+        wait_for(started, "quinn started", 120, log=log_path.read_text)
         # W^X is on (sandboxed() exits 97 when it cannot set PR_SET_MDWE), and the default embedder needs no fix
         # for it: torch's oneDNN switch is only for the sentence-transformers backend.
         assert "W^X memory is enforced" not in log_path.read_text()
@@ -216,8 +218,7 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
         # setrlimit) and reached the reply prompt.
         assert any("[doc:hive.pdf p.1]\nHive log: the queen was marked blue in May." in r.text
                    for r in llm_server.requests)  # fmt: skip
-        while "extraction for" not in log_path.read_text() and time.monotonic() < deadline + 60:
-            time.sleep(0.1)
+        wait_for(lambda: "extraction for" in log_path.read_text(), "the extraction", 120, log=log_path.read_text)
         assert f"extraction for {alice}: 1 new" in log_path.read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0

@@ -8,11 +8,12 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from quinn.lab.wait import wait_for
 from tests.lab.brain import Brain
 from tests.lab.documents import make_pdf
 from tests.lab.inprocess import build_mail
 from tests.lab.llm_server import Text
-from tests.lab.mails import query, wait_for
+from tests.lab.mails import query
 from tests.proof.test_purge import every_row, found_in_files, found_in_rows, marker, reply_to
 
 DAY0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)

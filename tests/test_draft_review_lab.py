@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 
 from quinn.console.auth import hash_password
+from quinn.lab.wait import wait_for
 from tests.console.conftest import DAEMON_CONSOLE, PASSWORDS, TEST_COST, csrf_of
-from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to, wait_for
+from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to
 
 IDS = {"approve": "<approve@x.test>", "edit": "<edit@x.test>", "discard": "<discard@x.test>"}
 

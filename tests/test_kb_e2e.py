@@ -11,12 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from quinn.lab.wait import wait_for
 from tests.lab.brain import Brain
 from tests.lab.daemon import LabConfig
 from tests.lab.documents import make_pdf
 from tests.lab.inprocess import build_mail
 from tests.lab.llm_server import Text
-from tests.lab.mails import wait_for
 from tests.proof.test_purge import marker, reply_to
 from tests.test_kb import config_text
 

@@ -15,6 +15,7 @@ from mirascope import llm
 from openai import OpenAI
 from pydantic import BaseModel, ValidationError
 
+from quinn.lab.wait import wait_for
 from tests.lab.llm_server import (
     Delay,
     Disconnect,
@@ -516,9 +517,7 @@ def test_stop_interrupts_delay_and_restart_works() -> None:
 
     worker = threading.Thread(target=call)
     worker.start()
-    deadline = time.monotonic() + 5
-    while not srv.requests and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: srv.requests, "the request at the server", timeout_s=10, interval_s=0.01)
     started = time.monotonic()
     srv.stop()
     worker.join(timeout=10)

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
+from quinn.lab.wait import wait_for
 from tests.conftest import lab_config_text
 from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import ScriptedLLM
-from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to, wait_for
+from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to
 from tests.lab.smtp import LAB_AUTHSERV, SmtpLab, unique_address
 
 FIXTURES = Path(__file__).parent / "fixtures" / "mail"

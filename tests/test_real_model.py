@@ -9,9 +9,9 @@ every structured call writes valid rows or fails cleanly (the work stays to be r
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -22,6 +22,7 @@ from quinn.agent.json_text import whole_json
 from quinn.agent.llm import LLM
 from quinn.clock import utcnow
 from quinn.db import Database
+from quinn.lab.wait import WaitTimeout, wait_for
 from tests.conftest import lab_config_text
 from tests.lab.brain import EXTRACTION
 from tests.lab.daemon import LabConfig
@@ -55,14 +56,6 @@ def current_memories(db_path: Any, user: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def wait_for_memories(db_path: Any, user: str, timeout_s: float) -> list[str]:
-    """The user's current memories once there are any (empty after ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while not (stored := current_memories(db_path, user)) and time.monotonic() < deadline:
-        time.sleep(1)
-    return stored
-
-
 def test_a_mail_is_answered_its_facts_stored_and_a_new_thread_recalls_them(
     tmp_path, dovecot, smtp_lab, users, recorder: ModelRecorder, quinn_daemon
 ) -> None:
@@ -89,8 +82,9 @@ def test_a_mail_is_answered_its_facts_stored_and_a_new_thread_recalls_them(
     assert whole_json(body.split("\n--")[0]) is None, f"a JSON reply was mailed:\n{body}"
     # The first extraction may be deferred (a cut-off or invalid answer is retried after a minute): the question
     # comes once the first mail's facts are stored, as it would a day later.
-    learnt = wait_for_memories(tmp_path / "quinn.db", alice, timeout_s=420)
-    assert learnt, f"the real model's extraction stored nothing for a mail full of facts:\n{daemon.log()[-3000:]}"
+    learnt = wait_for(lambda: current_memories(tmp_path / "quinn.db", alice),
+                      "the real model's extraction storing facts of a mail full of them", timeout_s=420, interval_s=1,
+                      log=daemon.log)  # fmt: skip
 
     extraction = [body for path, body in recorder.bodies(EXTRACTION)]
     assert extraction, "no extraction request reached the model"
@@ -103,9 +97,8 @@ def test_a_mail_is_answered_its_facts_stored_and_a_new_thread_recalls_them(
     smtp_lab.send(alice, address, raw)
     replies = dovecot.wait_for_messages(alice, 2, timeout_s=300)
     assert len(replies) == 2
-    deadline = time.monotonic() + 300  # let the second extraction finish: a SIGTERM would wait out its grace
-    while daemon.log().count("extraction for") < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    with contextlib.suppress(WaitTimeout):  # let the second extraction finish: a SIGTERM would wait out its grace
+        wait_for(lambda: daemon.log().count("extraction for") >= 2, "the second extraction", 300, interval_s=0.5)
     assert daemon.terminate(timeout_s=120) == 0
 
     asked = [t for t in recorder.texts(purpose=REPLY) if "What is the name of my cat?" in t]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from quinn.db import Database
+from quinn.lab.wait import wait_for
 from quinn.scheduler.jobs import JOBS
 from tests.lab.llm_server import Delay, RecordedRequest, Text
 from tests.lab.process import kill_group
@@ -172,11 +173,12 @@ def test_killed_consolidation_leaves_no_memory_both_current_and_merged(lab_confi
     respond, seen = merge_responder(hold_at=3)
     llm_server.responder = respond
     first = quinn_daemon(lab, "jobs", "run", "consolidate")
-    deadline = time.monotonic() + 120
-    while len(seen) < 3:
+
+    def third_group_held() -> bool:
         assert first.proc is not None and first.proc.poll() is None, first.log()[-3000:]
-        assert time.monotonic() < deadline, first.log()[-3000:]
-        time.sleep(0.05)
+        return len(seen) >= 3
+
+    wait_for(third_group_held, "the third group at the model", 120, interval_s=0.05, log=first.log)
     first.kill()  # SIGKILL while the third group waits for the model
     assert check_consolidation_state(lab.db_path, originals) == (10, 2)  # two groups merged, two untouched
 
@@ -223,13 +225,16 @@ def test_the_daemon_runs_every_job_and_the_cli_lists_and_runs_them(lab_config, q
                            'disabled = ["reflect"]\nintervals_min = { cleanup = 720 }\n')  # fmt: skip
     daemon = quinn_daemon(lab)
     daemon.wait_for_log("scheduler started", timeout_s=120)
-    deadline = time.monotonic() + 120
-    done: list[tuple[str, str]] = []
-    while len(done) < 6 and time.monotonic() < deadline:
-        time.sleep(0.2)
+
+    def finished() -> list[tuple[str, str]]:
         db = Database.open(str(lab.db_path))
-        done = db.query("SELECT job, status FROM job_runs WHERE finished_at IS NOT NULL")
-        db.close()
+        try:
+            done = db.query("SELECT job, status FROM job_runs WHERE finished_at IS NOT NULL")
+        finally:
+            db.close()
+        return done if len(done) >= 6 else []
+
+    done = wait_for(finished, "six jobs finished", 120, interval_s=0.2, log=daemon.log)
     assert sorted(done) == sorted((s.name, "ok") for s in JOBS if s.name != "reflect"), daemon.log()[-3000:]
 
     listed = quinn_cli(lab, "jobs", "list", "--json")

@@ -7,7 +7,6 @@ test's event loop, and a ManualClock: no test sleeps for the time it checks.
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from quinn.agent.prompts import PromptStore
 from quinn.clock import iso
 from quinn.config import JOB_NAMES
+from quinn.lab.wait import wait_for_async
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.jobs import JOBS, JobSpec
 from quinn.scheduler.runner import JobRunner
@@ -137,9 +137,7 @@ async def test_start_registers_jobs_and_coalesces_missed_runs(bench):
         assert consolidate_at is not None
         assert timedelta(hours=4, minutes=59) < consolidate_at - before < timedelta(hours=5, minutes=1)
         assert runner.next_run("cleanup") is None  # disabled: not registered
-        deadline = time.monotonic() + 30
-        while len(bench.runs("decay")) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_for_async(lambda: len(bench.runs("decay")) >= 2, "two runs of decay", 30, interval_s=0.05)
         decay_at = runner.next_run("decay")
     finally:
         await runner.stop()

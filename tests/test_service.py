@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from quinn.db import Database
+from quinn.lab.wait import wait_for
 from quinn.notify import Notifier, watchdog_usec
 from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import Delay, Json, RecordedRequest, Text
@@ -42,15 +43,6 @@ def ledger(db_path: Path) -> dict[str, str]:
         db.close()
 
 
-def wait_until(predicate, timeout_s: float = 30.0, what: str = "condition", daemon=None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            tail = daemon.log()[-3000:] if daemon is not None else ""
-            raise AssertionError(f"{what} not reached after {timeout_s}s\n{tail}")
-        time.sleep(0.05)
-
-
 class NotifyListener:
     """What systemd does: a bound AF_UNIX datagram socket collecting the daemon's notifications."""
 
@@ -70,13 +62,12 @@ class NotifyListener:
             self.messages.append(dict(line.split("=", 1) for line in data.decode().splitlines()))
 
     def wait_for(self, key: str, value: str | None = None, timeout_s: float = 30.0) -> dict[str, str]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.drain()
-            for message in self.messages:
-                if key in message and (value is None or value in message[key]):
-                    return message
-        raise AssertionError(f"no {key}={value or '*'} notification in {self.messages}")
+        def sent() -> dict[str, str] | None:
+            self.drain()  # blocks up to the socket's 0.2 s: no sleep between checks
+            return next((m for m in self.messages if key in m and (value is None or value in m[key])), None)
+
+        return wait_for(sent, f"a {key}={value or '*'} notification", timeout_s, interval_s=0,
+                        log=lambda: f"notifications: {self.messages}")  # fmt: skip
 
     def close(self) -> None:
         self.sock.close()
@@ -146,9 +137,9 @@ def test_quinn_run_notifies_ready_watchdog_status_and_stopping(
         listener.wait_for("STATUS", "replied 1")
         pings = sum("WATCHDOG" in m for m in listener.messages)
         listener.wait_for("WATCHDOG")
-        wait_until(
+        wait_for(
             lambda: (listener.drain(), sum("WATCHDOG" in m for m in listener.messages))[1] > pings + 1,
-            what="more watchdog pings",
+            "more watchdog pings",
         )
         assert daemon.terminate() == 0
         stopping = listener.wait_for("STOPPING", "1")
@@ -169,7 +160,7 @@ def test_sigterm_finishes_the_mail_in_flight(mail_lab, lab_config, llm_server, q
     mail_lab.smtp.send(
         alice, config.address, make_mail(alice, config.address, "Slow", "Take your time", message_id="<slow-1@x.test>")
     )
-    wait_until(lambda: any("Take your time" in r.text for r in llm_server.requests), what="the reply request")
+    wait_for(lambda: any("Take your time" in r.text for r in llm_server.requests), "the reply request")
     assert daemon.terminate(timeout_s=60) == 0  # SIGTERM while the model is still answering
     [reply] = mail_lab.dovecot.messages(alice)
     assert b"Slow but complete." in reply
@@ -187,7 +178,7 @@ def test_sigterm_past_the_grace_period_resumes_at_next_start(mail_lab, lab_confi
     mail_lab.smtp.send(
         alice, config.address, make_mail(alice, config.address, "Stuck", "Model hangs", message_id="<stuck-1@x.test>")
     )
-    wait_until(lambda: any("Model hangs" in r.text for r in llm_server.requests), what="the reply request")
+    wait_for(lambda: any("Model hangs" in r.text for r in llm_server.requests), "the reply request")
     assert daemon.terminate(timeout_s=30) == 0
     assert "grace period over" in daemon.log()
     assert ledger(config.db_path)["<stuck-1@x.test>"] == "handling"  # cut off, not lost
@@ -197,7 +188,7 @@ def test_sigterm_past_the_grace_period_resumes_at_next_start(mail_lab, lab_confi
     daemon = quinn_daemon(config)
     [reply] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
     assert b"Answered after the restart." in reply
-    wait_until(lambda: ledger(config.db_path)["<stuck-1@x.test>"] == "replied", what="replied in the ledger")
+    wait_for(lambda: ledger(config.db_path)["<stuck-1@x.test>"] == "replied", "replied in the ledger")
     assert daemon.terminate() == 0
     assert len(mail_lab.dovecot.messages(alice)) == 1  # exactly once
 
@@ -230,9 +221,7 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
     def ask(sender: str, n: int) -> RecordedRequest:
         body = f"Question number {n}"
         mail_lab.smtp.send(sender, quinn, make_mail(sender, quinn, f"Q{n}", body, message_id=f"<q-{n}@x.test>"))
-        wait_until(
-            lambda: any(body in r.text for r in llm_server.requests), what=f"question {n} at the model", daemon=daemon
-        )
+        wait_for(lambda: any(body in r.text for r in llm_server.requests), f"question {n} at the model", log=daemon.log)
         return next(r for r in llm_server.requests if body in r.text)
 
     assert "MARKER-ONE" in ask(alice, 1).text
@@ -250,7 +239,7 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
     assert "policy.allow" in daemon.log() and "prompts.dir" in daemon.log()
 
     mail_lab.smtp.send(alice, quinn, make_mail(alice, quinn, "Q2", "Question number 2", message_id="<q-2@x.test>"))
-    wait_until(lambda: ledger(config.db_path).get("<q-2@x.test>") == "rejected", what="alice rejected")
+    wait_for(lambda: ledger(config.db_path).get("<q-2@x.test>") == "rejected", "alice rejected")
     request = ask(bob, 3)
     assert "MARKER-TWO" in request.text and "MARKER-ONE" not in request.text
 
@@ -259,7 +248,7 @@ def test_sighup_reloads_templates_policy_and_refuses_a_broken_file(
     daemon.proc.send_signal(signal.SIGHUP)
     daemon.wait_for_log("reload failed, keeping the running configuration")
     assert "MARKER-TWO" in ask(bob, 4).text
-    wait_until(lambda: ledger(config.db_path).get("<q-4@x.test>") == "replied", what="q4 replied")
+    wait_for(lambda: ledger(config.db_path).get("<q-4@x.test>") == "replied", "q4 replied")
     assert daemon.terminate() == 0
     assert "Question number 2" not in "".join(r.text for r in llm_server.requests)
 

@@ -7,6 +7,7 @@ once; automatic mail is never answered.
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import random
@@ -16,6 +17,7 @@ from collections import Counter
 import pytest
 
 from quinn.db import Database
+from quinn.lab.wait import WaitTimeout, wait_for
 from tests.proof.test_kill_storm import answer, fill_mailbox, replies_by_parent
 from tests.test_scheduler_runner import private_sqld  # noqa: F401  (a fixture: a fresh sqld of this test's own)
 
@@ -39,16 +41,13 @@ def test_two_daemons_share_the_mailbox_and_one_is_killed(request, dovecot, smtp_
     first, second = quinn_daemon(config), quinn_daemon(config)  # the same config: same mailbox, same database
     first.wait_for_log("quinn started", timeout_s=120)
     second.wait_for_log("quinn started", timeout_s=120)
-    deadline = time.monotonic() + 120
-    while not ("-> replied" in first.log() and "-> replied" in second.log()) and time.monotonic() < deadline:
-        time.sleep(0.05)  # both are answering mail
+    with contextlib.suppress(WaitTimeout):  # or one took every mail: the kill below is still mid-run
+        wait_for(lambda: "-> replied" in first.log() and "-> replied" in second.log(), "both daemons replying", 120,
+                 interval_s=0.05)  # fmt: skip
     time.sleep(rng.uniform(0.0, 1.0))
     first.kill()  # mid-run: the mails it holds are taken over by the other daemon
 
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and dovecot.messages(quinn):
-        time.sleep(0.5)
-    assert not dovecot.messages(quinn), f"mail left in the inbox:\n{second.log()[-3000:]}"
+    wait_for(lambda: not dovecot.messages(quinn), "every mail out of the inbox", 180, interval_s=0.5, log=second.log)
     time.sleep(1.0)  # the last reply's learning and release
     assert second.terminate() == 0
 
