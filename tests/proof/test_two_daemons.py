@@ -1,7 +1,7 @@
 """Two ``quinn run`` daemons on one mailbox and one libSQL server (issue 16): they share the mail through a lease
 per mail in the database, one of them is SIGKILLed mid-run and the other finishes everything, the killed one's
 mail in hand included (on one host it sees the holder's process is gone and takes over at once; elsewhere the
-lease, 15 s here, runs out first: tests/test_ledger.py). Every legitimate mail ends with exactly one reply, sent
+lease, 15 s here, runs out first: tests/mailbox/test_ledger.py). Every legitimate mail ends with exactly one reply, sent
 once; automatic mail is never answered.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from quinn.db import Database
 from quinn.lab.wait import WaitTimeout, wait_for
 from tests.proof.test_kill_storm import answer, fill_mailbox, replies_by_parent
-from tests.test_scheduler_runner import private_sqld  # noqa: F401  (a fixture: a fresh sqld of this test's own)
+from tests.scheduler.test_runner import private_sqld  # noqa: F401  (a fixture: a fresh sqld of this test's own)
 
 USERS = 10
 MAILS_PER_USER = 5

@@ -1,6 +1,6 @@
 """Delivery of outbox items through the real lab: exactly once across an interrupted try, SMTP retries with
 backoff, permanent refusals, and draft mode. The crash itself is simulated by leaving an item in flight the way
-a killed daemon leaves it; tests/test_crash.py kills a real `quinn run`."""
+a killed daemon leaves it; tests/system/test_crash.py kills a real `quinn run`."""
 
 from __future__ import annotations
 

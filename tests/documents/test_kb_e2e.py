@@ -1,7 +1,7 @@
 """Issue 18's knowledge-base acceptance through the real processes: the admin runs ``quinn kb add FILE`` (a
 subprocess) while ``quinn run`` (another) serves the lab's Dovecot, aiosmtpd and the scripted model; a user's
 question then reaches the model with the planted fact and its ``[doc:NAME p.N]`` citation. The same file added
-and searched on a libSQL server (sqld) with the CLI. tests/test_kb_lab.py is the in-process version."""
+and searched on a libSQL server (sqld) with the CLI. tests/documents/test_kb_lab.py is the in-process version."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 from quinn.lab.wait import wait_for
+from tests.documents.test_kb import config_text
 from tests.lab.brain import Brain
 from tests.lab.daemon import LabConfig
 from tests.lab.documents import make_pdf
 from tests.lab.inprocess import build_mail
 from tests.lab.llm_server import Text
 from tests.proof.test_purge import marker, reply_to
-from tests.test_kb import config_text
 
 
 def quinn_cli(config: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -32,7 +32,7 @@ from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import ScriptedLLM
 from tests.lab.smtp import SmtpLab
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "quinn.example.toml"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 MAX_VENV_MB = 500

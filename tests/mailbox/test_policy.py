@@ -21,7 +21,7 @@ from quinn.mailbox.policy import (
     user_for,
 )
 
-MAIL = Path(__file__).parent / "fixtures" / "mail"
+MAIL = Path(__file__).parents[1] / "fixtures" / "mail"
 QUINN = "quinn@quinn.test"
 OURS = "mx.quinn.test"
 RULES = Rules(own_address=QUINN, authserv_id=OURS)  # the default: trust = "authenticated"
@@ -245,7 +245,7 @@ def test_rules_validate_their_choices() -> None:
         Rules(own_address="quinn")
 
 
-# --- authentication (RFC 8601; the parser and the stamp's position: tests/test_authresults.py) ----------
+# --- authentication (RFC 8601; the parser and the stamp's position: tests/mailbox/test_authresults.py) ----------
 
 
 @pytest.mark.parametrize(

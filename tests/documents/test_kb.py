@@ -15,8 +15,8 @@ from quinn.db import Database
 from quinn.documents.knowledge import add_file
 from quinn.memory.passages import KNOWLEDGE_OWNER
 from quinn.memory.store import MemoryStore
+from tests.commands.test_admin_cli import CONFIG as ADMIN_CONFIG
 from tests.lab.documents import make_pdf
-from tests.test_admin_cli import CONFIG as ADMIN_CONFIG
 
 
 def config_text(db: Path, backend: str) -> str:

@@ -20,7 +20,7 @@ from tests.lab.llm_server import Error, RecordedRequest, ScriptedLLM
 from tests.lab.mails import ledger, ledger_rows, make_mail, plain_model, query, replies_to
 from tests.lab.smtp import SmtpLab, mx_stamp
 
-FIXTURES = Path(__file__).parent / "fixtures" / "mail"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "mail"
 QUIET = '[embeddings]\nbackend = "none"\n'  # no memory model to load: restarts stay cheap
 Start = Callable[..., QuinnProcess]
 

@@ -12,9 +12,9 @@ from datetime import timedelta
 
 from quinn.clock import ManualClock, utcnow
 from quinn.scheduler.runner import JobRunner
+from tests.agent.test_scenarios import DAY0
 from tests.lab.brain import NOTHING, Brain
 from tests.lab.inprocess import LabQuinn, body_of
-from tests.test_agent_scenarios import DAY0
 
 DIGEST_SUBJECT = "What I learnt about you since"
 FACTS = ["Alice lives in Lisbon.", "Alice's cat is called Miso.", "Alice works as a nurse."]

@@ -24,7 +24,7 @@ from tests.lab.llm_server import ScriptedLLM
 from tests.lab.mails import ledger, make_mail, plain_model, query, replies_to
 from tests.lab.smtp import LAB_AUTHSERV, SmtpLab, unique_address
 
-FIXTURES = Path(__file__).parent / "fixtures" / "mail"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "mail"
 AUTHSERV = LAB_AUTHSERV  # the lab MX stamps with it; lab_config_text makes Quinn trust it
 Build = Callable[[str, str, str], bytes]  # (quinn, sender, message_id) -> raw mail
 
@@ -118,7 +118,7 @@ NEVER_REPLY = [
     ),
     Case("own-message-id", own_id, "ignored", "own mail: Message-ID is one of ours"),
     Case("not-in-to-or-cc", bcc, "ignored", "not addressed to quinn", bcc_only=True),
-    # The never-reply fixtures of tests/test_policy.py, as files, through the lab.
+    # The never-reply fixtures of tests/mailbox/test_policy.py, as files, through the lab.
     Case("fixture-auto_reply", fixture("auto_reply.eml"), "ignored", "auto-submitted: auto-replied"),
     Case("fixture-vacation", fixture("vacation.eml"), "ignored", "autoreply header: X-Autoreply"),
     Case("fixture-list", fixture("list.eml"), "ignored", "list mail: List-Id"),

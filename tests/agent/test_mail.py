@@ -7,9 +7,9 @@ import logging
 import re
 from datetime import timedelta
 
+from tests.agent.test_scenarios import DAY0
 from tests.lab.brain import NOTHING, Brain, memory_id
 from tests.lab.llm_server import Error, Text, ToolCall, ToolCalls
-from tests.test_agent_scenarios import DAY0
 
 
 def body(message) -> str:

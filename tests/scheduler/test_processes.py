@@ -25,7 +25,7 @@ from tests.lab.process import kill_group
 from tests.lab.scheduler import open_bench
 from tests.lab.sqld import Sqld
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MERGE = "consolidate"  # the purpose the consolidation call is tagged with
 
 

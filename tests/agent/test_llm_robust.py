@@ -12,8 +12,8 @@ from pydantic import BaseModel, Field
 
 from quinn.agent.llm import LLM
 from quinn.errors import RetryLater
+from tests.agent.test_llm import make_llm
 from tests.lab.llm_server import Error, Json, ScriptedLLM, Text, ToolCall
-from tests.test_agent_llm import make_llm
 
 MODEL = "openai/qwen2.5-coder-0.5b-instruct"  # a name OpenAI does not know, at a base_url
 

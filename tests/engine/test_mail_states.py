@@ -2,7 +2,7 @@
 with a folder held in memory standing in for the IMAP server, the time from a manual clock.
 
 Only paths that need no model and no SMTP server are driven here (size, parse, policy, duplicates, rate caps,
-the setup hold, retries with backoff); the reply itself is covered against the lab (tests/test_agent_mail.py).
+the setup hold, retries with backoff); the reply itself is covered against the lab (tests/agent/test_mail.py).
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from quinn.agent.prompts import TEMPLATE_NAMES, PromptStore, packaged_dir
 from quinn.commands.prompts import check_templates
+from tests.agent.test_scenarios import DAY0
 from tests.lab.brain import NOTHING, Brain
 from tests.lab.llm_server import Json, Text
-from tests.test_agent_scenarios import DAY0
 
 # Jinja's statements, expressions and comments: kept as they are (variables, filters, control flow).
 JINJA = re.compile(r"({%.*?%}|{{.*?}}|{#.*?#})", re.S)

@@ -1,6 +1,6 @@
 """Attached files through the real pipeline (issue 18), in-process against the lab (Dovecot, aiosmtpd, libSQL, the
 real embedding model, the scripted model over HTTP): what the reply prompt shows of the new mail's files, what is
-stored, and that bad files never cost the mail its answer. The daemon-level acceptance is test_documents_e2e.py."""
+stored, and that bad files never cost the mail its answer. The daemon-level acceptance is test_e2e.py."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from tests.lab.brain import EXTRACTION
 from tests.lab.documents import make_pdf
 from tests.lab.require import missing, unavailable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "deploy" / "quinn.service"
 EXAMPLE = ROOT / "deploy" / "quinn.example.toml"
 EXPOSURE_GOAL = 2.5

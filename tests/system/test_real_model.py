@@ -37,7 +37,7 @@ MODEL = f"openai/{MODEL_NAME}"
 QUINN = "quinn@example.test"
 # hold_copies off: the 0.5B model often answers with the mail itself or a tool's result (held by default, so the
 # mail waits); this test is about the path around the reply (extraction, storage, recall in a new thread), and
-# tests/test_agent_llm_robust.py proves the hold on every shape this model produced.
+# tests/agent/test_llm_robust.py proves the hold on every shape this model produced.
 LLM_EXTRA = "temperature = 0\nmax_output_tokens = 300\nmax_tool_rounds = 2\nhold_copies = false"
 
 

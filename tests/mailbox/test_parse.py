@@ -25,7 +25,7 @@ from quinn.mailbox.parse import (
     strip_reply,
 )
 
-MAIL = Path(__file__).parent / "fixtures" / "mail"
+MAIL = Path(__file__).parents[1] / "fixtures" / "mail"
 SENT = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)  # "Mon, 03 Mar 2025 10:00:00 +0100" in every fixture
 
 
