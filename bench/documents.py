@@ -2,7 +2,7 @@
 10k-passage knowledge base, and retrieval quality on questions about planted facts.
 
     python -m bench.documents            # the full run (~5 minutes on a quiet 2-core box, far more on a busy one)
-    python -m bench.documents --quick    # seconds: proves the benchmark still runs (tests/test_bench_smoke.py)
+    python -m bench.documents --quick    # seconds: proves the benchmark still runs (tests/bench/test_smoke.py)
 
 (a) Speed per format, on files made by ``bench.documents_data.sample_files`` (the libraries Quinn reads with, and
 the tests' hand-written PDF and PPTX): extraction is ``documents.extract.extract`` in-process (pages/s, MB/s);

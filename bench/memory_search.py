@@ -1,7 +1,7 @@
 """Speed of the memory store: search latency against an exact numpy baseline, ingest rate, size on disk.
 
     python -m bench.memory_search            # the full run (< 10 minutes on 2 cores)
-    python -m bench.memory_search --quick    # seconds: proves the benchmark still runs (tests/test_bench_smoke.py)
+    python -m bench.memory_search --quick    # seconds: proves the benchmark still runs (tests/bench/test_smoke.py)
 
 Cases (issue 7): (a) 10k and 100k memories over 100 and 1,000 users, (b) one user with 100k memories.
 Goals: ``store.search`` p95 <= 3x the numpy baseline for (a) and <= 40 ms for (b); ingest >= 50 memories/s

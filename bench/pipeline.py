@@ -1,7 +1,7 @@
 """The whole pipeline through the real lab: throughput, latency per stage, APPEND -> reply, memory tokens.
 
     python -m bench.pipeline            # the full run (< 10 minutes on 2 cores)
-    python -m bench.pipeline --quick    # about a minute: proves the benchmark still runs (tests/test_bench_smoke.py)
+    python -m bench.pipeline --quick    # about a minute: proves the benchmark still runs (tests/bench/test_smoke.py)
 
 Quinn runs as ``quinn run`` runs (``lifecycle.serve`` in a child process, its own event loop, DB and IMAP
 threads) against a private Dovecot, the aiosmtpd lab (delivering by IMAP APPEND) and the scripted model, which

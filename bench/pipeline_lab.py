@@ -30,6 +30,7 @@ from imapclient import IMAPClient
 
 from bench.machine import ROOT
 from bench.synthetic import Generator
+from quinn.lab.wait import WaitTimeout, wait_for
 from tests.lab.dovecot import Dovecot
 from tests.lab.mails import make_mail
 from tests.lab.process import kill_group, tail, track, untrack
@@ -68,13 +69,14 @@ class TimedSmtpLab(SmtpLab):
 
     def wait_for_replies(self, message_ids: Sequence[str], timeout_s: float) -> list[str]:
         """Wait until every mail in ``message_ids`` has its reply, or ``timeout_s`` passes; returns the missing."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def missing() -> list[str]:
             with self._times:
-                missing = [m for m in message_ids if m not in self.replied_at]
-            if not missing or time.monotonic() > deadline:
-                return missing
-            time.sleep(0.02)
+                return [m for m in message_ids if m not in self.replied_at]
+
+        with contextlib.suppress(WaitTimeout):  # the caller reports what is missing
+            wait_for(lambda: not missing(), f"replies to {len(message_ids)} mails", timeout_s, interval_s=0.02)
+        return missing()
 
 
 @dataclass
@@ -204,16 +206,20 @@ class BenchDaemon:
                 command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         track(self)
-        deadline = self.started_s + timeout_s
-        while time.monotonic() < deadline:
-            if "quinn started" in self.log():
-                self.ready_s = time.monotonic() - self.started_s
-                return self.ready_s
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        self.stop()
-        raise SystemExit(f"the bench daemon did not start:\n{tail(self.log_path, 40)}")
+        proc = self.proc
+
+        def started() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"it exited with {proc.returncode}")
+            return "quinn started" in self.log()
+
+        try:
+            wait_for(started, "the bench daemon started", timeout_s)
+        except (WaitTimeout, RuntimeError) as exc:
+            self.stop()
+            raise SystemExit(f"the bench daemon did not start: {exc}\n{tail(self.log_path, 40)}") from None
+        self.ready_s = time.monotonic() - self.started_s
+        return self.ready_s
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

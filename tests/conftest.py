@@ -193,14 +193,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_sqld = callspec is not None and "sqld" in callspec.params.values()  # tests/memory's backend param
-        lab = "lab" in item.keywords or "heavy" in item.keywords or on_sqld
+        # markers, not keywords: a keyword is also any name above the test, and tests/lab/ holds tests too
+        lab = item.get_closest_marker("lab") is not None or item.get_closest_marker("heavy") is not None or on_sqld
         if not lab and not LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.unit)
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="long variant: run with --long")
     for item in items:
-        if "long" in item.keywords:
+        if item.get_closest_marker("long") is not None:
             item.add_marker(skip)
 
 

@@ -36,6 +36,7 @@ from quinn.commands.output import print_json
 from quinn.config import Config, load_config
 from quinn.engine import parts
 from quinn.errors import ConfigError, ConnectError, QuinnError
+from quinn.lab.wait import WaitTimeout, wait_for
 from quinn.packaged import packaged_file
 
 log = logging.getLogger(__name__)
@@ -212,17 +213,21 @@ class Demo:
         message_id = email.message_from_bytes(raw)["Message-ID"]
         started = time.monotonic()
         self.smtp.send(YOU, QUINN, raw)
-        while True:
+
+        def answered() -> Exchange | None:
             for reply in self._inbox():
                 if reply["In-Reply-To"] == message_id:
                     part = reply.get_body(("plain",))
                     body = part.get_content() if part is not None else ""
                     return Exchange(subject, text, body.rstrip(), round(time.monotonic() - started, 2))
             self._raise_failure()
-            if time.monotonic() - started > timeout_s:
-                hint = "a slow model needs a longer --reply-timeout-s; --verbose shows the log"
-                raise ConnectError(f"no reply from Quinn within {timeout_s:.0f} s", hint)
-            time.sleep(0.1)
+            return None
+
+        try:
+            return wait_for(answered, "Quinn's reply", timeout_s)
+        except WaitTimeout:
+            hint = "a slow model needs a longer --reply-timeout-s; --verbose shows the log"
+            raise ConnectError(f"no reply from Quinn within {timeout_s:.0f} s", hint) from None
 
     @property
     def learning(self) -> bool:
@@ -231,10 +236,15 @@ class Demo:
 
     def settle(self, timeout_s: float) -> None:
         """Wait until Quinn has no mail in hand, so /memory and the next mail see what the last one taught it."""
-        deadline = time.monotonic() + timeout_s
-        while self.learning and time.monotonic() < deadline:
+
+        def settled() -> bool:
+            if not self.learning:
+                return True
             self._raise_failure()
-            time.sleep(0.05)
+            return False
+
+        with contextlib.suppress(WaitTimeout):  # still learning: /memory shows what is there so far
+            wait_for(settled, "Quinn done with the mail", timeout_s, interval_s=0.05)
 
     def _inbox(self) -> list[EmailMessage]:
         raws = self.dovecot.messages(YOU)

@@ -17,7 +17,6 @@ import re
 import secrets
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from imapclient.exceptions import IMAPClientError
 
 from quinn.lab.ports import free_port
 from quinn.lab.process import LabServer, kill_group, remove_at_exit, tail, untrack
+from quinn.lab.wait import WaitTimeout, wait_for
 
 # Debian's dovecot-imapd puts them here; QUINN_DOVECOT_BIN / QUINN_DOVEADM_BIN name others (read at each use).
 DOVECOT_BIN = "/usr/sbin/dovecot"
@@ -262,9 +262,8 @@ service anvil {{
         next call, then `OSError`s. A user without sessions is fine.
         """
         self.doveadm("kick", user, ok_codes=(0, _EX_NOUSER))
-        deadline = time.monotonic() + timeout_s
-        while self.sessions(user) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        with contextlib.suppress(WaitTimeout):  # a session that lingers fails the caller's next step, not this
+            wait_for(lambda: not self.sessions(user), f"{user}'s sessions gone", timeout_s, interval_s=0.02)
 
     # -- mailbox helpers (through IMAP, as the user) -------------------------------------------------------
 
@@ -322,15 +321,16 @@ service anvil {{
     def wait_for_messages(self, user: str, count: int, folder: str = "INBOX", timeout_s: float = 30.0) -> list[bytes]:
         """Poll until `user`'s `folder` holds at least `count` messages; return them all.
 
-        Raises `TimeoutError` (saying how many arrived) when they do not arrive in time.
+        Raises `WaitTimeout`, a `TimeoutError` saying how many arrived, when they do not arrive in time.
         """
-        deadline = time.monotonic() + timeout_s
         found: list[bytes] = []
-        while True:
-            with contextlib.suppress(IMAPClientError, OSError):
-                found = self.messages(user, folder)
-            if len(found) >= count:
-                return found
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{user}/{folder}: {len(found)} of {count} messages after {timeout_s} s")
-            time.sleep(0.05)
+
+        def arrived() -> list[bytes] | None:
+            found[:] = self.messages(user, folder)
+            return found if len(found) >= count else None
+
+        try:
+            return wait_for(arrived, f"{count} messages in {user}/{folder}", timeout_s, interval_s=0.05,
+                            retry_on=(IMAPClientError, OSError))  # fmt: skip
+        except WaitTimeout as exc:
+            raise WaitTimeout(f"{user}/{folder}: {len(found)} of {count} messages ({exc})") from None

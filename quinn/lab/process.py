@@ -12,11 +12,12 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
+
+from quinn.lab.wait import WaitTimeout, wait_for
 
 
 class Stoppable(Protocol):
@@ -62,21 +63,19 @@ class LabServer:
             )
         track(self)
         name = Path(cmd[0]).name if len(cmd) < 3 or cmd[1] != "-m" else cmd[2]
-        deadline = time.monotonic() + timeout_s
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
+        proc = self._proc
+
+        def answers() -> bool:
+            if proc.poll() is not None:
                 self.stop()
-                raise error(f"{name} exited with {code} while starting\n{tail(log_path)}")
-            try:
-                if ready():
-                    return
-            except OSError as exc:
-                last_error = exc
-            time.sleep(0.02)
-        self.stop()
-        raise error(f"{name} did not answer within {timeout_s} s ({last_error!r})\n{tail(log_path)}")
+                raise error(f"{name} exited with {proc.returncode} while starting\n{tail(log_path)}")
+            return ready()
+
+        try:
+            wait_for(answers, f"{name} answering", timeout_s, interval_s=0.02, retry_on=(OSError,))
+        except WaitTimeout as exc:
+            self.stop()
+            raise error(f"{name} did not answer: {exc}\n{tail(log_path)}") from None
 
     def restart(self, timeout_s: float | None = None) -> None:
         """Stop and start again on the same port with the same data."""
@@ -165,9 +164,8 @@ def kill_group(proc: subprocess.Popen[bytes], *, grace_s: float = 0.0, timeout_s
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
     proc.wait(timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    with contextlib.suppress(WaitTimeout):  # what init has not reaped by then is init's business
+        wait_for(lambda: not _group_alive(pgid), f"process group {pgid} gone", timeout_s, interval_s=0.01)
 
 
 def tail(path: Path, lines: int = 30) -> str:

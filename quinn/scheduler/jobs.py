@@ -5,7 +5,7 @@ leaves consistent data, and the next run finishes the work), and it reports what
 A declaration carries what the scheduler needs to know of a job: its default interval and time limit (both
 overridable per job in ``[scheduler]``: ``intervals_min``, ``timeouts_min``; ``disabled`` turns it off) and the
 ``[scheduler]`` settings that tune it (``tunables``: `quinn jobs list` shows them with the job, and
-tests/test_scheduler_runner.py checks the list against the settings its module reads).
+tests/scheduler/test_runner.py checks the list against the settings its module reads).
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from quinn.console.auth import hash_password
 from quinn.lab.ports import free_port
+from quinn.lab.wait import wait_for
 from quinn.memory.store import MemoryStore
 from tests.console.conftest import CONFIG, PASSWORDS, TEST_COST
 
@@ -29,15 +29,13 @@ def test_quinn_console_serves_the_configured_database_until_sigterm(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "quinn", "console", "-c", str(tmp_path / "quinn.toml")],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
-        deadline = time.monotonic() + 120  # a start-up, not a speed check: a loaded box took > 30 s
-        while True:
-            try:
-                login = httpx.get(f"http://127.0.0.1:{port}/login", timeout=2)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, process.communicate()[1].decode()
-                assert time.monotonic() < deadline, "quinn console did not listen within 120 s"
-                time.sleep(0.1)
+
+        def login_page() -> httpx.Response:
+            assert process.poll() is None, process.communicate()[1].decode()
+            return httpx.get(f"http://127.0.0.1:{port}/login", timeout=2)
+
+        # a start-up, not a speed check: a loaded box took > 30 s
+        login = wait_for(login_page, "quinn console listening", 120, retry_on=(httpx.TransportError,))
         assert login.status_code == 200 and 'name="csrf"' in login.text
         people = httpx.get(f"http://127.0.0.1:{port}/people", timeout=2)
         assert people.status_code == 303 and people.headers["location"] == "/login"

@@ -39,7 +39,7 @@ def test_the_daemon_serves_the_console_on_its_own_store(lab_config, quinn_daemon
 
 
 def test_quinn_check_reports_the_console_and_a_hash_that_does_not_parse(lab_config):
-    from tests.test_cli import quinn
+    from tests.commands.test_cli import quinn
 
     config = lab_config(extra=DAEMON_CONSOLE + '[embeddings]\nbackend = "none"\n')
     config.env["Q_CONSOLE_ROOT"] = hash_password(PASSWORDS["root"], **TEST_COST)

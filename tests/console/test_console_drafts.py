@@ -1,6 +1,6 @@
 """Drafts awaiting review on the Mail page, in-process over a real libSQL file: listed with their text escaped and
 a link to why Quinn said it; approve, edit and discard for the admin role only, with the CSRF token, audited;
-the console only records the decision in the outbox (the daemon sends: tests/test_draft_review_lab.py)."""
+the console only records the decision in the outbox (the daemon sends: tests/system/test_draft_review_lab.py)."""
 
 from __future__ import annotations
 

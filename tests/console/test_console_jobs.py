@@ -5,7 +5,6 @@ reply path, learning and the reflect job record."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from starlette.testclient import TestClient
@@ -16,6 +15,7 @@ from quinn.clock import utcnow
 from quinn.config import load_config
 from quinn.console.routes import build_app
 from quinn.console.serve import job_parts
+from quinn.lab.wait import wait_for
 from quinn.scheduler.jobs import JOBS
 from quinn.scheduler.runlog import OK, RunLog
 from tests.console.conftest import ALICE, csrf_of, log_in
@@ -80,9 +80,7 @@ def test_run_now_runs_the_job_audited_and_only_for_the_admin_role(world, client)
     started = client.post("/jobs/decay/run", data={"csrf": csrf_of(page)}, follow_redirects=False)
     assert started.status_code == 303 and started.headers["location"] == "/jobs?started=decay"
     runs = RunLog(world.store.db)
-    deadline = time.monotonic() + 30
-    while not [r for r in runs.runs("decay") if r.status != "running"] and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: [r for r in runs.runs("decay") if r.status != "running"], "the decay run finished", 30)
     [run] = runs.runs("decay")
     assert run.status == OK, run.error
     [entry] = audit_log.listing(world.store.db)

@@ -15,10 +15,10 @@ from quinn.config import ConsoleConfig
 from quinn.console.app import Console
 from quinn.console.auth import Admin, PasswordHash, hash_password
 from quinn.console.routes import build_app
+from tests.agent.test_scenarios import DAY0
 from tests.console.conftest import PASSWORDS, TEST_COST, log_in
 from tests.lab.brain import NOTHING, Brain
 from tests.lab.llm_server import Text, ToolCall, ToolCalls
-from tests.test_agent_scenarios import DAY0
 
 
 def console_over(store) -> Console:  # type: ignore[no-untyped-def]

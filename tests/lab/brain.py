@@ -1,7 +1,7 @@
 """A scripted model that answers like a model would: JSON to the extraction call, text to the reply call.
 
 Calls are told apart by their purpose (``RecordedRequest.purpose``: the schema name or Quinn's purpose tag),
-never by the wording of a template, which an admin may change (issue 17, tests/test_reworded_prompts.py).
+never by the wording of a template, which an admin may change (issue 17, tests/agent/test_reworded_prompts.py).
 """
 
 from __future__ import annotations

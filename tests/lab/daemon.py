@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quinn.lab.wait import wait_for
 from tests.lab.process import kill_group, track, untrack
 
 
@@ -53,14 +54,15 @@ class QuinnProcess:
 
     def wait_for_log(self, text: str, timeout_s: float = 60.0) -> None:
         """Block until ``text`` appears in the log; fail with the log tail when the process dies or time runs out."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def logged() -> bool:
             if text in self.log():
-                return
+                return True
             if self.proc is not None and self.proc.poll() is not None:
                 raise AssertionError(f"quinn exited with {self.proc.returncode} before {text!r}:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} not in quinn's log after {timeout_s}s:\n{self.log()[-3000:]}")
+            return False
+
+        wait_for(logged, f"{text!r} in quinn's log", timeout_s, log=self.log)
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
@@ -107,10 +109,12 @@ def seconds_to_ready(command: list[str], env: dict[str, str], log: Path, timeout
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        while "quinn started" not in log.read_text():
+
+        def ready() -> bool:
             assert proc.poll() is None, f"quinn exited with {proc.returncode}:\n{log.read_text()[-2000:]}"
-            assert time.monotonic() - started < timeout_s, log.read_text()[-2000:]
-            time.sleep(0.01)
+            return "quinn started" in log.read_text()
+
+        wait_for(ready, "quinn started", timeout_s, interval_s=0.01, log=log.read_text)
         return time.monotonic() - started
     finally:
         proc.send_signal(signal.SIGTERM)

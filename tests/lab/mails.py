@@ -6,8 +6,6 @@ from __future__ import annotations
 import email
 import email.policy
 import json
-import time
-from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -123,19 +121,6 @@ def query(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[A
         return db.query(sql, params)
     finally:
         db.close()
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 60.0, log: Callable[[], str] | None = None) -> Any:
-    """Poll `check` until it returns something truthy (returned); fail naming `what` (and the log tail) if not."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            tail = f"\n--- quinn log ---\n{log()[-4000:]}" if log else ""
-            raise AssertionError(f"not reached after {timeout_s}s: {what}{tail}")
-        time.sleep(0.1)
 
 
 def replies_to(messages: list[bytes], message_id: str) -> list[bytes]:

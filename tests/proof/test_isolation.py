@@ -44,6 +44,7 @@ from quinn.db import Database
 from quinn.documents import Extracted, Section
 from quinn.documents.knowledge import add_file
 from quinn.documents.library import keep_documents
+from quinn.lab.wait import wait_for
 from quinn.mailbox.message import Attachment
 from quinn.mailbox.parse import parse_email
 from quinn.memory.embed import RecentEmbeddings
@@ -52,7 +53,7 @@ from quinn.memory.passages import index_message
 from quinn.memory.store import MemoryStore
 from tests.lab.brain import EXTRACTION, Brain, new_mail
 from tests.lab.llm_server import REPLY, RecordedRequest, Text, ToolCall
-from tests.lab.mails import lab_settings, make_mail, wait_for
+from tests.lab.mails import lab_settings, make_mail
 from tests.lab.smtp import unique_address
 
 USERS = 16

@@ -17,6 +17,7 @@ from email.message import EmailMessage
 import pytest
 
 from quinn.db import Database
+from quinn.lab.wait import wait_for
 from tests.lab.brain import EXTRACTION
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
@@ -109,10 +110,7 @@ def test_kill_storm(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, use
         daemon = quinn_daemon(config)
     daemon.wait_for_log("quinn started", timeout_s=120)
 
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and dovecot.messages(quinn):
-        time.sleep(0.5)
-    assert not dovecot.messages(quinn), f"mail left in the inbox:\n{daemon.log()[-3000:]}"
+    wait_for(lambda: not dovecot.messages(quinn), "every mail out of the inbox", 300, interval_s=0.5, log=daemon.log)
     assert daemon.terminate() == 0
 
     replies = replies_by_parent(dovecot, senders)

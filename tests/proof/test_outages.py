@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 
 from quinn.db import Database
+from quinn.lab.wait import wait_for
+from tests.commands.test_admin_cli import as_json
+from tests.commands.test_admin_cli import quinn as quinn_cli
 from tests.lab.llm_server import REPLY, Delay, Error, RecordedRequest, Text
-from tests.lab.mails import ledger, plain_model, wait_for
+from tests.lab.mails import ledger, plain_model
 from tests.lab.smtp import SmtpLab
 from tests.proof.test_kill_storm import automatic, legit
-from tests.test_admin_cli import as_json
-from tests.test_admin_cli import quinn as quinn_cli
 
 LLM_TIMEOUT_S = 2.0
 QUIET = '[embeddings]\nbackend = "none"\n'  # no memory model to load: this suite is about the mail path

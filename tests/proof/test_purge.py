@@ -21,11 +21,12 @@ from pathlib import Path
 
 from quinn.agent.memory_mail import PURGED_AS
 from quinn.db import Database
+from quinn.lab.wait import wait_for
 from quinn.memory.store import MemoryStore
 from tests.lab.brain import Brain
 from tests.lab.inprocess import body_of, build_mail
 from tests.lab.llm_server import Text
-from tests.lab.mails import make_mail, plain_model, query, wait_for
+from tests.lab.mails import make_mail, plain_model, query
 from tests.lab.smtp import mx_stamp
 
 # Bob's memories as a purge of someone else could change them (not the access statistics, flushed at close).

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from quinn.db import Database
+from quinn.lab.wait import wait_for
 from quinn.memory.store import MemoryStore
 from tests.conftest import lab_config_text
 from tests.lab.daemon import LabConfig, QuinnProcess
@@ -120,14 +121,14 @@ class TrustLab:
         self.smtp.send(envelope_from, [self.quinn, *recipients], raw)
         assert self.daemon is not None
         self.daemon.wait_for_log(f"id={parsed['Message-ID']}", timeout_s=60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def final() -> object:
             state = self.query_value("SELECT state FROM mail_state WHERE message_id = ?", (parsed["Message-ID"],))
-            if state in ("replied", "ignored", "rejected", "quarantined", "failed", "deferred"):
-                time.sleep(0.3)  # the reply's SMTP hop into the recipient's inbox
-                return str(state)
-            time.sleep(0.1)
-        raise AssertionError(f"no final state for {parsed['Message-ID']}:\n{self.daemon.log()[-2000:]}")
+            return state if state in ("replied", "ignored", "rejected", "quarantined", "failed", "deferred") else None
+
+        state = wait_for(final, f"a final state for {parsed['Message-ID']}", 60, log=self.daemon.log)
+        time.sleep(0.3)  # the reply's SMTP hop into the recipient's inbox
+        return str(state)
 
     def query_value(self, sql: str, params: tuple = ()) -> object:
         db = Database.open(str(self.db_path), migrate=False)

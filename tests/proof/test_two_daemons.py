@@ -1,12 +1,13 @@
 """Two ``quinn run`` daemons on one mailbox and one libSQL server (issue 16): they share the mail through a lease
 per mail in the database, one of them is SIGKILLed mid-run and the other finishes everything, the killed one's
 mail in hand included (on one host it sees the holder's process is gone and takes over at once; elsewhere the
-lease, 15 s here, runs out first: tests/test_ledger.py). Every legitimate mail ends with exactly one reply, sent
+lease, 15 s here, runs out first: tests/mailbox/test_ledger.py). Every legitimate mail ends with exactly one reply, sent
 once; automatic mail is never answered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import random
@@ -16,8 +17,9 @@ from collections import Counter
 import pytest
 
 from quinn.db import Database
+from quinn.lab.wait import WaitTimeout, wait_for
 from tests.proof.test_kill_storm import answer, fill_mailbox, replies_by_parent
-from tests.test_scheduler_runner import private_sqld  # noqa: F401  (a fixture: a fresh sqld of this test's own)
+from tests.scheduler.test_runner import private_sqld  # noqa: F401  (a fixture: a fresh sqld of this test's own)
 
 USERS = 10
 MAILS_PER_USER = 5
@@ -39,16 +41,13 @@ def test_two_daemons_share_the_mailbox_and_one_is_killed(request, dovecot, smtp_
     first, second = quinn_daemon(config), quinn_daemon(config)  # the same config: same mailbox, same database
     first.wait_for_log("quinn started", timeout_s=120)
     second.wait_for_log("quinn started", timeout_s=120)
-    deadline = time.monotonic() + 120
-    while not ("-> replied" in first.log() and "-> replied" in second.log()) and time.monotonic() < deadline:
-        time.sleep(0.05)  # both are answering mail
+    with contextlib.suppress(WaitTimeout):  # or one took every mail: the kill below is still mid-run
+        wait_for(lambda: "-> replied" in first.log() and "-> replied" in second.log(), "both daemons replying", 120,
+                 interval_s=0.05)  # fmt: skip
     time.sleep(rng.uniform(0.0, 1.0))
     first.kill()  # mid-run: the mails it holds are taken over by the other daemon
 
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and dovecot.messages(quinn):
-        time.sleep(0.5)
-    assert not dovecot.messages(quinn), f"mail left in the inbox:\n{second.log()[-3000:]}"
+    wait_for(lambda: not dovecot.messages(quinn), "every mail out of the inbox", 180, interval_s=0.5, log=second.log)
     time.sleep(1.0)  # the last reply's learning and release
     assert second.terminate() == 0
 

