@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
@@ -203,6 +204,38 @@ class Sessions:
             (session_id, session_id, limit),
         )
         return [_stored(row) for row in reversed(rows)]
+
+    def listing(self, user_id: str | None, limit: int) -> list[tuple[Any, ...]]:
+        """Sessions, newest first, of one user or everyone, merged ones included: (id, user, subject, messages
+        stored, last_message_at, status), the status of a merged one being ``merged into ID``."""
+        return self.db.query(
+            "SELECT s.id, s.user_id, s.subject, (SELECT count(*) FROM messages m WHERE m.session_id = s.id),"
+            " s.last_message_at, CASE WHEN s.merged_into IS NULL THEN s.status ELSE 'merged into ' || s.merged_into"
+            " END FROM sessions s WHERE (? IS NULL OR s.user_id = ?) ORDER BY s.last_message_at DESC LIMIT ?",
+            (user_id, user_id, limit),
+        )
+
+    def header(self, session_id: str) -> tuple[Any, ...] | None:
+        """The session's row as ``quinn sessions show`` prints it: (id, user, subject, created_at,
+        last_message_at, status, merged_into, summary); None when there is no such session."""
+        return self.db.query_one(
+            "SELECT id, user_id, subject, created_at, last_message_at, status, merged_into, summary FROM sessions"
+            " WHERE id = ?",
+            (session_id,),
+        )
+
+    def all_messages(self, session_id: str) -> list[tuple[Any, ...]]:
+        """Every stored message of the session, oldest first: (direction, message_id, in_reply_to, from_addr,
+        sent_at, subject, body)."""
+        return self.db.query(
+            "SELECT direction, message_id, in_reply_to, from_addr, sent_at, subject, body FROM messages"
+            " WHERE session_id = ? ORDER BY sent_at, id",
+            (session_id,),
+        )
+
+    def message_ids(self, session_id: str) -> list[str]:
+        """The Message-IDs that join mail to the session (``session_ids``: theirs and our replies')."""
+        return [r[0] for r in self.db.query("SELECT message_id FROM session_ids WHERE session_id = ?", (session_id,))]
 
     def user_of(self, session_id: str) -> str | None:
         """The user the session belongs to, or None when there is no such session."""
