@@ -182,7 +182,7 @@ async def check(config: Config) -> int:
         return f"{db.redacted_url}, schema version {version}"
 
     async def backlog() -> str:
-        from quinn.mailbox import ANSWER_HINT, Watches, first_uid
+        from quinn.mailbox import ANSWER_HINT, MailLedger, Watches, first_uid
 
         name = config.imap.folder
         if config.imap.backlog == "answer":
@@ -195,7 +195,7 @@ async def check(config: Config) -> int:
             db = await asyncio.to_thread(parts.database, config)
             try:
                 mark = Watches(db).get(name)
-                seen = db.query_one("SELECT 1 FROM mail_state WHERE folder = ? LIMIT 1", (name,)) is not None
+                seen = MailLedger(db).seen_in(name)
             finally:
                 db.close()
         if mark is None or mark.uidvalidity != folder["uidvalidity"]:

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from quinn.db import Database
 from quinn.errors import ConfigError
+from quinn.mailbox import MailLedger, Outbox
 from quinn.memory import current_by_scope
 from quinn.users import count_users
 
@@ -168,11 +169,11 @@ class DatabaseCollector(Collector):
     def _families(self) -> Iterator[Metric]:
         q = self.db.query
         mails = GaugeMetricFamily("quinn_mails", "Mails in the ledger, by processing state.", labels=["state"])
-        for state, n in q("SELECT state, count(*) FROM mail_state GROUP BY state"):
+        for state, n in MailLedger(self.db).counts().items():
             mails.add_metric([state], n)
         yield mails
         replies = GaugeMetricFamily("quinn_replies", "Replies in the outbox, by delivery state.", labels=["state"])
-        for state, n in q("SELECT state, count(*) FROM outbox GROUP BY state"):
+        for state, n in Outbox(self.db).counts().items():
             replies.add_metric([state], n)
         yield replies
         tokens = CounterMetricFamily(

@@ -1,12 +1,17 @@
 """The user's short-term state (table ``user_state``): what the last conversations left open.
 
-The session-close job writes it (scheduler/session_close.py) when a thread goes quiet; the reply prompt reads it
-as "Recent context with this person", so someone who comes back with "can we pick up where we left off?" finds
-the last conversation's summary, their goal and its status, and what Quinn must keep in mind (issue 15).
+The session-close job writes it (scheduler/session_close.py, through ``update_user_state``, with the review in
+``conversation_summaries``) when a thread goes quiet; the reply prompt reads it as "Recent context with this
+person", so someone who comes back with "can we pick up where we left off?" finds the last conversation's
+summary, their goal and its status, and what Quinn must keep in mind (issue 15).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+
+from quinn.clock import iso
 from quinn.db import Database, Transaction
 
 #: What the session-close review may change (null leaves a field as it was).
@@ -20,6 +25,35 @@ def user_state(db: Database, user_id: str) -> dict[str, str]:
     """The user's short-term state (empty strings when none was written yet)."""
     row = db.query_one(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
     return dict(zip(ALL_STATE_FIELDS, row or ("",) * len(ALL_STATE_FIELDS), strict=True))
+
+
+def add_conversation_summary(
+    tx: Transaction, session_id: str, user_id: str, *, summary: str, feedback_text: str, reward_score: float | None,
+    improvement_suggestion: str, prompt_version: str, now: datetime,
+) -> None:  # fmt: skip
+    """Keep the session-close review of one conversation (``conversation_summaries``), inside the caller's
+    transaction: the review, the state and the session's closing are written together."""
+    tx.execute(
+        "INSERT INTO conversation_summaries (session_id, user_id, summary, feedback_text, reward_score,"
+        " improvement_suggestion, prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (session_id, user_id, summary, feedback_text, reward_score, improvement_suggestion, prompt_version,
+         iso(now)),
+    )  # fmt: skip
+
+
+def update_user_state(tx: Transaction, user_id: str, changes: Mapping[str, str | None], now: datetime) -> None:
+    """Write the user's state with ``changes`` (fields of ``ALL_STATE_FIELDS``; None leaves a field as it was)
+    over what it was, inside the caller's transaction."""
+    current = tx.query(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
+    state = dict(zip(ALL_STATE_FIELDS, current[0] if current else ("",) * len(ALL_STATE_FIELDS), strict=True))
+    state.update({name: value for name, value in changes.items() if value is not None})
+    columns, marks = ", ".join(ALL_STATE_FIELDS), ", ".join("?" * len(ALL_STATE_FIELDS))
+    tx.execute(
+        f"INSERT INTO user_state (user_id, {columns}, updated_at) VALUES (?, {marks}, ?)"
+        f" ON CONFLICT (user_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in ALL_STATE_FIELDS)},"
+        " updated_at = excluded.updated_at",
+        (user_id, *(state[c] for c in ALL_STATE_FIELDS), iso(now)),
+    )
 
 
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:

@@ -61,18 +61,16 @@ def parse_key(text: str) -> MailKey:
 
 def status_report(db: Database, limit: int) -> dict[str, Any]:
     """Counts per state and the mails that need attention, newest first."""
-    counts = MailLedger(db).counts()
+    ledger = MailLedger(db)
+    counts = ledger.counts()
     items = []
     for state in ATTENTION_STATES:
-        rows = db.query(
-            "SELECT folder, uidvalidity, uid, message_id, state, reason, user_id, attempts, next_attempt_at,"
-            " updated_at FROM mail_state WHERE state = ? ORDER BY updated_at DESC LIMIT ?",
-            (state, limit),
-        )
-        for folder, uidvalidity, uid, message_id, st, reason, user, attempts, next_at, updated in rows:
-            items.append({"key": key_text(folder, uidvalidity, uid), "state": st, "reason": reason,
-                          "message_id": message_id, "user": user, "attempts": attempts,
-                          "next_attempt_at": next_at, "updated_at": updated})  # fmt: skip
+        for entry in ledger.listing(state=state, limit=limit):
+            mail = entry.record
+            items.append({"key": key_text(mail.key.folder, mail.key.uidvalidity, mail.key.uid), "state": mail.state,
+                          "reason": mail.reason, "message_id": mail.message_id, "user": mail.user_id,
+                          "attempts": mail.attempts, "next_attempt_at": mail.next_attempt_at,
+                          "updated_at": entry.updated_at})  # fmt: skip
     outbox = Outbox(db).counts()
     return {"counts": counts, "total": sum(counts.values()), "outbox": outbox, "attention": items}
 

@@ -13,6 +13,7 @@ from quinn.commands.output import add_json_flag, answer, shorten, table
 from quinn.config import Config
 from quinn.db import Database
 from quinn.errors import QuinnError
+from quinn.mailbox import Sessions
 
 LIST_COLUMNS = ["id", "user", "subject", "messages", "last_message_at", "status"]
 
@@ -32,37 +33,21 @@ def register(sub: Any, with_config: Any) -> None:
 
 def list_sessions(db: Database, user: str | None, limit: int) -> list[dict[str, Any]]:
     """Sessions (merged ones included, marked by status), newest first."""
-    rows = db.query(
-        "SELECT s.id, s.user_id, s.subject, (SELECT count(*) FROM messages m WHERE m.session_id = s.id),"
-        " s.last_message_at, CASE WHEN s.merged_into IS NULL THEN s.status ELSE 'merged into ' || s.merged_into END"
-        " FROM sessions s WHERE (? IS NULL OR s.user_id = ?) ORDER BY s.last_message_at DESC LIMIT ?",
-        (user and user.lower(), user and user.lower(), limit),
-    )
+    rows = Sessions(db).listing(user and user.lower(), limit)
     return [dict(zip(LIST_COLUMNS, row, strict=True)) for row in rows]
 
 
 def show_session(db: Database, session_id: str) -> dict[str, Any]:
     """The session, its summary and every message in order; ``QuinnError`` when there is no such session."""
-    row = db.query_one(
-        "SELECT id, user_id, subject, created_at, last_message_at, status, merged_into, summary FROM sessions"
-        " WHERE id = ?",
-        (session_id,),
-    )
+    sessions = Sessions(db)
+    row = sessions.header(session_id)
     if row is None:
         raise QuinnError(f"no session {session_id}", "list them with `quinn sessions list [--user ADDRESS]`")
     keys = ["id", "user", "subject", "created_at", "last_message_at", "status", "merged_into", "summary"]
     session: dict[str, Any] = dict(zip(keys, row, strict=True))
     message_keys = ["direction", "message_id", "in_reply_to", "from", "sent_at", "subject", "body"]
-    session["messages"] = [
-        dict(zip(message_keys, r, strict=True))
-        for r in db.query(
-            "SELECT direction, message_id, in_reply_to, from_addr, sent_at, subject, body FROM messages"
-            " WHERE session_id = ? ORDER BY sent_at, id",
-            (session_id,),
-        )
-    ]
-    session["message_ids"] = [r[0] for r in db.query("SELECT message_id FROM session_ids WHERE session_id = ?",
-                                                    (session_id,))]  # fmt: skip
+    session["messages"] = [dict(zip(message_keys, r, strict=True)) for r in sessions.all_messages(session_id)]
+    session["message_ids"] = sessions.message_ids(session_id)
     return session
 
 

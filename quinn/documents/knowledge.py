@@ -31,7 +31,14 @@ from quinn.documents.extract import display_name
 from quinn.documents.library import document_pieces
 from quinn.documents.reading import read_in_child
 from quinn.mailbox import Attachment
-from quinn.memory import KNOWLEDGE_OWNER, StoredMessage, embedded_text, insert_passages
+from quinn.memory import (
+    KNOWLEDGE_OWNER,
+    StoredMessage,
+    document_passage_counts,
+    drop_document_passages,
+    embedded_text,
+    insert_passages,
+)
 
 if TYPE_CHECKING:
     from quinn.db import Database
@@ -73,20 +80,19 @@ def entries(db: Database) -> list[dict[str, Any]]:
     """The knowledge base's files, by name: size, kind, pages and sections, passages, when added, and the
     domains whose users it reaches (empty: everyone)."""
     rows = db.query(
-        "SELECT md.name, d.id, d.size, d.kind, d.created_at,"
-        " (SELECT count(*) FROM passages p WHERE p.document_id = d.id AND p.user_id = md.user_id),"
-        " (SELECT count(DISTINCT coalesce(p.ref, '')) FROM passages p WHERE p.document_id = d.id"
-        "  AND p.user_id = md.user_id),"  # a text without pages or headings is one section
-        " (SELECT count(DISTINCT p.ref) FROM passages p WHERE p.document_id = d.id AND p.user_id = md.user_id"
-        "  AND p.ref LIKE 'p.%')"
+        "SELECT md.name, d.id, d.size, d.kind, d.created_at"
         " FROM message_documents md JOIN documents d ON d.id = md.document_id AND d.user_id = md.user_id"
         " WHERE md.user_id = ? ORDER BY md.name",
         (KNOWLEDGE_OWNER,),
     )
-    return [{"name": name, "id": int(doc), "size": int(size), "kind": kind, "pages": int(pages),
-             "sections": int(sections), "passages": int(passages), "added": added,
-             "domains": list(_scope(db, int(doc)))}
-            for name, doc, size, kind, added, passages, sections, pages in rows]  # fmt: skip
+    counts = document_passage_counts(db, KNOWLEDGE_OWNER)
+    listed = []
+    for name, doc, size, kind, added in rows:
+        passages, sections, pages = counts.get(int(doc), (0, 0, 0))
+        listed.append({"name": name, "id": int(doc), "size": int(size), "kind": kind, "pages": pages,
+                       "sections": sections, "passages": passages, "added": added,
+                       "domains": list(_scope(db, int(doc)))})  # fmt: skip
+    return listed
 
 
 def _entry(db: Database | Transaction, name: str) -> tuple[int, str] | None:
@@ -101,7 +107,7 @@ def _entry(db: Database | Transaction, name: str) -> tuple[int, str] | None:
 
 def _drop(tx: Transaction, document_id: int) -> None:
     """A file out of the knowledge base: its passages, its name (a trigger then deletes the file's row)."""
-    tx.delete("passages", "user_id = ? AND document_id = ?", (KNOWLEDGE_OWNER, document_id))
+    drop_document_passages(tx, KNOWLEDGE_OWNER, document_id)
     tx.delete("message_documents", "user_id = ? AND document_id = ?", (KNOWLEDGE_OWNER, document_id))
     tx.delete("documents", "user_id = ? AND id = ?", (KNOWLEDGE_OWNER, document_id))
 

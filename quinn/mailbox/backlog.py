@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database
+from quinn.mailbox.ledger import MailLedger
 
 ANSWER_HINT = 'to answer them, run `quinn run --backlog` once or set imap.backlog = "answer"'
 
@@ -80,8 +81,7 @@ class Watches:
                 self.db.execute("UPDATE watched_folders SET first_uid = 1 WHERE folder = ?", (folder,))
                 return self.get(folder) or previous, "the backlog is answered, as asked"
             return previous, None
-        seen = self.db.query_one("SELECT 1 FROM mail_state WHERE folder = ? LIMIT 1", (folder,)) is not None
-        first, why = first_uid(previous, seen, uidnext, answer)
+        first, why = first_uid(previous, MailLedger(self.db).seen_in(folder), uidnext, answer)
         watched_at = previous.watched_at if previous is not None else iso(utcnow())
         self.db.execute(
             "INSERT INTO watched_folders (folder, uidvalidity, first_uid, watched_at, skipped) VALUES (?, ?, ?, ?, 0)"

@@ -331,6 +331,10 @@ class MailLedger:
                 return f"rate cap: {count} replies to this {what} in the last hour (cap {cap})", until
         return None
 
+    def seen_in(self, folder: str) -> bool:
+        """Whether any mail of ``folder`` is in the ledger (under any UIDVALIDITY): Quinn has read it before."""
+        return self.db.query_one("SELECT 1 FROM mail_state WHERE folder = ? LIMIT 1", (folder,)) is not None
+
     def counts(self) -> dict[str, int]:
         """Mails per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM mail_state GROUP BY 1")}

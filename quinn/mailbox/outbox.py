@@ -220,6 +220,15 @@ class Outbox:
         """The template a reply of ours was made with (``reply``, ``digest``, ``purge_done``, …), or None."""
         return self.db.query_value("SELECT template FROM outbox WHERE message_id = ?", (message_id,))
 
+    def session_prompt_version(self, session_id: str) -> str:
+        """The reply template version of the session's latest reply ("" when Quinn never answered in it)."""
+        value = self.db.query_value(
+            "SELECT prompt_version FROM outbox WHERE session_id = ? AND prompt_version != ''"
+            " ORDER BY created_at DESC LIMIT 1",
+            (session_id,),
+        )
+        return value or ""
+
     def counts(self) -> dict[str, int]:
         """Items per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM outbox GROUP BY 1")}

@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
@@ -35,6 +36,25 @@ class StoredMessage:
     def participants(self) -> frozenset[str]:
         """Everyone who saw this message: its sender and its recipients."""
         return frozenset({self.from_addr, *self.to_addrs})
+
+
+@dataclass(frozen=True)
+class QuietSession:
+    """A session due for closing, and the last-message time it was picked with."""
+
+    id: str
+    last_message_at: str
+
+
+@dataclass(frozen=True)
+class Unsummarized:
+    """A session's rolling summary so far and the messages after it (``summarized_upto``, a message id)."""
+
+    user_id: str
+    subject: str
+    summary: str | None
+    summarized_upto: int
+    messages: list[tuple[int, str, str, str]]  # (id, from_addr, sent_at, body), oldest first
 
 
 def thread_key(email: InboundEmail) -> str:
@@ -185,6 +205,88 @@ class Sessions:
         )
         return [_stored(row) for row in reversed(rows)]
 
+    def listing(self, user_id: str | None, limit: int) -> list[tuple[Any, ...]]:
+        """Sessions, newest first, of one user or everyone, merged ones included: (id, user, subject, messages
+        stored, last_message_at, status), the status of a merged one being ``merged into ID``."""
+        return self.db.query(
+            "SELECT s.id, s.user_id, s.subject, (SELECT count(*) FROM messages m WHERE m.session_id = s.id),"
+            " s.last_message_at, CASE WHEN s.merged_into IS NULL THEN s.status ELSE 'merged into ' || s.merged_into"
+            " END FROM sessions s WHERE (? IS NULL OR s.user_id = ?) ORDER BY s.last_message_at DESC LIMIT ?",
+            (user_id, user_id, limit),
+        )
+
+    def header(self, session_id: str) -> tuple[Any, ...] | None:
+        """The session's row as ``quinn sessions show`` prints it: (id, user, subject, created_at,
+        last_message_at, status, merged_into, summary); None when there is no such session."""
+        return self.db.query_one(
+            "SELECT id, user_id, subject, created_at, last_message_at, status, merged_into, summary FROM sessions"
+            " WHERE id = ?",
+            (session_id,),
+        )
+
+    def all_messages(self, session_id: str) -> list[tuple[Any, ...]]:
+        """Every stored message of the session, oldest first: (direction, message_id, in_reply_to, from_addr,
+        sent_at, subject, body)."""
+        return self.db.query(
+            "SELECT direction, message_id, in_reply_to, from_addr, sent_at, subject, body FROM messages"
+            " WHERE session_id = ? ORDER BY sent_at, id",
+            (session_id,),
+        )
+
+    def message_ids(self, session_id: str) -> list[str]:
+        """The Message-IDs that join mail to the session (``session_ids``: theirs and our replies')."""
+        return [r[0] for r in self.db.query("SELECT message_id FROM session_ids WHERE session_id = ?", (session_id,))]
+
+    def user_of(self, session_id: str) -> str | None:
+        """The user the session belongs to, or None when there is no such session."""
+        return self.db.query_value("SELECT user_id FROM sessions WHERE id = ?", (session_id,))
+
+    def quiet(self, before: datetime) -> list[QuietSession]:
+        """Open sessions without mail since ``before``, oldest first (the session-close job's work)."""
+        rows = self.db.query(
+            "SELECT id, last_message_at FROM sessions WHERE status = 'open' AND merged_into IS NULL"
+            " AND last_message_at <= ? ORDER BY last_message_at, id",
+            (iso(before),),
+        )
+        return [QuietSession(sid, at) for sid, at in rows]
+
+    def over_length(self, max_chars: int) -> list[str]:
+        """Sessions whose messages after the rolling summary are longer than ``max_chars`` (each message counted
+        40 characters more for its header): the summarize job's cheap test before its exact one."""
+        rows = self.db.query(
+            "SELECT s.id FROM sessions s JOIN messages m ON m.session_id = s.id AND m.id > s.summarized_upto"
+            " WHERE s.merged_into IS NULL GROUP BY s.id HAVING sum(length(m.body)) + 40 * count(*) > ?"
+            " ORDER BY s.id",
+            (max_chars,),
+        )
+        return [r[0] for r in rows]
+
+    def unsummarized(self, session_id: str) -> Unsummarized | None:
+        """The session's rolling summary and its messages after ``summarized_upto``; None when there is no such
+        session."""
+        row = self.db.query_one(
+            "SELECT user_id, subject, summary, summarized_upto FROM sessions WHERE id = ?", (session_id,)
+        )
+        if row is None:
+            return None
+        user_id, subject, summary, upto = row
+        rows = self.db.query(
+            "SELECT id, from_addr, sent_at, body FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
+            (session_id, int(upto)),
+        )
+        messages = [(int(i), sender, sent_at, body) for i, sender, sent_at, body in rows]
+        return Unsummarized(user_id, subject, summary, int(upto), messages)
+
+    def save_summary(self, session_id: str, summary: str, expected_upto: int, new_upto: int) -> bool:
+        """Store the new rolling summary if nobody else moved the session on meanwhile; True when stored."""
+        with self.db.transaction() as tx:
+            tx.execute(
+                "UPDATE sessions SET summary = ?, summarized_upto = ? WHERE id = ? AND summarized_upto = ?",
+                (summary, new_upto, session_id, expected_upto),
+            )
+            rows = tx.query("SELECT summarized_upto, summary FROM sessions WHERE id = ?", (session_id,))
+        return bool(rows) and int(rows[0][0]) == new_upto and rows[0][1] == summary
+
 
 def _stored(row: tuple) -> StoredMessage:
     direction, message_id, from_addr, subject, sent_at, body, to_addrs = row
@@ -193,6 +295,16 @@ def _stored(row: tuple) -> StoredMessage:
     except ValueError:
         recipients = ()
     return StoredMessage(direction, message_id, from_addr, subject, sent_at, body, recipients)
+
+
+def close_if_unchanged(tx: Transaction, session_id: str, picked_at: str) -> bool:
+    """Mark the session closed if it is still open with the last-message time it was picked with; False, and
+    nothing written, when mail arrived since (``Sessions.assign`` moved ``last_message_at``) or it is gone."""
+    row = tx.query("SELECT last_message_at, status FROM sessions WHERE id = ?", (session_id,))
+    if not row or row[0][0] != picked_at or row[0][1] != "open":
+        return False
+    tx.execute("UPDATE sessions SET status = 'closed' WHERE id = ?", (session_id,))
+    return True
 
 
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:

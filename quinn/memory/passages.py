@@ -240,6 +240,25 @@ def insert_passages(
         )  # fmt: skip
 
 
+def drop_document_passages(tx: Transaction, user: str, document_id: int) -> int:
+    """Delete the user's passages of one file (a file leaving the knowledge base, in its transaction); returns
+    how many."""
+    return tx.delete("passages", "user_id = ? AND document_id = ?", (user, document_id))
+
+
+def document_passage_counts(db: Database, user: str) -> dict[int, tuple[int, int, int]]:
+    """Per file of the user's: (passages, sections, pages) its passages make, a section being a distinct ref (a
+    text without pages or headings is one section) and a page a distinct ``p.N`` ref; a file without passages
+    is absent."""
+    rows = db.query(
+        "SELECT document_id, count(*), count(DISTINCT coalesce(ref, '')),"
+        " count(DISTINCT CASE WHEN ref LIKE 'p.%' THEN ref END)"
+        " FROM passages WHERE user_id = ? AND document_id IS NOT NULL GROUP BY document_id",
+        (user,),
+    )
+    return {int(doc): (int(passages), int(sections), int(pages)) for doc, passages, sections, pages in rows}
+
+
 def backfill(
     store: MemoryStore, keep: Callable[[str, str], bool], *, progress: Callable[[int, int], None] | None = None
 ) -> int:

@@ -13,13 +13,11 @@ nothing twice. New mail reopens a closed session (``Sessions.assign``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
 from quinn.agent import (
-    ALL_STATE_FIELDS,
     STATE_FIELDS,
     Extraction,
     PromptTooLong,
@@ -27,11 +25,12 @@ from quinn.agent import (
     Usage,
     apply_extraction,
     opted_out,
+    state,
     user_state,
 )
-from quinn.clock import iso
 from quinn.db import Database
 from quinn.errors import RetryLater
+from quinn.mailbox import Outbox, Sessions, threads
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.summarize import Message, SessionText, session_text
 
@@ -57,34 +56,6 @@ class SessionReview(BaseModel):
     improvement_suggestion: str = ""
     memories: Extraction = Field(default_factory=Extraction)
     state: StateUpdate = Field(default_factory=StateUpdate)
-
-
-@dataclass(frozen=True)
-class QuietSession:
-    """A session due for closing, and the last-message time it was picked with."""
-
-    id: str
-    last_message_at: str
-
-
-def quiet_sessions(db: Database, before: datetime) -> list[QuietSession]:
-    """Open sessions without mail since ``before``, oldest first."""
-    rows = db.query(
-        "SELECT id, last_message_at FROM sessions WHERE status = 'open' AND merged_into IS NULL"
-        " AND last_message_at <= ? ORDER BY last_message_at, id",
-        (iso(before),),
-    )
-    return [QuietSession(sid, at) for sid, at in rows]
-
-
-def reply_prompt_version(db: Database, session_id: str) -> str:
-    """The reply template version of the session's latest reply ("" when Quinn never answered in it)."""
-    value = db.query_value(
-        "SELECT prompt_version FROM outbox WHERE session_id = ? AND prompt_version != ''"
-        " ORDER BY created_at DESC LIMIT 1",
-        (session_id,),
-    )
-    return value or ""
 
 
 REVIEW_TRIES = 3  # a review too long for the model's context is cut down and asked again, this often in all
@@ -113,31 +84,16 @@ def close_session(
     open and is reviewed again once quiet. Returns whether it was closed.
     """
     with db.transaction() as tx:
-        row = tx.query("SELECT last_message_at, status FROM sessions WHERE id = ?", (session_id,))
-        if not row or row[0][0] != picked_at or row[0][1] != "open":
+        if not threads.close_if_unchanged(tx, session_id, picked_at):
             return False
         if review is not None:
-            tx.execute(
-                "INSERT INTO conversation_summaries (session_id, user_id, summary, feedback_text, reward_score,"
-                " improvement_suggestion, prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, user_id, review.summary, review.feedback_text, review.reward_score,
-                 review.improvement_suggestion, prompt_version, iso(now)),
+            state.add_conversation_summary(
+                tx, session_id, user_id, summary=review.summary, feedback_text=review.feedback_text,
+                reward_score=review.reward_score, improvement_suggestion=review.improvement_suggestion,
+                prompt_version=prompt_version, now=now,
             )  # fmt: skip
-            current = tx.query(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
-            state = dict(zip(ALL_STATE_FIELDS, current[0] if current else ("",) * len(ALL_STATE_FIELDS), strict=True))
-            for name in STATE_FIELDS:
-                value = getattr(review.state, name)
-                if value is not None:
-                    state[name] = value
-            state["last_conversation_summary"] = review.summary
-            columns, marks = ", ".join(ALL_STATE_FIELDS), ", ".join("?" * len(ALL_STATE_FIELDS))
-            tx.execute(
-                f"INSERT INTO user_state (user_id, {columns}, updated_at) VALUES (?, {marks}, ?)"
-                f" ON CONFLICT (user_id) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in ALL_STATE_FIELDS)},"
-                " updated_at = excluded.updated_at",
-                (user_id, *(state[c] for c in ALL_STATE_FIELDS), iso(now)),
-            )
-        tx.execute("UPDATE sessions SET status = 'closed' WHERE id = ?", (session_id,))
+            changes = {name: getattr(review.state, name) for name in STATE_FIELDS}
+            state.update_user_state(tx, user_id, {**changes, "last_conversation_summary": review.summary}, now)
     return True
 
 
@@ -149,7 +105,7 @@ async def ask_for_review(
     with both cut to the share the server's figures allow, up to ``REVIEW_TRIES`` times in all. None when the
     model could not be asked now (recorded as the run's failed item)."""
     existing = await ctx.db(ctx.store.get_all, text.user_id, limit=EXISTING_SHOWN)
-    state = await ctx.db(user_state, ctx.store.db, text.user_id)
+    known = await ctx.db(user_state, ctx.store.db, text.user_id)
     budget, shown = ctx.settings.summarize_threshold_tokens * 2, len(existing)
     for attempt in range(1, REVIEW_TRIES + 1):
         messages = newest_within(text.messages, budget) if text.messages else []
@@ -159,7 +115,7 @@ async def ask_for_review(
             "previous_summary": text.summary or "",
             "messages": [{"sender": m.sender, "date": m.date, "body": m.body} for m in messages],
             "existing": [{"id": m.id, "type": m.type, "content": m.content} for m in existing[:shown]],
-            "state": {name: state[name] for name in STATE_FIELDS},
+            "state": {name: known[name] for name in STATE_FIELDS},
             "today": ctx.now().date().isoformat(),
         })  # fmt: skip
         try:
@@ -194,7 +150,8 @@ async def session_close_job(ctx: JobContext) -> None:
     """Review and close every session that has been quiet for ``session_close_after_min``."""
     settings = ctx.settings
     cutoff = ctx.now() - timedelta(minutes=settings.session_close_after_min)
-    for quiet in await ctx.db(quiet_sessions, ctx.store.db, cutoff):
+    sessions = Sessions(ctx.store.db)
+    for quiet in await ctx.db(sessions.quiet, cutoff):
         text = await ctx.db(session_text, ctx.store.db, quiet.id)
         if text is None:
             continue
@@ -216,7 +173,7 @@ async def session_close_job(ctx: JobContext) -> None:
                                valid_from=last_date, reason=f"by session close {rendered.version}",
                                restate=False)  # fmt: skip
         created, updated, skipped = len(applied.created), len(applied.updated), applied.skipped
-        version = await ctx.db(reply_prompt_version, ctx.store.db, quiet.id)
+        version = await ctx.db(Outbox(ctx.store.db).session_prompt_version, quiet.id)
         closed = await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, review,
                               version, ctx.now())  # fmt: skip
         ctx.counts.created += created

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from quinn.agent import Answer, Usage, estimate_tokens
 from quinn.db import Database
 from quinn.errors import RetryLater
+from quinn.mailbox import Sessions
 from quinn.memory import CURRENT, MemoryStore
 from quinn.scheduler.context import JobContext
 
@@ -75,28 +76,13 @@ class Folded:
     prompt_version: str | None
 
 
-def sessions_over_threshold(db: Database, threshold_tokens: int) -> list[str]:
-    """Sessions whose unsummarized messages are over the threshold (a cheap length test; exact one follows)."""
-    rows = db.query(
-        "SELECT s.id FROM sessions s JOIN messages m ON m.session_id = s.id AND m.id > s.summarized_upto"
-        " WHERE s.merged_into IS NULL GROUP BY s.id HAVING sum(length(m.body)) + 40 * count(*) > ? ORDER BY s.id",
-        (threshold_tokens * 4,),
-    )
-    return [r[0] for r in rows]
-
-
 def session_text(db: Database, session_id: str) -> SessionText | None:
     """The session's summary and its messages after ``summarized_upto``, oldest first."""
-    row = db.query_one("SELECT user_id, subject, summary, summarized_upto FROM sessions WHERE id = ?", (session_id,))
-    if row is None:
+    found = Sessions(db).unsummarized(session_id)
+    if found is None:
         return None
-    user_id, subject, summary, upto = row
-    rows = db.query(
-        "SELECT id, from_addr, sent_at, body FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
-        (session_id, int(upto)),
-    )
-    messages = [Message(int(i), sender, sent_at, body) for i, sender, sent_at, body in rows]
-    return SessionText(session_id, user_id, subject, summary, int(upto), messages)
+    messages = [Message(*row) for row in found.messages]
+    return SessionText(session_id, found.user_id, found.subject, found.summary, found.summarized_upto, messages)
 
 
 def plan_fold(messages: list[Message], threshold_tokens: int, keep_recent: int) -> list[Message]:
@@ -130,17 +116,6 @@ def batches(messages: list[Message], max_tokens: int) -> list[list[Message]]:
     return out
 
 
-def save_summary(db: Database, session_id: str, summary: str, expected_upto: int, new_upto: int) -> bool:
-    """Store the new summary if nobody else moved the session on meanwhile; True when stored."""
-    with db.transaction() as tx:
-        tx.execute(
-            "UPDATE sessions SET summary = ?, summarized_upto = ? WHERE id = ? AND summarized_upto = ?",
-            (summary, new_upto, session_id, expected_upto),
-        )
-        rows = tx.query("SELECT summarized_upto, summary FROM sessions WHERE id = ?", (session_id,))
-    return bool(rows) and int(rows[0][0]) == new_upto and rows[0][1] == summary
-
-
 async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = False) -> Folded:
     """Fold the session's older messages (all of them with ``everything``) into its summary, batch by batch."""
     settings = ctx.settings
@@ -165,7 +140,7 @@ async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = F
         usage = result.usage if usage is None else usage + result.usage
         version = rendered.version
         new_upto = batch[-1].id
-        if not await ctx.db(save_summary, ctx.store.db, session_id, result.text, upto, new_upto):
+        if not await ctx.db(Sessions(ctx.store.db).save_summary, session_id, result.text, upto, new_upto):
             log.info("session %s moved on while it was summarized; the next run continues", session_id)
             break
         summary, upto, folded = result.text, new_upto, folded + len(batch)
@@ -217,7 +192,9 @@ def sync_summary_memories(store: MemoryStore, session_id: str | None = None) -> 
 
 async def summarize_job(ctx: JobContext) -> None:
     """Summarize every thread over the threshold, then bring the summary memories up to date."""
-    for session_id in await ctx.db(sessions_over_threshold, ctx.store.db, ctx.settings.summarize_threshold_tokens):
+    # A cheap length test (4 characters a token); fold_session's plan is the exact one.
+    over = await ctx.db(Sessions(ctx.store.db).over_length, ctx.settings.summarize_threshold_tokens * 4)
+    for session_id in over:
         try:
             outcome = await fold_session(ctx, session_id)
         except RetryLater as exc:  # the batches before it are saved; the rest waits for the next run
@@ -225,7 +202,7 @@ async def summarize_job(ctx: JobContext) -> None:
             continue
         ctx.item_done()
         if outcome.usage is not None:
-            user = await ctx.db(ctx.store.db.query_value, "SELECT user_id FROM sessions WHERE id = ?", (session_id,))
+            user = await ctx.db(Sessions(ctx.store.db).user_of, session_id)
             await ctx.record_usage(outcome.usage, user)
         if outcome.folded:
             ctx.counts.processed += 1
