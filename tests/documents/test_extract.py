@@ -167,6 +167,7 @@ def test_the_parser_keeps_an_attachments_bytes() -> None:
     assert attachment.data == pdf and attachment.size == len(pdf)
 
 
+@pytest.mark.lab  # a child process killed at its deadline: seconds of CPU, not the unit layer's kind
 def test_a_reader_stuck_inside_one_library_call_is_killed_at_the_deadline() -> None:
     """One page of 4 MB of text operators: pypdf spends seconds inside one extract_text call, where no deadline
     check can run. The child process reading it is killed at timeout_s + the grace; the files get the reason."""
