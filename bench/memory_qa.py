@@ -1,7 +1,8 @@
 """Memory QA with a real model (issue 21): does what people told Quinn months ago reach the prompt and the reply?
 
-The data set (`bench/memory_qa_data.py`, fixed seed): 5 people, 8 mails each over six months, then 100 questions
-(single facts, facts stated long ago, updated facts, dated facts, two-thread multi-hop). Everything goes through
+The data set (`bench/memory_qa_data.py`, fixed seed): 5 people, 8 mails each over six months (some with files
+attached), then 120 questions (single facts, facts stated long ago, updated facts, dated facts, two-thread
+multi-hop, and values only an attached file holds). Everything goes through
 Quinn's real pipeline, in-process against the test lab (tests/lab/inprocess.py): each mail is delivered by SMTP into
 Dovecot, fetched, parsed, answered by the real model, learnt from (gate + extraction), and filed; after each
 person's history the background jobs that turn conversations into memory run once (session_close, consolidate,
@@ -23,7 +24,7 @@ then does), **answer accuracy** (the gold answer is in the reply; for updated fa
 value counts as **stale**), tokens per reply (prompt + completion, tool rounds included) and seconds per mail.
 
     python -m tests.lab.real_model fetch     # the weights, once
-    python -m bench.memory_qa                # ~100 min on 2 cores; --users 1 --questions 4 for a quick look
+    python -m bench.memory_qa                # ~2 h on 2 cores; --users 1 --questions 4 for a quick look
 
 Needs Dovecot (like the tests) and llama-cpp-python's server; ``--base-url`` points it at another
 OpenAI-compatible server instead (the smoke test uses the scripted one).
@@ -117,6 +118,14 @@ def tokens_of(recorder: ModelRecorder, start: int, purpose: str | None = None) -
     return tin, tout
 
 
+def attached_text(script: UserScript, stored: str) -> str:
+    """The files of the history mail whose text ``stored`` is, as "[attached: NAME]" blocks ("" without files)."""
+    for mail in script.mails:
+        if mail.attachments and mail.body.split("\n\n")[1][:200] in stored:
+            return "".join(f"\n\n[attached: {a.filename}]\n{a.text}" for a in mail.attachments)
+    return ""
+
+
 def text_of(body: Any) -> str:
     return "\n".join(str(m.get("content")) for m in body.get("messages", []))
 
@@ -187,7 +196,10 @@ class Bench:
         seconds = []
         for mail in script.mails:
             started = time.perf_counter()
-            await self.quinn.send(user, mail.subject, mail.body, name=f"{script.first} {script.last}", date=mail.date)
+            files = tuple((a.filename, a.content_type, a.data) for a in mail.attachments)
+            await self.quinn.send(
+                user, mail.subject, mail.body, name=f"{script.first} {script.last}", date=mail.date, attachments=files
+            )
             seconds.append(time.perf_counter() - started)
             print(f"{script.first}: history mail {len(seconds)} in {seconds[-1]:.0f} s", file=sys.stderr, flush=True)
         return seconds
@@ -233,8 +245,9 @@ class Bench:
         tin, tout = tokens_of(self.recorder, start, REPLY)
         return outcome(user, question, "quinn", prompt, reply, tin, tout, seconds)
 
-    def history(self, user: str, before_id: int) -> list[ThreadMessage]:
-        """The person's conversation as stored (their mails and Quinn's replies), oldest first."""
+    def history(self, script: UserScript, user: str, before_id: int) -> list[ThreadMessage]:
+        """The person's conversation as stored (their mails and Quinn's replies), oldest first, each mail followed by
+        the text of the files it carried (a model given the whole history is given the files too)."""
         rows = self.quinn.query(
             "SELECT direction, from_addr, sent_at, body FROM messages WHERE user_id = ? AND id < ?"
             " ORDER BY sent_at, id",
@@ -242,7 +255,11 @@ class Bench:
         )
         quinn = self.quinn.address
         return [
-            ThreadMessage(quinn if d == "out" else (f or user), str(at)[:16].replace("T", " "), b)
+            ThreadMessage(
+                quinn if d == "out" else (f or user),
+                str(at)[:16].replace("T", " "),
+                b if d == "out" else b + attached_text(script, b),
+            )
             for d, f, at, b in rows
         ]
 
@@ -603,7 +620,7 @@ async def run(state: Run, target: Target, workdir: Path) -> None:
                 questions = script.questions[: args.questions] if args.questions else script.questions
                 for question in questions:
                     state.outcomes.append(await bench.ask_quinn(script, user, question))
-                history = bench.history(user, before)
+                history = bench.history(script, user, before)
                 for condition in ("no_memory", "full_history"):  # grouped: the server reuses the shared prefix
                     for question in questions:
                         state.outcomes.append(await bench.ask_baseline(script, user, question, condition, history))
@@ -618,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m bench.memory_qa", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
     parser.add_argument("--users", type=int, default=5, help="people (at most 5)")
-    parser.add_argument("--questions", type=int, default=0, help="questions per person (default all 20)")
+    parser.add_argument("--questions", type=int, default=0, help="questions per person (default all 24)")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--n-ctx", type=int, default=4096, help="the model's context in tokens")
     parser.add_argument("--tool-rounds", type=int, default=2, help="max_tool_rounds (0: the no-tools ablation)")

@@ -10,7 +10,13 @@ shape and another value), and a request Quinn answers. Then the user asks 20 que
 * ``updated``: a value stated early and changed later; the gold answer is the new value, the old one is "stale";
 * ``time``: a dated fact (an appointment, an expiry), asked about by its date;
 * ``multi_hop``: two statements in different threads that answer the question only together ("my sister Ana
-  moved to Porto" ... "I fly out to see Ana in May" -> "which city am I flying to in May?").
+  moved to Porto" ... "I fly out to see Ana in May" -> "which city am I flying to in May?");
+* ``attachment``: a value that only an attached file holds (a PDF's second page, a row of a CSV, a DOCX table,
+  a calendar invite, a text file), among other values of the same shape in that file; the mail only says that
+  a file is attached. Four per person, 24 questions each, 120 in all.
+
+The attachments draw from a random generator of their own, so adding them left the other 100 questions, their
+values and the mails' statements as they were (only the mentions of the files are new in the mails' text).
 
 A question never contains its answer; every answer occurs in the user's own history and in no other user's
 statement about themselves. Gold answers are regular expressions over lower-cased text, so "14 March", "March
@@ -28,7 +34,8 @@ SEED = 2611
 HISTORY_MAILS = 8
 USERS = (("Maren", "Holt"), ("Tomasz", "Wierzba"), ("Adaeze", "Okafor"), ("Luis", "Carvalho"), ("Sunita", "Rao"))
 HISTORY_START = datetime(2026, 5, 4, 8, 30, tzinfo=UTC)
-CATEGORIES = ("single", "long_ago", "updated", "time", "multi_hop")
+CATEGORIES = ("single", "long_ago", "updated", "time", "multi_hop", "attachment")
+ATTACHMENTS_PER_USER = 4
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")  # fmt: skip
 
@@ -48,10 +55,22 @@ class Question:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file attached to a history mail; ``text`` is what a person reading it sees (the full-history condition
+    pastes it after the mail, as a model given the whole history would be given the files too)."""
+
+    filename: str
+    content_type: str
+    data: bytes
+    text: str
+
+
+@dataclass(frozen=True)
 class HistoryMail:
     subject: str
     body: str
     date: datetime
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass
@@ -70,10 +89,11 @@ def word(value: str) -> str:
 
 
 def date_patterns(day: date) -> tuple[str, ...]:
-    """ "14 March", "March 14th", "14th of March", "2027-03-14", "14/03", "14.03." as patterns."""
+    """ "14 March", "March 14th", "14th of March", "2027-03-14" (also "2027-03-14T08:00"), "14/03", "14.03." as
+    patterns."""
     month = MONTHS[day.month - 1].lower()
     d = rf"0?{day.day}(st|nd|rd|th)?"
-    return (rf"\b{d}\s+(of\s+)?{month}\b", rf"\b{month}\s+{d}\b", rf"\b{day.isoformat()}\b",
+    return (rf"\b{d}\s+(of\s+)?{month}\b", rf"\b{month}\s+{d}\b", rf"\b{day.isoformat()}(?!\d)",
             rf"\b0?{day.day}[./]0?{day.month}\b")  # fmt: skip
 
 
@@ -277,14 +297,15 @@ class _Plan:
 class _Draw:
     """Values drawn without replacement across all users (so each user's answers are theirs alone)."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, pools: dict[str, list[str]] = POOLS) -> None:
         self.rng = rng
-        self.left = {k: rng.sample(v, len(v)) for k, v in POOLS.items()}
+        self.pools = pools
+        self.left = {k: rng.sample(v, len(v)) for k, v in pools.items()}
 
     def __call__(self, pool: str) -> str:
         values = self.left[pool]
         if not values:  # pools that may repeat across users (species, weekday, month, colour): refill
-            values.extend(self.rng.sample(POOLS[pool], len(POOLS[pool])))
+            values.extend(self.rng.sample(self.pools[pool], len(self.pools[pool])))
         return values.pop()
 
     def day(self, start: date, span_days: int) -> date:
@@ -450,22 +471,141 @@ def _plan_user(first: str, draw: _Draw, rng: random.Random) -> _Plan:
     return plan
 
 
+# -- attachments: pools of their own (answers unique across users), files made in code ---------------------------
+ATTACHMENT_POOLS: dict[str, list[str]] = {
+    "insurer": ["Harbourline", "Evergreen Mutual", "Northgate", "Bluestone", "Calloway", "Fairmead", "Oakridge"],
+    "supplier": ["Brightwell Tiling", "Kestrel Joinery", "Marsh & Dunn", "Copperfield Build", "Linden Works",
+                 "Foxglove Interiors", "Rowan & Pike", "Saltmarsh Trades"],
+    "holder": ["Irene Voss", "Pieter Lang", "Colm Byrne", "Hana Sato", "Ruth Ebner", "Mikel Ortiz", "Jana Novak",
+               "Owen Price", "Lotte Berg", "Sami Haddad", "Tilda Moss", "Gavin Shaw"],
+    "adjective": ["Quiet", "Amber", "Brisk", "Cosy", "Dusty", "Frosty", "Gentle", "Hollow", "Lucky", "Misty"],
+    "animal": ["Heron", "Otter", "Badger", "Lynx", "Marten", "Plover", "Stoat", "Wren", "Vole", "Kestrel"],
+}  # fmt: skip
+QUOTE_ITEMS = ("bathroom tiling", "kitchen worktop", "window frames", "rewiring", "painting the stairwell")
+FILLER_SUPPLIERS = ("A. Smith & Sons", "Northside Builders", "Parker Glass", "City Electrics", "Greenway Decor")
+
+
+def _attachment_kinds(
+    draw: _Draw, rng: random.Random, first: str, last: str
+) -> list[tuple[str, str, Attachment, str, tuple[str, ...], str]]:
+    """(kind, the mail's mention, the file, question, gold, answer) for values only a file holds."""
+    from tests.lab.documents import make_docx, make_pdf
+
+    insurer = draw("insurer")
+    policy = f"{rng.choice(['HX', 'KP', 'MV', 'RT', 'LB'])}-{rng.randrange(100000, 999999)}"
+    start = date(2026, 3, 1) + timedelta(days=rng.randrange(200))
+    insurance_pages = [
+        f"{insurer} Home Insurance\nPolicy schedule for {first} {last}\nCover starts on {start.isoformat()}.\n"
+        f"Customer helpline: 0800 {rng.randrange(100, 999)} {rng.randrange(1000, 9999)}",
+        f"Policy details\nPolicy number: {policy}\nBuildings cover: {rng.randrange(200, 600)},000 EUR\n"
+        f"Contents cover: {rng.randrange(20, 90)},000 EUR\nVoluntary excess: {rng.choice([100, 250, 500])} EUR\n"
+        f"Claims reference format: CL-{rng.randrange(1000, 9999)}-XX",
+    ]
+    item = rng.choice(QUOTE_ITEMS)
+    supplier = draw("supplier")
+    others = list(FILLER_SUPPLIERS)
+    rng.shuffle(others)
+    quote_rows = [["Item", "Supplier", "Price (EUR)"]] + [
+        [name, supplier if name == item else others.pop(), str(rng.randrange(4, 60) * 50)] for name in QUOTE_ITEMS
+    ]
+    quote_text = "\n".join(",".join(row) for row in quote_rows) + "\n"
+    holders = rng.sample(ATTACHMENT_POOLS["holder"], 3)
+    plots = [f"{n}{rng.choice('ABCDEF')}" for n in rng.sample(range(10, 99), 4)]  # "47C": no time or count
+    plot = plots[0]
+    table = [(f"{first} {last}", plot), *zip(holders, plots[1:], strict=True)]
+    rng.shuffle(table)
+    minutes = [
+        ("h1", "Riverside Allotment Society: minutes of the spring meeting"),
+        ("p", f"Present: {', '.join(name for name, _ in table)} and the committee."),
+        ("p", "The water troughs will be refilled weekly from April. Bonfires remain banned."),
+        ("h1", "Plot allocations"),
+        ("row", "Holder | Plot"),
+        *[("row", f"{name} | {number}") for name, number in table],
+        ("p", f"Subscriptions of {rng.randrange(20, 60)} EUR are due by the end of the month."),
+    ]
+    service = date(2026, 12, 1) + timedelta(days=rng.randrange(300))
+    engineer = rng.choice(ATTACHMENT_POOLS["holder"])
+    invite = (
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//Heatwise//Bookings//EN\r\nBEGIN:VEVENT\r\n"
+        f"UID:{rng.randrange(10**9)}@heatwise.example\r\nDTSTAMP:20260601T090000Z\r\n"
+        f"SUMMARY:Annual boiler service\r\nDTSTART:{service:%Y%m%d}T080000\r\nDTEND:{service:%Y%m%d}T100000\r\n"
+        f"LOCATION:{first} {last}'s home\r\nDESCRIPTION:Engineer {engineer}. Please clear access to the boiler.\r\n"
+        "END:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
+    shown_invite = (  # as a calendar shows it (the raw file's dates read 20270713T080000)
+        f"Event: Annual boiler service\nStarts: {service.isoformat()} 08:00\nEnds: {service.isoformat()} 10:00\n"
+        f"Where: {first} {last}'s home\nDescription: Engineer {engineer}. Please clear access to the boiler."
+    )
+    password = f"{draw('adjective')}{draw('animal')}{rng.randrange(1000, 9999)}"
+    network = f"{last.upper()}-{rng.choice(['HOME', 'NET', 'FIBRE'])}-{rng.randrange(10, 99)}"
+    notes = (
+        "Notes for the house sitter\n\n"
+        f"- The cat food is in the cupboard left of the sink; half a tin morning and evening.\n"
+        f"- Wifi: the network is {network} and the password is {password}.\n"
+        f"- The bins go out on {rng.choice(POOLS['weekday'])} nights.\n"
+        f"- The spare key is with the neighbours at number {rng.randrange(2, 80)}.\n"
+        f"- The alarm code is {rng.randrange(1000, 9999)}; the panel is behind the coat rack.\n"
+    )
+    return [
+        ("insurance", "I have attached our home insurance papers so that they are somewhere safe.",
+         Attachment("home-insurance.pdf", "application/pdf", make_pdf(insurance_pages), "\n\n".join(insurance_pages)),
+         "What is the policy number in the home insurance papers I sent you?", (word(policy),), policy),
+        ("quote", "The builder's quotes for the flat are in the attached spreadsheet.",
+         Attachment("renovation-quotes.csv", "text/csv", quote_text.encode(), quote_text),
+         f"Which company quoted for the {item} in the renovation spreadsheet I sent?", (word(supplier),), supplier),
+        ("allotment", "I am forwarding the allotment society's minutes, attached.",
+         Attachment("allotment-minutes.docx",
+                    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+                    make_docx(minutes), "\n".join(text for _, text in minutes)),
+         "Which plot was I given, according to the allotment minutes I forwarded?",
+         (rf"\b{plot[:-1]}\s*{plot[-1].lower()}\b",), plot),
+        ("boiler", "The heating company sent an invite for the boiler service; it is attached.",
+         Attachment("boiler-service.ics", "text/calendar", invite.encode(), shown_invite),
+         "When is the boiler service in the calendar invite I forwarded?", date_patterns(service),
+         service.isoformat()),
+        ("house_sitter", "I wrote some notes for the house sitter, attached in case they are useful.",
+         Attachment("house-sitter-notes.txt", "text/plain", notes.encode(), notes),
+         "What is the wifi password in the notes for the house sitter I sent you?", (word(password),), password),
+    ]  # fmt: skip
+
+
+def _plan_attachments(
+    script: UserScript, draw: _Draw, rng: random.Random
+) -> tuple[dict[int, list[tuple[str, Attachment]]], list[Question]]:
+    """Which history mails carry which files (with the mail's mention of each), and their questions."""
+    kinds = rng.sample(_attachment_kinds(draw, rng, script.first, script.last), ATTACHMENTS_PER_USER)
+    mails = rng.sample(range(HISTORY_MAILS), ATTACHMENTS_PER_USER)
+    files: dict[int, list[tuple[str, Attachment]]] = {}
+    questions = []
+    for mail, (kind, mention, attachment, question, gold, answer) in zip(mails, kinds, strict=True):
+        files.setdefault(mail, []).append((mention, attachment))
+        questions.append(Question(script.first, "attachment", kind, question, gold, answer, (), (mail,)))
+    return files, questions
+
+
 def build(seed: int = SEED, users: int = len(USERS)) -> list[UserScript]:
-    """The data set: ``users`` people (at most 5), each with HISTORY_MAILS mails and 20 questions."""
+    """The data set: ``users`` people (at most 5), each with HISTORY_MAILS mails and 24 questions."""
     rng = random.Random(seed)
     draw = _Draw(rng)
+    files_rng = random.Random(f"{seed}-attachments")  # its own stream: the other questions stay as they were
+    files_draw = _Draw(files_rng, ATTACHMENT_POOLS)
     scripts = []
     for first, last in USERS[:users]:
         plan = _plan_user(first, draw, rng)
         script = UserScript(first, last)
+        files, file_questions = _plan_attachments(script, files_draw, files_rng)
         for index in range(HISTORY_MAILS):
             sentences = [*plan.statements[index], _distractor(draw, rng), *rng.sample(FILLER, 4)]
             rng.shuffle(sentences)
-            body = (f"Hi Quinn,\n\n{' '.join(sentences)}\n\n{rng.choice(REQUESTS)}\n\n"
+            mentions = "".join(f" {mention}" for mention, _ in files.get(index, []))
+            body = (f"Hi Quinn,\n\n{' '.join(sentences)}{mentions}\n\n{rng.choice(REQUESTS)}\n\n"
                     f"Best,\n{first}")  # fmt: skip
             when = HISTORY_START + timedelta(days=21 * index + rng.randrange(0, 5), minutes=rng.randrange(600))
-            script.mails.append(HistoryMail(rng.choice(SUBJECTS), body, when))
+            attached = tuple(attachment for _, attachment in files.get(index, []))
+            script.mails.append(HistoryMail(rng.choice(SUBJECTS), body, when, attached))
         script.questions = rng.sample(plan.questions, len(plan.questions))  # asked in a shuffled order
+        for question in file_questions:
+            script.questions.insert(files_rng.randrange(len(script.questions) + 1), question)
         scripts.append(script)
     return scripts
 

@@ -17,20 +17,21 @@ import pytest
 
 from bench import memory_qa
 from bench.memory_qa_data import CATEGORIES, HISTORY_MAILS, SEED, answered, build, date_patterns
+from quinn.documents.extract import extract
 from tests.lab.brain import EXTRACTION, new_mail
 from tests.lab.llm_server import REPLY, Json, RecordedRequest, ScriptedLLM
 
 
-def test_the_data_set_has_five_people_and_a_hundred_questions_in_five_categories() -> None:
+def test_the_data_set_has_five_people_and_120_questions_in_six_categories() -> None:
     scripts = build()
     assert len(scripts) == 5 and all(len(s.mails) == HISTORY_MAILS for s in scripts)
     questions = [q for s in scripts for q in s.questions]
-    assert len(questions) == 100
+    assert len(questions) == 120
     assert Counter(q.category for q in questions) == {"single": 25, "long_ago": 20, "updated": 20, "time": 20,
-                                                      "multi_hop": 15}  # fmt: skip
+                                                      "multi_hop": 15, "attachment": 20}  # fmt: skip
     assert set(CATEGORIES) == {q.category for q in questions}
     for script in scripts:
-        history = "\n".join(m.body for m in script.mails)
+        history = "\n".join([m.body for m in script.mails] + [a.text for m in script.mails for a in m.attachments])
         others = "\n".join(m.body for s in scripts if s is not script for m in s.mails)
         dates = [m.date for m in script.mails]
         assert dates == sorted(dates) and (dates[-1] - dates[0]).days >= 140  # months of mail
@@ -41,13 +42,18 @@ def test_the_data_set_has_five_people_and_a_hundred_questions_in_five_categories
                 statement_mail = script.mails[index].body
                 assert q.category != "long_ago" or index < 2
                 assert q.category != "single" or index >= HISTORY_MAILS - 4
-                assert q.category in ("updated", "multi_hop") or answered(statement_mail, q.gold)
+                assert q.category in ("updated", "multi_hop", "attachment") or answered(statement_mail, q.gold)
             if q.category == "updated":  # the old value was said first, the new one later
                 early, late = (script.mails[i].body for i in q.mails)
                 assert answered(early, q.stale) and answered(late, q.gold) and not answered(early, q.gold)
             if q.category == "multi_hop":  # one thread holds the answer, the other the link to the question
                 early, late = (script.mails[i].body for i in q.mails)
                 assert answered(early, q.gold) != answered(late, q.gold)
+            if q.category == "attachment":  # only the file holds it, and Quinn's own reader finds it there
+                (index,) = q.mails
+                assert not answered("\n".join(m.body for m in script.mails), q.gold), (script.first, q.kind)
+                files = script.mails[index].attachments
+                assert any(answered(extract(a.filename, a.content_type, a.data).text, q.gold) for a in files)
             # Nobody else states this person's one-off answers about themselves.
             if q.category in ("single", "long_ago") and q.kind in ("booking", "locker"):
                 assert not answered(others, q.gold)
@@ -57,15 +63,18 @@ def test_the_data_set_is_the_same_for_the_same_seed_and_differs_for_another() ->
     first, again, other = build(), build(), build(seed=7)
     assert [m.body for s in first for m in s.mails] == [m.body for s in again for m in s.mails]
     assert [m.body for s in first for m in s.mails] != [m.body for s in other for m in s.mails]
+    assert [a.text for s in first for m in s.mails for a in m.attachments] == [
+        a.text for s in again for m in s.mails for a in m.attachments
+    ]
 
 
 def test_dates_count_however_they_are_written() -> None:
     from datetime import date
 
     patterns = date_patterns(date(2027, 3, 4))
-    for text in ("on 4 March", "March 4th", "the 4th of March", "2027-03-04", "04/03", "March 04"):
+    for text in ("on 4 March", "March 4th", "the 4th of March", "2027-03-04", "2027-03-04T08:00", "04/03", "March 04"):
         assert answered(f"It is {text}.", patterns), text
-    for text in ("14 March", "March 24", "4 May", "2027-03-14"):
+    for text in ("14 March", "March 24", "4 May", "2027-03-14", "2027-03-041"):
         assert not answered(f"It is {text}.", patterns), text
 
 
@@ -93,7 +102,9 @@ def test_the_benchmark_runs_through_the_lab_and_memory_reaches_quinns_prompt(
     assert Counter(r["condition"] for r in rows) == {"quinn": 4, "no_memory": 4, "full_history": 4}
     assert report["history"]["mails"] == HISTORY_MAILS and report["history"]["memories_per_user"][0] > 0
     summary = report["summary"]
-    # A stateless prompt never holds the person's answer; their whole (short) history always does.
+    # A stateless prompt never holds the person's answer; their whole (short) history always does, the files it
+    # carried included (one of the four questions asks about an attached file).
+    assert "attachment" in {r["category"] for r in rows}
     assert summary["no_memory"]["overall"]["recall_in_prompt"] == 0
     assert summary["full_history"]["overall"]["recall_in_prompt"] == 1
     # What the scripted extraction stored reaches Quinn's prompt (how much of it is the real model's figure).
