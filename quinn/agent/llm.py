@@ -64,6 +64,14 @@ class PromptTooLong(RetryLater):
         self.limit = limit
         self.requested = requested
 
+    def keep_share(self) -> float:
+        """How much of the prompt's variable parts (messages, memories, files) to keep when asking again: the share
+        of the request the model's context holds, less a fifth for the fixed parts (instructions, schema, the
+        answer's room); half when the server gave no figures."""
+        if self.limit and self.requested and self.requested > self.limit:
+            return max(0.1, self.limit / self.requested * 0.8)
+        return 0.5
+
 
 def context_overflow(exc: Exception, model: str) -> PromptTooLong | None:
     """``exc`` as a ``PromptTooLong`` when the server refused the request for its length, else None. Not a refused

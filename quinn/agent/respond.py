@@ -23,7 +23,7 @@ from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, re
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
 from quinn.agent.gate import sensory_gate
-from quinn.agent.llm import LLM, Usage
+from quinn.agent.llm import LLM, PromptTooLong, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.purge import purge
 from quinn.agent.reply_trace import Trace, trace_of
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 RunDb = Callable[..., Awaitable[Any]]
 MEMORY_CITATION = re.compile(r"\[memory:(\d+)\]")  # how context_block cites a memory in the prompt
 PROFILE_ROWS = 1000  # profile memories read per reply; far more than any token budget shows
+REPLY_TRIES = 3  # a reply prompt too long for the model's context is asked again, shorter, up to this many times
 #: Times a named stage (``Metrics.stage``); the default times nothing.
 StageTimer = Callable[[str], AbstractContextManager[Any]]
 
@@ -337,6 +338,30 @@ class Agent:
         return Answer(memory_mail.CONFIRM_FAILED, memory_mail.CONFIRM_FAILED_TEMPLATE, "", private=True)
 
     async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
+        """The model's reply. A prompt too long for the model's context (``PromptTooLong``) is asked again with the
+        thread, the memory budget and the files' share cut to what the server's figures allow, up to
+        ``REPLY_TRIES`` times in all; not once a tool ran (its change is made: the mail waits instead, as for any
+        ``RetryLater``). The mail's own text is never cut: a mail too long for the model waits and, past its tries,
+        is quarantined with the reason."""
+        for attempt in range(1, REPLY_TRIES + 1):
+            try:
+                return await self._model_reply_once(inputs, deps, work)
+            except PromptTooLong as exc:
+                if attempt == REPLY_TRIES or (deps is not None and deps.calls):
+                    raise
+                share = exc.keep_share()
+                inputs = dataclasses.replace(
+                    inputs, thread=list(inputs.thread)[len(inputs.thread) - int(len(inputs.thread) * share) :],
+                    token_budget=max(1, int(inputs.token_budget * share)),
+                    document_tokens=max(1, int(inputs.document_tokens * share)),
+                )  # fmt: skip
+                log.info("mail %s: the reply prompt is too long for the model (%s tokens of %s); asking again with "
+                         "%d thread messages, %d tokens of memory and %d of files", inputs.email.message_id,
+                         exc.requested or "?", exc.limit or "?", len(inputs.thread), inputs.token_budget,
+                         inputs.document_tokens)  # fmt: skip
+        raise AssertionError("unreachable: the last try returns or raises")
+
+    async def _model_reply_once(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
         with self.stage("render"):
             variables = reply_variables(inputs)
             rendered = self.prompts.render("reply", variables)

@@ -126,7 +126,7 @@ async def ask_for_review(
             if attempt == REVIEW_TRIES:
                 ctx.item_failed(f"session {session_id}", exc)
                 return None
-            share = shrink_share(exc)
+            share = exc.keep_share()
             budget, shown = max(1, int(budget * share)), int(shown * share)
             log.info("session %s: the review is too long for the model (%s tokens of %s); asking again with at "
                      "most %d tokens of its messages and %d known memories", session_id, exc.requested or "?",
@@ -135,15 +135,6 @@ async def ask_for_review(
             ctx.item_failed(f"session {session_id}", exc)
             return None
     raise AssertionError("unreachable: the last try returns")
-
-
-def shrink_share(exc: PromptTooLong) -> float:
-    """How much of a review's variable parts to keep after ``exc``: the share of the request the model's
-    context holds, less a fifth for the fixed parts (instructions, schema, the answer's room); half when the
-    server gave no figures."""
-    if exc.limit and exc.requested and exc.requested > exc.limit:
-        return max(0.1, exc.limit / exc.requested * 0.8)
-    return 0.5
 
 
 async def session_close_job(ctx: JobContext) -> None:

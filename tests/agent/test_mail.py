@@ -222,6 +222,44 @@ async def test_failing_model_defers_the_mail_and_it_is_answered_later(make_quinn
     assert usage[0][:2] == ("reply", alice) and usage[0][3] == 1
 
 
+# llama-cpp-python's answer to a prompt over n_ctx (seen in the memory QA run).
+TOO_LONG = ("This model's maximum context length is 4096 tokens. However, you requested 8192 tokens (7792 in the "
+            "messages, 400 in the completion). Please reduce the length of the messages or completion.")  # fmt: skip
+
+
+def profile_notes(quinn, user: str, count: int) -> None:
+    from quinn.memory.models import NewMemory
+
+    quinn.app.store.add_many([NewMemory(user, f"Alice keeps a note about topic number {i}.", scope="profile")
+                              for i in range(count)])  # fmt: skip
+
+
+async def test_a_reply_prompt_too_long_for_the_model_is_asked_again_shorter(make_quinn, mail_lab, brain: Brain) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    profile_notes(quinn, alice, 60)
+    answers = iter([Error(400, TOO_LONG), Text("Here are your notes.")])
+    brain.reply = lambda request: next(answers)
+    await quinn.send(alice, "Notes", "What do my notes say?", date=DAY0)
+    assert body(quinn.replies(alice, 1)[0]).startswith("Here are your notes.")
+    assert quinn.query("SELECT state, attempts FROM mail_state") == [("replied", 0)]  # never deferred
+    first, second = brain.requests("reply")
+    shown = [r.text.count("Alice keeps a note") for r in (first, second)]
+    assert 0 < shown[1] < 0.6 * shown[0]  # the memory budget cut to 4096 / 8192 * 0.8 of itself
+    assert "What do my notes say?" in second.text  # the mail itself is never cut
+
+
+async def test_a_reply_prompt_always_too_long_defers_the_mail_and_says_why(make_quinn, mail_lab, brain: Brain) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.reply = lambda request: Error(400, TOO_LONG)
+    await quinn.send(alice, "Notes", "What do my notes say?", date=DAY0)
+    assert len(brain.requests("reply")) == 3  # REPLY_TRIES, each shorter
+    [(state, reason)] = quinn.query("SELECT state, reason FROM mail_state")
+    assert state == "deferred" and "longer than model" in reason
+    assert mail_lab.dovecot.messages(alice) == [] and len(mail_lab.dovecot.messages(quinn.address)) == 1
+
+
 async def test_template_syntax_in_mail_reaches_the_model_literally(make_quinn, mail_lab, brain: Brain) -> None:
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn()
