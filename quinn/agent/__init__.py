@@ -31,6 +31,7 @@ HOMES = {
     "Extraction": "extract",
     "ExtractionOutcome": "extract",
     "apply_extraction": "extract",
+    "Grounding": "grounding",
     "LLM": "llm",
     "PromptTooLong": "llm",
     "Usage": "llm",
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from quinn.agent.extract import Extraction as Extraction
     from quinn.agent.extract import ExtractionOutcome as ExtractionOutcome
     from quinn.agent.extract import apply_extraction as apply_extraction
+    from quinn.agent.grounding import Grounding as Grounding
     from quinn.agent.llm import LLM as LLM
     from quinn.agent.llm import PromptTooLong as PromptTooLong
     from quinn.agent.llm import Usage as Usage

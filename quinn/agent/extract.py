@@ -13,7 +13,7 @@ mail of the user (policy) and after the sensory gate (``gate.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
 from typing import Any, Literal
@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from quinn.agent.context import email_variables
 from quinn.agent.domains import DomainDetector
+from quinn.agent.grounding import Grounding, grounded
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.tools import scope_for
@@ -119,10 +120,15 @@ async def extract_memories(
             "date": email.date.isoformat() if email.date else None,
         },
     }  # fmt: skip
+    # Their words: this mail's own text. Not the known memories the model was shown: what a memory adds must be
+    # in this mail (a value from another memory, restated in answer to "Which locker is mine?", is no news, and
+    # an invented one must not pass for it); an update may stand on the wording it replaces.
+    grounding = Grounding.of([email.text], [user_id, email.from_.name if email.from_ else ""])
     applied = await run_db(apply_extraction, store, user_id, extraction, source=source, valid_from=email.date,
-                           reason=f"by {email.message_id} ({rendered.version})", sent=email.date)  # fmt: skip
-    log.info("extraction for %s: %d new, %d updated (%s)", user_id, len(applied.created), len(applied.updated),
-             rendered.version)  # fmt: skip
+                           reason=f"by {email.message_id} ({rendered.version})", sent=email.date,
+                           grounding=grounding)  # fmt: skip
+    log.info("extraction for %s: %d new, %d updated, %d not in their words (%s)", user_id, len(applied.created),
+             len(applied.updated), applied.ungrounded, rendered.version)  # fmt: skip
     return ExtractionOutcome(applied.created, applied.updated, usage)
 
 
@@ -171,6 +177,7 @@ class Applied:
     created: list[int]
     updated: list[int]
     skipped: int = 0
+    ungrounded: int = 0  # memories and changes dropped: nothing of them stands on the person's words
 
 
 def metadata_for(memory: ExtractedMemory, source: dict[str, Any]) -> dict[str, Any]:
@@ -181,9 +188,13 @@ def metadata_for(memory: ExtractedMemory, source: dict[str, Any]) -> dict[str, A
 
 def apply_extraction(
     store: MemoryStore, user_id: str, extraction: Extraction, *, source: dict[str, Any], valid_from: datetime | str,
-    reason: str, sent: datetime | None = None, restate: bool = True,
+    reason: str, sent: datetime | None = None, restate: bool = True, grounding: Grounding | None = None,
 ) -> Applied:  # fmt: skip
     """Store what an extraction found, whoever extracted it (the per-mail call, the session review).
+
+    With ``grounding`` (the person's own words), each memory and each change is first cut to the sentences those
+    words support (agent/grounding.py): a model's advice, refusal, question or invented value is not the
+    person's, and a memory or change with nothing left is dropped (counted in ``ungrounded``, logged).
 
     Updates and contradictions write a new version valid from ``valid_from`` (the old one is closed then; a
     contradiction notes what it contradicts). New memories are deduplicated within the batch (`distinct`) and
@@ -195,6 +206,7 @@ def apply_extraction(
     created: list[int] = []
     updated: list[int] = []
     skipped = 0
+    extraction, ungrounded = own_words_only(store, user_id, extraction, grounding)
     changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
     for change, kind in changes:
         metadata = metadata_for(change, source)
@@ -229,7 +241,44 @@ def apply_extraction(
     if fresh:
         created = store.add_many(fresh)
     updated += close_completed(store, user_id, extraction.completed, valid_from, f"reported done {reason}")
-    return Applied(created, updated, skipped)
+    return Applied(created, updated, skipped, ungrounded)
+
+
+def own_words_only(
+    store: MemoryStore, user_id: str, extraction: Extraction, grounding: Grounding | None
+) -> tuple[Extraction, int]:
+    """``extraction`` with each memory and change cut to what ``grounding`` supports (an update may also stand on
+    the wording it replaces), and how many were dropped whole. Unchanged without ``grounding``."""
+    if grounding is None:
+        return extraction, 0
+    dropped = 0
+
+    def keep(items: Sequence[Any], old: Callable[[Any], str]) -> list[Any]:
+        nonlocal dropped
+        kept = []
+        for item in items:
+            content = grounded(item.content, grounding, also=old(item))
+            if not content:
+                log.info(
+                    "extraction for %s: a %s of %d characters dropped: not in their own words",
+                    user_id,
+                    getattr(item, "type", "change"),
+                    len(item.content),
+                )  # no text of theirs in the log
+                dropped += 1
+            else:
+                kept.append(item if content == item.content.strip() else item.model_copy(update={"content": content}))
+        return kept
+
+    def replaced(change: Any) -> str:
+        memory = store.get(change.id, user_id=user_id)
+        return memory.content if memory is not None else ""
+
+    cut = extraction.model_copy(update={
+        "new": keep(extraction.new, lambda _: ""), "updated": keep(extraction.updated, replaced),
+        "contradicted": keep(extraction.contradicted, replaced),
+    })  # fmt: skip
+    return cut, dropped
 
 
 def close_completed(

@@ -23,6 +23,7 @@ from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, re
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
 from quinn.agent.gate import sensory_gate
+from quinn.agent.grounding import Grounding
 from quinn.agent.llm import LLM, PromptTooLong, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.purge import purge
@@ -256,6 +257,8 @@ class Agent:
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
+            grounding=Grounding.of([email.text, *(d.text for d in documents if not d.error)],
+                                   [user, email.from_.name if email.from_ else ""]),  # what they sent
         )  # fmt: skip
         return await self._model_reply(inputs, deps, work)
 

@@ -16,6 +16,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from mirascope import llm
 
+from quinn.agent.grounding import Grounding, grounded
 from quinn.agent.reply_trace import ToolUse
 from quinn.errors import StoreError
 from quinn.memory import Memory, MemoryStore, NewMemory, hybrid_search, search_passages
@@ -28,6 +29,8 @@ MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedb
 PROFILE_TYPES = frozenset({"preference", "personal", "feedback"})
 SEARCH_LIMIT = 8
 READ_ONLY = "Refused: this person asked not to be remembered; nothing new about them is stored."
+NOT_THEIRS = ("Refused: the person did not say that in this email; save only what they told you, in their words "
+              "(not your advice, and no name or number they did not write).")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class MemoryDeps:
     changes: list[MemoryChange] = field(default_factory=list)
     read_only: bool = False  # the person asked not to be remembered (agent/consent.py): nothing new is stored
     calls: list[ToolUse] = field(default_factory=list)  # what the model called, for the reply's trace
+    grounding: Grounding | None = None  # the person's own words in this mail: what a saved memory must stand on
 
     def called(self, name: str, memory_ids: tuple[int, ...] = (), found: int | None = None,
                refused: bool = False) -> None:  # fmt: skip
@@ -141,6 +145,11 @@ async def save_memory(
         return "Refused: content is empty; write the memory as one full sentence."
     if not 0.0 <= importance <= 1.0:
         return f"Refused: importance {importance} must be between 0 and 1."
+    if deps.grounding is not None:
+        text = grounded(text, deps.grounding)
+        if not text:
+            deps.called("save_memory", refused=True)
+            return NOT_THEIRS
     name = deps.domain(domain)
     item = NewMemory(
         user_id=deps.user_id, content=text, scope=scope_for(type, name), type=type, domain=name,
@@ -170,6 +179,9 @@ async def update_memory(ctx: llm.Context[MemoryDeps], id: int, content: str) -> 
         found = "Refused: content is empty; write the corrected memory as one full sentence."
     else:
         found = await deps.db(_owned, deps, int(id))
+    if not isinstance(found, str) and deps.grounding is not None:
+        text = grounded(text, deps.grounding, also=found.content)
+        found = found if text else NOT_THEIRS
     if isinstance(found, str):
         deps.called("update_memory", refused=True)
         return found

@@ -277,6 +277,16 @@ class Sessions:
         messages = [(int(i), sender, sent_at, body) for i, sender, sent_at, body in rows]
         return Unsummarized(user_id, subject, summary, int(upto), messages)
 
+    def own_words(self, session_id: str, user_id: str) -> list[str]:
+        """What ``user_id`` wrote in the session (their stored mails, summarized ones included), oldest first: what
+        a review's memories must stand on (agent/grounding.py), never Quinn's replies or others on the thread."""
+        rows = self.db.query(
+            "SELECT body FROM messages WHERE session_id = ? AND direction = 'in' AND lower(from_addr) = lower(?)"
+            " ORDER BY id",
+            (session_id, user_id),
+        )
+        return [str(r[0]) for r in rows]
+
     def save_summary(self, session_id: str, summary: str, expected_upto: int, new_upto: int) -> bool:
         """Store the new rolling summary if nobody else moved the session on meanwhile; True when stored."""
         with self.db.transaction() as tx:

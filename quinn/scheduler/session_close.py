@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from quinn.agent import (
     STATE_FIELDS,
     Extraction,
+    Grounding,
     PromptTooLong,
     RenderedPrompt,
     Usage,
@@ -160,9 +161,10 @@ async def session_close_job(ctx: JobContext) -> None:
         await ctx.record_usage(usage, text.user_id)
         last_date = messages[-1].date if messages else quiet.last_message_at
         source = {"source": {"session_id": quiet.id, "subject": text.subject, "date": last_date}}
+        own = await ctx.db(Sessions(ctx.store.db).own_words, quiet.id, text.user_id)  # not Quinn's replies
         applied = await ctx.db(apply_extraction, ctx.store, text.user_id, review.memories, source=source,
                                valid_from=last_date, reason=f"by session close {rendered.version}",
-                               restate=False)  # fmt: skip
+                               restate=False, grounding=Grounding.of(own, [text.user_id]))  # fmt: skip
         created, updated, skipped = len(applied.created), len(applied.updated), applied.skipped
         version = await ctx.db(Outbox(ctx.store.db).session_prompt_version, quiet.id)
         closed = await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, review,

@@ -222,6 +222,40 @@ async def test_failing_model_defers_the_mail_and_it_is_answered_later(make_quinn
     assert usage[0][:2] == ("reply", alice) and usage[0][3] == 1
 
 
+# Seen in the memory QA runs with the 0.5B model: the mail's request answered and its refusal, stored as the person's.
+ADVICE = (
+    "Organize a small birthday party at home by planning the seating arrangement, setting up decorations, and "
+    "arranging food items."
+)
+REFUSAL = "I'm sorry, but I can't assist with that."
+
+
+async def test_only_what_the_person_wrote_becomes_their_memory(make_quinn, mail_lab, brain: Brain, caplog) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["birthday party"] = {**NOTHING, "new": [
+        {"content": ADVICE, "type": "preference"}, {"content": REFUSAL, "type": "personal"},
+        {"content": f"{REFUSAL} Alice's daughter Ines turns seven in May.", "type": "fact"},
+        {"content": "Alice's daughter Ines goes to the Lycee Tolstoi.", "type": "fact"},  # a name she never wrote
+    ]}  # fmt: skip
+    script = iter([ToolCalls([ToolCall("save_memory", {"content": ADVICE, "type": "preference"}),
+                              ToolCall("save_memory", {"content": "Alice is planning a birthday party at home.",
+                                                       "type": "goal"})]),
+                   Text("Happy to help with the party.")])  # fmt: skip
+    brain.reply = lambda request: next(script)
+    with caplog.at_level(logging.INFO, logger="quinn.agent"):
+        await quinn.send(alice, "Party", "My daughter Ines turns seven in May. How do I organise a small birthday "
+                         "party at home?", date=DAY0)  # fmt: skip
+    reply = body(quinn.replies(alice, 1)[0])
+    assert current(quinn, alice) == [
+        "Alice is planning a birthday party at home.",
+        "Alice's daughter Ines turns seven in May.",
+    ]
+    assert "Refused: the person did not say that in this email" in brain.requests("reply")[-1].text
+    assert "saved" in reply and ADVICE not in reply  # the reply lists what was saved, not what was refused
+    assert sum("not in their own words" in r.getMessage() for r in caplog.records) == 3
+
+
 # llama-cpp-python's answer to a prompt over n_ctx (seen in the memory QA run).
 TOO_LONG = ("This model's maximum context length is 4096 tokens. However, you requested 8192 tokens (7792 in the "
             "messages, 400 in the completion). Please reduce the length of the messages or completion.")  # fmt: skip

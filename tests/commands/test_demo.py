@@ -38,7 +38,7 @@ def _model_key(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_demo_mails_quinn_which_answers_and_remembers(
     llm_server: ScriptedLLM, brain: Brain, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "You live in Lisbon.", "type": "fact"}]}
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "The user lives in Lisbon.", "type": "fact"}]}
     brain.reply = lambda request: Text("You live in Lisbon." if "Where do I live" in new_mail(request) else "Noted.")
     kept = tmp_path / "demo"
     code = demo(llm_server, "--keep", kept, "--json", "--send", "I live in Lisbon, near the river.",
@@ -49,11 +49,11 @@ def test_demo_mails_quinn_which_answers_and_remembers(
     assert [(e["text"], e["reply"]) for e in answer["exchanges"]] == [
         ("I live in Lisbon, near the river.", "Noted."), ("Where do I live?", "You live in Lisbon.")]  # fmt: skip
     [memory] = answer["memories"]
-    assert memory["content"] == "You live in Lisbon."
+    assert memory["content"] == "The user lives in Lisbon."
     # The fact learnt from the first mail reached the model in the prompt for the second, as a memory: the demo's
     # MX stamped the mail and the config trusts that stamp, as a real install's does.
     prompt = brain.prompt("Where do I live?")
-    assert f"[memory:{memory['id']}]" in prompt and "You live in Lisbon." in prompt
+    assert f"[memory:{memory['id']}]" in prompt and "The user lives in Lisbon." in prompt
     # The daemon's path: both mails came in over IMAP and were answered, each reply went out over SMTP.
     db = kept / "quinn.db"
     assert query(db, "SELECT state FROM mail_state WHERE user_id = ? ORDER BY uid", (YOU,)) == [("replied",)] * 2
@@ -125,7 +125,7 @@ def test_demo_without_aiosmtpd_says_which_extra_to_install(
 def test_demo_at_the_prompt_answers_shows_memory_and_stops_clean_on_ctrl_c(
     llm_server: ScriptedLLM, brain: Brain, tmp_path: Path
 ) -> None:
-    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "You live in Lisbon.", "type": "fact"}]}
+    brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "The user lives in Lisbon.", "type": "fact"}]}
     env = {**os.environ, "DEMO_LLM_KEY": "test-key", "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "quinn", "demo", "--model", "openai/gpt-test",
                "--base-url", llm_server.openai_base_url, "--api-key-env", "DEMO_LLM_KEY"]  # fmt: skip
@@ -148,7 +148,7 @@ def test_demo_at_the_prompt_answers_shows_memory_and_stops_clean_on_ctrl_c(
             assert proc.stdin is not None
             proc.stdin.write("I live in Lisbon, near the river.\n/memory\n")
             proc.stdin.flush()
-            shown = printed("(fact) You live in Lisbon.")
+            shown = printed("(fact) The user lives in Lisbon.")
             assert "quinn (" in shown and "Noted, thank you." in shown  # the scripted model's reply, read over IMAP
             folder = Path(re.search(r"the demo's quinn.toml is (\S+)", started).group(1)).parent  # type: ignore[union-attr]
             imap_port = int(re.search(r"IMAP 127\.0\.0\.1:(\d+)", started).group(1))  # type: ignore[union-attr]

@@ -116,8 +116,9 @@ def test_purge_by_email_leaves_nothing(dovecot, smtp_lab, llm_server, lab_config
 
     for who in (bob, alice):
         m = marks[who]
-        converse(who, f"Greenhouse {m[5]}", f"How is the greenhouse project going? Note {m[3]}: my tomatoes are "
-                 "ripening and I would like a plan for the winter.", f"<{m[5]}.1@example.test>")  # fmt: skip
+        converse(who, f"Greenhouse {m[5]}", f"How is the greenhouse project going? Note {m[3]}: my tomatoes, "
+                 f"named {m[4]}, are ripening and I would like a plan for the winter.",
+                 f"<{m[5]}.1@example.test>")  # fmt: skip
     a = marks[alice]
     wait_for(lambda: query(config.db_path, "SELECT count(*) FROM memories WHERE content LIKE ?", (f"%{a[4]}%",))[0][0],
              "the memory learnt from alice's mail", log=daemon.log)  # fmt: skip

@@ -169,9 +169,11 @@ def review(**overrides):
 async def test_session_close_reviews_a_quiet_session_once(bench, llm_server):
     user = "bob@example.test"
     start = bench.clock.now()
+    # What the review's memories say, Bob said (agent/grounding.py).
     thread = write_thread(bench.db, user, QUINN, "Offsite", [
-        "Can we move the team offsite to March?", "Sure, which dates work?", "March 12, in Lisbon please.",
-        "Booked: March 12, Lisbon.", "Great, thanks for the quick venue list!",
+        "Can we move the team offsite to March?", "Sure, which dates work?",
+        "March 12, in Lisbon please. Our budget is 5000 EUR.", "Booked: March 12, Lisbon.",
+        "Great, thanks for the quick venue list! Venue options as a table would be even better.",
     ], start)  # fmt: skip
     last_mail = start + timedelta(minutes=20)
     Outbox(bench.db).put("<r-1@quinn>", "<t-1@example.test>", user, thread.session_id, [user], b"raw",
@@ -224,6 +226,27 @@ async def test_session_close_reviews_a_quiet_session_once(bench, llm_server):
                                      "<late@example.test>", in_reply_to=thread.message_ids[-1]))  # fmt: skip
     Sessions(bench.db).assign(email, user, now=bench.clock.now())
     assert bench.db.query_value("SELECT status FROM sessions") == "open"
+
+
+async def test_a_review_keeps_what_the_person_said_not_quinns_advice(bench, llm_server):
+    """The review sees both sides of the conversation: Quinn's suggestion is not the person's preference."""
+    user = "dana@example.test"
+    start = bench.clock.now()
+    write_thread(bench.db, user, QUINN, "Dinner", [
+        "I am vegetarian and I cook for four on weeknights. Any quick dinner ideas?",
+        "Try a chickpea and spinach curry with rice: 25 minutes, one pot.",
+        "Thanks!",
+    ], start)  # fmt: skip
+    llm_server.responder = lambda r: Json(review(memories={"new": [
+        {"content": "Dana likes chickpea and spinach curry with rice.", "type": "preference"},
+        {"content": "Dana is vegetarian and cooks for four on weeknights.", "type": "personal"},
+    ], "updated": [], "contradicted": []})) if r.purpose == REVIEW else None  # fmt: skip
+
+    bench.clock.set(start + timedelta(hours=3))
+    outcome = await bench.runner(session_close_after_min=60).run_job("session_close", force=True)
+    assert (outcome.counts["processed"], outcome.counts["created"]) == (1, 1)
+    contents = [m.content for m in bench.store.get_all(user)]
+    assert contents == ["Dana is vegetarian and cooks for four on weeknights."]
 
 
 # llama-cpp-python's answer to a prompt over n_ctx, as the memory QA run got it for a long session review.

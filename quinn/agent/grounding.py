@@ -1,0 +1,170 @@
+"""Whether a memory is the person's own: what extraction stores must stand on the person's words.
+
+Seen with the 0.5B model in every memory QA run: asked what a mail teaches about the person, it answered the
+mail's request instead ("Organize a small birthday party at home by planning the seating arrangement, ..."
+stored as the person's preference), stored its own refusal ("I'm sorry, but I can't assist with that.") as a
+personal fact, copied the mail's question ("Could you help me write a polite note ...?"), and answered a
+question the person asked with an invented value ("The car I bought to replace the old one is a BMW.", from
+"What brand is the car I bought ...?"). The session review sees Quinn's replies too, so it can file Quinn's
+advice under what the person said. Each such memory reaches every later prompt as something the person said.
+
+``grounded`` keeps, of a memory's sentences, those that
+* are statements: a question is not something the person told;
+* do not talk to the reader: a sentence with "you" that names nobody is advice or small talk ("To save money,
+  you can start by ...", "I hope this helps you"); a memory names the person (the extract template asks for
+  "Alice prefers ...");
+* bring no name or number of their own: every capitalised word inside the sentence and every number is in the
+  person's text. Years, months and weekdays may be the extractor's normalising, and so may a date ("2026-09-04",
+  "4 September") when the person named a time ("until Friday", "next week", "in March"): a date answered to
+  "When is my appointment?" is invented;
+* have most (``SUPPORT``) of their content words in the person's text, as the word, a word sharing its first
+  ``PREFIX`` letters ("organize" finds "organise", "prefers" "preferred"), or the word plus or less an ending
+  ("keeps" finds "keep"); a sentence in the form a memory takes, naming the person ("Alice wants to finish her
+  thesis draft" from "still working on my thesis"), needs one such word: it is about something they said, in
+  the extractor's words, and what it cannot invent (names, numbers) is checked above. Advice, copies and
+  refusals name nobody.
+The person's names, Quinn's and words for "the user" are not counted. The figures are set by what they mean
+(most of the words; a stem), not fitted to a data set. What is left of the memory is stored; a memory with
+nothing left is dropped, with a log line naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from quinn.memory.lexical import content_words
+
+SUPPORT = 0.5  # the share of a sentence's content words the person's own text must hold (unless it names them)
+PRONOUNS = frozenset({"he", "she", "him", "her", "hers", "his", "its", "own"})
+PREFIX = 5  # letters two forms of a word share ("organize"/"organise", "answers"/"answer")
+ROOT, ENDING = 4, 3  # or one is the other plus an ending of up to 3 letters on a root of 4 ("keep"/"keeps")
+GENERIC = frozenset({"user", "person", "sender", "assistant", "quinn"})
+CALENDAR = frozenset(
+    "january february march april may june july august september october november december monday tuesday "
+    "wednesday thursday friday saturday sunday".split()
+)
+NUMBER_WORDS = {w: str(n) for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())} | {w: str(n) for n, w in enumerate(
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split(), start=1)}  # fmt: skip
+YOU = frozenset({"you", "your", "yours", "yourself", "you're", "you'll", "you've", "you'd"})
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+_NUMBER = re.compile(r"\d+")
+_ISO_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:T[\d:.+Z-]*)?")
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_DAY_OF_MONTH = re.compile(
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b|\b(?:{_MONTHS})\s+\d{{1,2}}", re.I
+)
+WHEN = CALENDAR | {"today", "tonight", "tomorrow", "yesterday", "week", "weekend", "month", "year", "days"}
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """The person's own words a memory must stand on, and the names a memory may call them (and Quinn) by."""
+
+    text: str
+    names: frozenset[str] = frozenset()
+    aliases: tuple[str, ...] = ()  # the names and addresses as written: a memory may call them so
+
+    @classmethod
+    def of(cls, texts: Iterable[str], names: Iterable[str]) -> Grounding:
+        """From the person's texts and their names or addresses ("Alice Example", "alice.ex@example.org")."""
+        written = tuple(sorted({n.strip() for n in names if n.strip()}, key=len, reverse=True))
+        parts = {p.lower() for n in written for p in re.split(r"[\W_]+", n.split("@")[0])}
+        return cls("\n".join(texts), frozenset(p for p in parts if len(p) > 1 and p.isalpha()), written)
+
+
+@dataclass(frozen=True)
+class _Own:
+    """What the person's text holds: its content words (and their stems), all its words, and its numbers."""
+
+    words: frozenset[str]
+    stems: frozenset[str]  # first PREFIX letters of the longer words, and each word less an ending (<= 3 letters)
+    every: frozenset[str]
+    numbers: frozenset[str]
+
+    @classmethod
+    def of(cls, text: str) -> _Own:
+        words = frozenset(_base(w) for w in content_words(text))
+        every = frozenset(_base(m.group(0).lower()) for m in _WORD.finditer(text))
+        numbers = {n.lstrip("0") or "0" for n in _NUMBER.findall(text)}
+        numbers |= {NUMBER_WORDS[w] for w in every if w in NUMBER_WORDS}
+        stems = {w[:PREFIX] for w in words if len(w) >= PREFIX} | {w[:k] for w in words for k in _cuts(w)}
+        return cls(words, frozenset(stems), every, frozenset(numbers))
+
+
+def _cuts(word: str) -> range:
+    """Where ``word`` may end without its ending: "keeps" -> "keep", "cooking" -> "cook" (4 letters at least)."""
+    return range(max(ROOT, len(word) - ENDING), len(word))
+
+
+def _same_word(word: str, own: _Own) -> bool:
+    """``word`` is in ``own``: as it is, by its first PREFIX letters, or one of the two is the other plus an
+    ending ("keeps"/"keep", "moved"/"move", "answers"/"answer")."""
+    if word in own.words or word in own.stems or (len(word) >= PREFIX and word[:PREFIX] in own.stems):
+        return True
+    return any(word[:k] in own.words for k in _cuts(word))
+
+
+def _base(word: str) -> str:
+    """A word without a possessive ("alice's" -> "alice")."""
+    return re.sub(r"['’]s$", "", word)
+
+
+def _new_specifics(sentence: str, own: _Own, names: frozenset[str]) -> list[str]:
+    """Names and numbers in ``sentence`` that the person's text does not hold."""
+    found = []
+    if own.every & WHEN:  # the person named a time: a date the extractor resolved ("until Friday") is theirs
+        sentence = _DAY_OF_MONTH.sub(" ", _ISO_DATE.sub(" ", sentence))
+    for number in _NUMBER.findall(sentence):
+        value = number.lstrip("0") or "0"
+        if value not in own.numbers and not (len(number) == 4 and 1900 <= int(number) <= 2199):
+            found.append(number)
+    words = list(_WORD.finditer(sentence))
+    for match in words[1:]:  # the first word of a sentence is capitalised anyway
+        word = match.group(0)
+        lowered = _base(word.lower())
+        named = word[0].isupper() and word not in ("I", "I'm") and lowered not in CALENDAR | names | GENERIC
+        if named and lowered not in own.every:
+            found.append(word)
+    return found
+
+
+def supported(sentence: str, own: _Own, names: frozenset[str]) -> bool:
+    """Whether ``sentence`` is a statement of the person's that their text supports (see the module's rules)."""
+    if sentence.rstrip().endswith("?"):
+        return False
+    lowered = {_base(m.group(0).lower()) for m in _WORD.finditer(sentence)}
+    named = bool((names | GENERIC) & lowered)
+    if YOU & lowered and not named:
+        return False
+    if _new_specifics(sentence, own, names):
+        return False
+    words = [
+        w
+        for w in (_base(w) for w in content_words(sentence))
+        if w not in names and w not in GENERIC and w not in PRONOUNS and not any(c.isdigit() for c in w)
+    ]  # numbers: checked above
+    if not words:
+        return False
+    found = sum(1 for w in words if _same_word(w, own))
+    return found >= (1 if named else SUPPORT * len(words))
+
+
+def grounded(content: str, grounding: Grounding, also: str = "") -> str:
+    """``content`` cut to its sentences the person's words support ("" when none is). ``also``: more text a
+    sentence may stand on (an updated memory's old wording)."""
+    own = _Own.of(f"{grounding.text}\n{also}")
+    sentences = _SENTENCE.split(content.strip())
+    return " ".join(s for s in sentences if s and supported(_named(s, grounding), own, grounding.names)).strip()
+
+
+def _named(sentence: str, grounding: Grounding) -> str:
+    """``sentence`` with the person's address or full name, as written, read as "user": the digits of
+    "bob-4d2f@example.org" are no number the memory invented."""
+    for alias in grounding.aliases:
+        sentence = re.sub(re.escape(alias), "user", sentence, flags=re.I)
+    return sentence

@@ -1,0 +1,84 @@
+"""What extraction may store as the person's (agent/grounding.py): the memories a 0.5B model wrote in the memory
+QA runs, against the mails they came from. Pure functions: no model, no store."""
+
+from __future__ import annotations
+
+import pytest
+
+from quinn.agent.grounding import Grounding, grounded
+
+pytestmark = pytest.mark.unit
+
+PARTY = (
+    "Hi Quinn,\n\nWe spent Sunday repainting the hallway, which took twice as long as planned. My brother Anouk has "
+    "just started a new job as a beekeeper. My desk is on the second floor, next to the kitchen. My next dentist "
+    "appointment is on the 14th of March.\n\nCan you recommend how to organise a small birthday party at home?"
+    "\n\nBest,\nMaren"
+)
+MAREN = Grounding.of([PARTY], ["maren-7b793a53@example.test", "Maren Holt"])
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        "Maren's brother Anouk works as a beekeeper.",  # her name and a verb of the extractor's own
+        "Maren Holt's desk is on the 2nd floor.",  # "second" written as a number
+        "Maren's dentist appointment is on 2027-03-14.",  # a date normalised, year and all
+        "The user spent Sunday repainting the hallway.",
+        "We spent Sunday repainting the hallway, which took twice as long as planned.",  # her own sentence
+    ],
+)
+def test_what_the_person_said_is_kept_as_written(memory: str) -> None:
+    assert grounded(memory, MAREN) == memory
+
+
+@pytest.mark.parametrize(
+    "memory",
+    [
+        # The mail's request answered, stored as her preference (QA run, 0.5B).
+        "Organize a small birthday party at home by planning the seating arrangement, setting up decorations, "
+        "and arranging food items.",
+        "To organize a small birthday party at home, you can start by planning the seating arrangement.",
+        "I'm sorry, but I can't assist with that.",  # the model's refusal as a personal fact
+        "Can you recommend how to organise a small birthday party at home?",  # her question copied
+        "Maren's brother Anouk works as a beekeeper in Tromso.",  # a place she never named
+        "Maren's desk is on floor 12.",  # a number she never wrote
+        "I hope this helps you feel better.",  # talk to the reader, naming nobody
+        "2026-11-24T14:14:17+00:00",
+    ],
+)
+def test_what_she_did_not_say_is_dropped(memory: str) -> None:
+    assert grounded(memory, MAREN) == ""
+
+
+def test_a_memory_keeps_only_its_sentences_she_said() -> None:
+    memory = "I'm sorry, but I can't assist with that. Maren's brother Anouk is a beekeeper. Use colourful lights."
+    assert grounded(memory, MAREN) == "Maren's brother Anouk is a beekeeper."
+
+
+def test_an_update_may_stand_on_the_wording_it_replaces() -> None:
+    moved = Grounding.of(["They moved my locker from the gym to the pool."], ["maren@example.test"])
+    update = "Maren's locker, number 616, is at the pool now."
+    assert grounded(update, moved) == ""  # 616: not in this mail
+    assert grounded(update, moved, also="Maren has locker 616 at the gym.") == update
+
+
+def test_a_memory_naming_the_person_may_say_it_in_other_words() -> None:
+    thesis = Grounding.of(["I'm in Lisbon until Friday; still working on my thesis."], ["alice@example.org"])
+    assert grounded("Alice wants to finish her thesis draft.", thesis) == "Alice wants to finish her thesis draft."
+    assert grounded("Finish the thesis draft with a clear outline and daily goals.", thesis) == ""  # advice
+    assert grounded("Alice likes chickpea curry.", thesis) == ""  # nothing of hers
+
+
+def test_invented_answers_to_her_own_questions_are_dropped() -> None:
+    """Seen: "What brand is the car I bought to replace the old one?" became "... is a BMW"."""
+    asked = Grounding.of(["What brand is the car I bought to replace the old one? Please keep it short."], [])
+    assert grounded("The car I bought to replace the old one is a BMW.", asked) == ""
+    assert grounded("The locker number is 616.", Grounding.of(["Which locker number is mine?"], [])) == ""
+
+
+def test_a_memory_may_call_the_person_by_their_address() -> None:
+    """The digits of an address are no number the memory invented (seen: "bob-4d2f@example.test grows ...")."""
+    tomatoes = Grounding.of(["My tomatoes, named Rosso, are ripening."], ["bob-bd4388f6@example.test"])
+    assert grounded("bob-bd4388f6@example.test grows tomatoes named Rosso.", tomatoes) != ""
+    assert grounded("bob-bd4388f6@example.test grows 12 tomatoes.", tomatoes) == ""
