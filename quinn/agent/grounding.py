@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from quinn.memory.lexical import content_words
+from quinn.memory import content_words
 
 SUPPORT = 0.5  # the share of a sentence's content words the person's own text must hold (unless it names them)
 PRONOUNS = frozenset({"he", "she", "him", "her", "hers", "his", "its", "own"})
