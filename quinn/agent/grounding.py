@@ -9,10 +9,12 @@ question the person asked with an invented value ("The car I bought to replace t
 advice under what the person said. Each such memory reaches every later prompt as something the person said.
 
 ``grounded`` keeps, of a memory's sentences, those that
-* are statements: a question is not something the person told;
-* do not talk to the reader: a sentence with "you" that names nobody is advice or small talk ("To save money,
-  you can start by ...", "I hope this helps you"); a memory names the person (the extract template asks for
-  "Alice prefers ...");
+* are statements: a question is not something the person told, nor a list's lead-in ("To save a little money
+  each month, consider the following habits:");
+* do not talk to the reader or about Quinn: a sentence with "you", "Quinn" or "the assistant" that does not
+  name the person is advice, small talk or Quinn's doing ("To save money, you can start by ...", "I hope this
+  helps you", "The assistant suggested creating a budget"); a memory names the person (the extract template
+  asks for "Alice prefers ...");
 * bring no name or number of their own: every capitalised word inside the sentence and every number is in the
   person's text. Years, months and weekdays may be the extractor's normalising, and so may a date ("2026-09-04",
   "4 September") when the person named a time ("until Friday", "next week", "in March"): a date answered to
@@ -40,7 +42,9 @@ SUPPORT = 0.5  # the share of a sentence's content words the person's own text m
 PRONOUNS = frozenset({"he", "she", "him", "her", "hers", "his", "its", "own"})
 PREFIX = 5  # letters two forms of a word share ("organize"/"organise", "answers"/"answer")
 ROOT, ENDING = 4, 3  # or one is the other plus an ending of up to 3 letters on a root of 4 ("keep"/"keeps")
-GENERIC = frozenset({"user", "person", "sender", "assistant", "quinn"})
+PERSON = frozenset({"user", "person", "sender"})  # how a memory may call the person, besides their names
+ASSISTANT = frozenset({"assistant", "quinn"})  # a sentence about Quinn alone is not about the person
+GENERIC = PERSON | ASSISTANT
 CALENDAR = frozenset(
     "january february march april may june july august september october november december monday tuesday "
     "wednesday thursday friday saturday sunday".split()
@@ -135,11 +139,11 @@ def _new_specifics(sentence: str, own: _Own, names: frozenset[str]) -> list[str]
 
 def supported(sentence: str, own: _Own, names: frozenset[str]) -> bool:
     """Whether ``sentence`` is a statement of the person's that their text supports (see the module's rules)."""
-    if sentence.rstrip().endswith("?"):
+    if sentence.rstrip().endswith(("?", ":")):  # a question, or a list's lead-in ("consider the following:")
         return False
     lowered = {_base(m.group(0).lower()) for m in _WORD.finditer(sentence)}
-    named = bool((names | GENERIC) & lowered)
-    if YOU & lowered and not named:
+    named = bool((names | PERSON) & lowered)
+    if (YOU | ASSISTANT) & lowered and not named:
         return False
     if _new_specifics(sentence, own, names):
         return False

@@ -82,3 +82,16 @@ def test_a_memory_may_call_the_person_by_their_address() -> None:
     tomatoes = Grounding.of(["My tomatoes, named Rosso, are ripening."], ["bob-bd4388f6@example.test"])
     assert grounded("bob-bd4388f6@example.test grows tomatoes named Rosso.", tomatoes) != ""
     assert grounded("bob-bd4388f6@example.test grows 12 tomatoes.", tomatoes) == ""
+
+
+def test_a_review_of_the_mail_it_came_from_keeps_nothing_that_is_quinns() -> None:
+    """A session review's memories in the QA run at 9b5cc9a, against that session's mails: Quinn's suggestion, a
+    list's lead-in and Quinn as the one asking, though most of their words are the person's."""
+    maren = Grounding.of(["What are some good habits for saving a little money each month? I could set a "
+                          "budget.", "Could you help me write a polite note asking a neighbour to trim their hedge?"],
+                         ["maren-9e0cbecc@example.test"])  # fmt: skip
+    for memory in ("To save a little money each month, consider the following habits:",
+                   "The assistant suggested setting a budget for saving a little money each month.",
+                   "Quinn is asking a neighbour to trim their hedge."):  # fmt: skip
+        assert grounded(memory, maren) == "", memory
+    assert grounded("Maren wants to save a little money each month.", maren) != ""
