@@ -10,8 +10,11 @@ Each case (one JSON object per line) is an email, the memories the user already 
 A prediction is correct when it matches an expected memory not matched before. It is a hallucination when it
 names a forbidden word or most of its words have no support in the email or the existing memories (compared by
 5-letter stems, so "prefers" is supported by "prefer"). It is a duplicate when it restates something already
-known or an expected memory matched by an earlier prediction. The same prompts, gate and model call as the
-daemon are used, so the harness runs unchanged against the scripted test server or a real provider.
+known or an expected memory matched by an earlier prediction. The same prompts, gate, model call and cut to the
+person's own words (agent/grounding.py) as the daemon are used, so the harness runs unchanged against the
+scripted test server or a real provider and scores what Quinn would store. (The hallucination test and the cut
+both ask for support in the email, so the cut lowers that rate partly by construction; precision, recall and
+duplicates are the labels'.)
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from quinn.agent.extract import Extraction, extract_variables
+from quinn.agent.extract import Extraction, extract_variables, own_words_only
 from quinn.agent.gate import sensory_gate
+from quinn.agent.grounding import Grounding
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.samples import sample_memory
@@ -162,6 +167,11 @@ def score_case(case: dict[str, Any], predicted: list[str], user_name: str) -> Ca
     return result
 
 
+def _wording(known: dict[int, str], memory_id: int) -> str:
+    """The text of a known memory by id ("" for an id the case does not have)."""
+    return known.get(memory_id, "")
+
+
 def case_email(case: dict[str, Any]) -> InboundEmail:
     """The case's email as Quinn would have parsed it (``text`` is the mail's own text, quotes stripped)."""
     mail = case["email"]
@@ -192,6 +202,10 @@ async def evaluate_extraction(llm: LLM, prompts: PromptStore, cases: list[dict[s
         rendered = prompts.render("extract", extract_variables(user, email, existing, case.get("domains", [])))
         extraction, cost = await llm.structured(rendered.system, rendered.user, Extraction)
         usage += cost
+        # What the daemon would store: cut to the person's own words (agent/grounding.py), as apply_extraction does.
+        known = {m.id: m.content for m in existing}
+        extraction, _ = own_words_only(user, extraction, Grounding.of([email.text], [user, name]),
+                                       partial(_wording, known))  # fmt: skip
         predicted = [m.content for m in (*extraction.new, *extraction.updated, *extraction.contradicted)]
         results.append(score_case(case, predicted, name))
     return Report(results, usage)

@@ -206,7 +206,12 @@ def apply_extraction(
     created: list[int] = []
     updated: list[int] = []
     skipped = 0
-    extraction, ungrounded = own_words_only(store, user_id, extraction, grounding)
+
+    def replaced(memory_id: int) -> str:
+        memory = store.get(memory_id, user_id=user_id)
+        return memory.content if memory is not None else ""
+
+    extraction, ungrounded = own_words_only(user_id, extraction, grounding, replaced)
     changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
     for change, kind in changes:
         metadata = metadata_for(change, source)
@@ -245,38 +250,35 @@ def apply_extraction(
 
 
 def own_words_only(
-    store: MemoryStore, user_id: str, extraction: Extraction, grounding: Grounding | None
+    user_id: str, extraction: Extraction, grounding: Grounding | None, replaced: Callable[[int], str]
 ) -> tuple[Extraction, int]:
-    """``extraction`` with each memory and change cut to what ``grounding`` supports (an update may also stand on
-    the wording it replaces), and how many were dropped whole. Unchanged without ``grounding``."""
+    """``extraction`` with each memory and change cut to what ``grounding`` supports (a change may also stand on
+    the wording it replaces: ``replaced(memory id)``), and how many were dropped whole. Unchanged without
+    ``grounding``. The daemon (`apply_extraction`) and the eval (agent/evaluation.py) both cut through it."""
     if grounding is None:
         return extraction, 0
     dropped = 0
 
-    def keep(items: Sequence[Any], old: Callable[[Any], str]) -> list[Any]:
+    def keep(items: Sequence[Any], changes: bool) -> list[Any]:
         nonlocal dropped
         kept = []
         for item in items:
-            content = grounded(item.content, grounding, also=old(item))
+            content = grounded(item.content, grounding, also=replaced(item.id) if changes else "")
             if not content:
                 log.info(
                     "extraction for %s: a %s of %d characters dropped: not in their own words",
                     user_id,
-                    getattr(item, "type", "change"),
+                    getattr(item, "type", None) or "change",
                     len(item.content),
-                )  # no text of theirs in the log
+                )  # fmt: skip  (no text of theirs)
                 dropped += 1
             else:
                 kept.append(item if content == item.content.strip() else item.model_copy(update={"content": content}))
         return kept
 
-    def replaced(change: Any) -> str:
-        memory = store.get(change.id, user_id=user_id)
-        return memory.content if memory is not None else ""
-
     cut = extraction.model_copy(update={
-        "new": keep(extraction.new, lambda _: ""), "updated": keep(extraction.updated, replaced),
-        "contradicted": keep(extraction.contradicted, replaced),
+        "new": keep(extraction.new, False), "updated": keep(extraction.updated, True),
+        "contradicted": keep(extraction.contradicted, True),
     })  # fmt: skip
     return cut, dropped
 

@@ -163,7 +163,13 @@ def extraction_judge(request: RecordedRequest) -> Json | Text:
         "Python and deploy": ["Alice writes Python and deploys on Linux servers."],
         "Node": ["Alice moved to Node and runs everything on Docker."],
         "birthday": ["Alice's birthday is October 10."],
-        "dog Rex": ["Alice has a dog named Rex.", "Alice owns a cat named Tom."],  # the cat is invented
+        # Invented: the cat (a name the mail does not have: cut before scoring, as the daemon cuts it), and the
+        # exotic animals (most words unsupported: the scorer's hallucination).
+        "dog Rex": [
+            "Alice has a dog named Rex.",
+            "Alice owns a cat named Tom.",
+            "Alice owns many exotic animals besides the dog.",
+        ],
         "Project Alpha": [],  # a miss
         "offsite": ["Alice will join the offsite in Lisbon."],
         "As you know": ["Alice deploys on Linux servers with Python."],  # restates a known memory
@@ -193,7 +199,8 @@ def test_eval_extraction_smoke_against_the_scripted_server(lab_config, llm_serve
     for name in ("precision", "recall", "hallucination rate", "duplicate rate"):
         assert re.search(rf"^{name} +[01]\.\d\d$", out, re.M), name
     assert "alpha-deadline: missed 'alpha + march 15'" in out
-    assert "dog-rex: hallucinated 'Alice owns a cat named Tom.'" in out
+    assert "dog-rex: hallucinated 'Alice owns many exotic animals besides the dog.'" in out
+    assert "a cat named Tom" not in out  # not in the mail: not what Quinn would store
     assert "restates-known: duplicate 'Alice deploys on Linux servers with Python.'" in out
     assert {r.path for r in llm_server.requests} == {"/v1/chat/completions"}
     assert {r.model for r in llm_server.requests} == {"qwen/qwen3-8b"}
