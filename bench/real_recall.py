@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,13 +38,14 @@ import numpy as np
 from bench import retrieval_quality
 from bench.conversations import Dataset, Message, Question
 from bench.machine import ROOT, machine_info, require_matplotlib
-from bench.rankings import build_scratch, legs, methods, user_index
+from bench.rankings import SCRATCH, build_scratch, legs, methods, user_index
 from bench.retrieval_quality import ingest, kinds, mean_scores, paraphrase_overlap, score
 from quinn.db import Database
 from quinn.memory import MemoryStore
 from quinn.memory.embed import Embedder
 from quinn.memory.models import utcnow
-from quinn.memory.search import hybrid_search
+from quinn.memory.query import named_days, query_parts
+from quinn.memory.search import CONVEX, SHIPPED, Recipe, hybrid_search
 
 DATA = ROOT / "bench" / "data" / "real_recall.json"
 RESULTS = ROOT / "bench" / "results"
@@ -53,18 +55,44 @@ DEPTH = 10
 BM25 = "bm25 (porter, stop words dropped: today)"
 DENSE = "vector"
 RRF = "rrf k=60"
-HYBRID = "hybrid (search.py today)"
-HEADLINE = (BM25, DENSE, RRF, HYBRID)
+HYBRID = "hybrid before issue 31 (search.py at c7b109b)"
+HEADLINE = (BM25, DENSE, RRF, HYBRID, "shipped: rrf + named days + parts (search.py now)")
 
-Search = Callable[[MemoryStore, str, str], list[int]]  # (store, user, question) -> memory ids, best first
+# (store, user, question) -> (memory id, raw cosine or None) per hit, best first
+Search = Callable[[MemoryStore, str, str], list[tuple[int, float | None]]]
+
+
+def _search(recipe: Recipe) -> Search:
+    return lambda store, user, q: [
+        (h.memory.id, h.vector_similarity) for h in hybrid_search(store, user, q, k=DEPTH, touch=False, recipe=recipe)
+    ]
+
+
+SHIPPED_NAME = "shipped: rrf + named days + parts (search.py now)"
+# What search.py ran before issue 31 (centred cosine, per-user IDF, convex 0.8/0.2, importance/recency), what it
+# runs now, and the shipped recipe less one part at a time: the ablations.
 SEARCHES: dict[str, Search] = {
-    HYBRID: lambda store, user, q: [h.memory.id for h in hybrid_search(store, user, q, k=DEPTH, touch=False)],
+    HYBRID: _search(CONVEX),
+    SHIPPED_NAME: _search(SHIPPED),
+    "shipped less named days": _search(replace(SHIPPED, days=False)),
+    "shipped less parts": _search(replace(SHIPPED, parts=False)),
+    "shipped with centred cosine": _search(replace(SHIPPED, centred=True)),
 }
+# An ablation that cannot change a question's answer is not run for it: the shipped hits stand in.
+SAME_AS_SHIPPED: dict[str, Callable[[str], bool]] = {
+    "shipped less named days": lambda q: not named_days(q),
+    "shipped less parts": lambda q: not query_parts(q),
+}
+# The rankings of bench.rankings shown here (the rest of its ablations are in bench/retrieval_quality.py).
+RANKINGS = (
+    BM25, "bm25 porter, all words", DENSE, "vector centred on the user's mean", RRF, "rrf k=60, centred + per-user IDF",
+    "convex 0.8/0.2 + importance/recency (before)",
+)  # fmt: skip
 
 
 def method_names() -> list[str]:
     """Every row of the report, in order."""
-    return [*methods(), *SEARCHES]
+    return [*RANKINGS, *SEARCHES]
 
 
 def load_real(path: Path, quick: bool) -> dict[str, Dataset] | None:
@@ -103,7 +131,7 @@ def evaluate(store: MemoryStore, data: Dataset, memory_to_message: dict[int, str
     vectors = store.embedder.embed([" ".join(q.text.split()) for q in data.questions])
     now = utcnow()
     indexes: dict[str, Any] = {}
-    every = methods()
+    every = {name: method for name, method in methods().items() if name in RANKINGS}
     rows = []
     for q, vector in zip(data.questions, vectors, strict=True):
         if q.user not in indexes:
@@ -111,8 +139,14 @@ def evaluate(store: MemoryStore, data: Dataset, memory_to_message: dict[int, str
         index = indexes[q.user]
         leg = legs(store.db, q.user, index, q.text, np.asarray(vector, dtype=np.float32))
         ranked = {name: method(leg, index) for name, method in every.items()}
-        ranked |= {name: search(store, q.user, q.text) for name, search in SEARCHES.items()}
+        searched: dict[str, list[tuple[int, float | None]]] = {}
+        for name, search in SEARCHES.items():
+            same = SAME_AS_SHIPPED.get(name)
+            searched[name] = searched[SHIPPED_NAME] if same and same(q.text) else search(store, q.user, q.text)
+        ranked |= {name: [mid for mid, _sim in hits] for name, hits in searched.items()}
         row: dict[str, Any] = {"id": q.id, "kind": q.kind, "question": q.text, "answers": list(q.answers)}
+        # For the cutoff: the shipped search's hits, their cosine, and which are gold.
+        row["shipped hits"] = [[sim, memory_to_message[mid] in q.answers] for mid, sim in searched[SHIPPED_NAME]]
         for method, ids in ranked.items():
             found = [memory_to_message[i] for i in ids[:DEPTH]]
             row[method] = score(found, q.answers)
@@ -130,14 +164,45 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_set(data: Dataset, embedder: Embedder) -> dict[str, Any]:
-    """One data set in its own store: ingest, evaluate, summarise."""
+def _stored(store: MemoryStore) -> dict[int, str]:
+    """memory id -> message id of a store filled by ``ingest`` before."""
+    rows = store.db.query("SELECT id, metadata FROM memories")
+    return {int(mid): json.loads(meta)["message_id"] for mid, meta in rows}
+
+
+CUTOFFS = tuple(round(0.05 * i, 2) for i in range(0, 15))
+
+
+def cutoff_curve(rows: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The shipped search's top 10 cut at raw cosine >= t (a hit without a cosine counts 0): recall@10 kept,
+    precision of what is kept, hits kept per question (what reaches a prompt)."""
+    out = []
+    for t in CUTOFFS:
+        kept = [[gold for sim, gold in r["shipped hits"] if (sim or 0.0) >= t] for r in rows]
+        shown = sum(len(k) for k in kept)
+        recall = float(np.mean([sum(k) / len(r["answers"]) for k, r in zip(kept, rows, strict=True)]))
+        out.append({
+            "cosine_at_least": t,
+            "recall@10": round(recall, 4),
+            "precision": round(sum(sum(k) for k in kept) / shown, 4) if shown else 0.0,
+            "hits_per_question": round(shown / len(rows), 2),
+        })  # fmt: skip
+    return out
+
+
+def run_set(data: Dataset, embedder: Embedder, db: Path | None = None) -> dict[str, Any]:
+    """One data set in its own store: ingest (or reuse the store at ``db``), evaluate, summarise."""
     with tempfile.TemporaryDirectory(prefix="quinn-real-recall-") as tmp:
-        store = MemoryStore(Database.open(str(Path(tmp) / "recall.db")), embedder)
+        path = db or Path(tmp) / "recall.db"
+        reuse = path.exists()
+        store = MemoryStore(Database.open(str(path)), embedder)
         try:
             t0 = time.perf_counter()
-            memory_to_message = ingest(store, data.messages)
+            memory_to_message = _stored(store) if reuse else ingest(store, data.messages)
+            if reuse and sorted(memory_to_message.values()) != sorted(m.id for m in data.messages):
+                raise SystemExit(f"{path} holds other turns than this set: delete it or choose another --db-dir")
             ingest_s = time.perf_counter() - t0
+            store.db.executescript(f"DROP TABLE IF EXISTS {SCRATCH};")
             t0 = time.perf_counter()
             rows = evaluate(store, data, memory_to_message)
             evaluate_s = time.perf_counter() - t0
@@ -153,8 +218,10 @@ def run_set(data: Dataset, embedder: Embedder) -> dict[str, Any]:
             "paraphrase": paraphrase_overlap(data),
         },
         "ingest_s": round(ingest_s, 1),
+        "reused_store": reuse,
         "evaluate_s": round(evaluate_s, 1),
         "summary": summarise(rows),
+        "cutoff": cutoff_curve(rows),
         "questions": rows,
     }
 
@@ -217,6 +284,32 @@ def plot(sets: dict[str, dict[str, Any]], path: Path, shown: Sequence[str]) -> N
     plt.close(fig)
 
 
+def plot_cutoff(sets: dict[str, dict[str, Any]], path: Path) -> None:
+    """Precision against recall@10 of the shipped search as the cosine cutoff rises, one line per set."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for name, r in sets.items():
+        curve = r["cutoff"]
+        axes[0].plot([c["recall@10"] for c in curve], [c["precision"] for c in curve], marker="o", label=name)
+        axes[1].plot([c["cosine_at_least"] for c in curve], [c["hits_per_question"] for c in curve], label=name)
+    axes[0].set_xlabel("recall@10 kept")
+    axes[0].set_ylabel("precision of the hits kept")
+    axes[0].set_title("cosine cutoff 0 to 0.7 (right to left)")
+    axes[1].set_xlabel("cutoff: raw cosine at least")
+    axes[1].set_ylabel("hits kept per question (of 10)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Relevance cutoff on the shipped search (all-MiniLM-L6-v2)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None) -> dict[str, Any] | None:
     """Run the benchmark, print the table, write JSON, MD and PNG; returns the report (None: nothing to run)."""
     parser = argparse.ArgumentParser(prog="python -m bench.real_recall", description=__doc__.splitlines()[0])
@@ -225,6 +318,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="real_recall", help="file name of the results (default real_recall)")
     parser.add_argument("--sets", nargs="+", choices=[*REAL, *GENERATED], default=[*REAL, *GENERATED])
+    parser.add_argument("--db-dir", type=Path, default=None, help="keep each set's store here and reuse it next run")
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG (no matplotlib)")
     args = parser.parse_args(argv)
     require_matplotlib(args.plot)
@@ -245,7 +339,12 @@ def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None)
         return None
     info = machine_info()
     model = embedder or LocalEmbedder()
-    sets = {name: run_set(d, model) for name, d in data.items()}
+    if args.db_dir:
+        args.db_dir.mkdir(parents=True, exist_ok=True)
+    sets = {
+        name: run_set(d, model, args.db_dir / f"{name}{'-quick' if args.quick else ''}.db" if args.db_dir else None)
+        for name, d in data.items()
+    }
     text = table(sets)
     print(text)
     report = {
@@ -264,6 +363,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None)
     (args.out / f"{args.name}.md").write_text(text + "\n")
     if args.plot:
         plot(sets, args.out / f"{args.name}.png", [m for m in HEADLINE if m in method_names()])
+        plot_cutoff(sets, args.out / f"{args.name}-cutoff.png")
     return report
 
 
