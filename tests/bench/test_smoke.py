@@ -73,8 +73,9 @@ def test_retrieval_quality_runs_every_set_and_method_on_one_user(tmp_path: Path,
             assert overall["questions"] == result["dataset"]["questions"], (name, method)
             for k in retrieval_quality.KS:
                 assert 0.0 <= overall[f"recall@{k}"] <= overall[f"hit@{k}"] <= 1.0, (name, method)
-        # Something is found: a broken store or search would score zero everywhere.
-        assert result["summary"][retrieval_quality.HYBRID]["overall"]["hit@10"] > 0.3, name
+        # Something is found: a broken store or search would score zero everywhere. (The shipped RRF finds less
+        # than the convex fusion on the generated chats, 0.29 on this one user: bench/README.md, issue 31.)
+        assert result["summary"][retrieval_quality.HYBRID]["overall"]["hit@10"] > 0.2, name
     assert (tmp_path / "retrieval_quality.png").read_bytes()[:8] == PNG_MAGIC
     assert "| method |" in (tmp_path / "retrieval_quality.md").read_text()
 
