@@ -90,10 +90,11 @@ class TokenSource:
         try:
             body = self.client.refresh(tokens.refresh_token)
         except TokenRefused as exc:
-            self._save(tokens.with_refused(exc.message.removeprefix("the provider refused the refresh token: ")))
+            refused = exc.message.removeprefix("the provider refused the refresh token: ")
+            self._save(tokens.with_refused(refused))
             log.error("OAuth: %s; %s", exc.message, LOGIN_HINT)
             raise LoginNeeded(f"the OAuth refresh token for {self.account} was refused by the provider "
-                              f"({exc.message})", LOGIN_HINT) from None  # fmt: skip
+                              f"({refused})", LOGIN_HINT) from None  # fmt: skip
         fresh = from_response(body, self.account, self.config, self._clock(), previous=tokens)
         self._save(fresh)
         self.refreshes += 1
