@@ -127,7 +127,7 @@ async def check(config: Config) -> int:
     folder: dict[str, Any] = {}  # what the backlog check needs: uidvalidity, uidnext, uids
 
     async def oauth() -> str:
-        from quinn.oauth.check import check_tokens
+        from quinn.oauth import check_tokens
 
         return await asyncio.to_thread(check_tokens, config)
 

@@ -47,8 +47,7 @@ def oauth_account(config: Config) -> str:
 
 def auth_login(args: argparse.Namespace, config: Config) -> int:
     """Sign in and write the token file."""
-    from quinn.oauth import OAuthClient
-    from quinn.oauth.login import device_login, loopback_login, save_login
+    from quinn.oauth import OAuthClient, device_login, loopback_login, save_login
 
     account = oauth_account(config)
     o = config.oauth

@@ -5,12 +5,15 @@
 providers' endpoints for `quinn init --provider`.
 """
 
+from quinn.oauth.check import check_tokens
 from quinn.oauth.endpoints import LoginRefused, OAuthClient, TokenRefused
+from quinn.oauth.login import device_login, loopback_login, save_login
 from quinn.oauth.sasl import encoded, initial_response, oauthbearer, xoauth2
 from quinn.oauth.source import LOGIN_HINT, LoginNeeded, TokenSource, token_source
 from quinn.oauth.tokens import TokenFile, TokenSet
 
 __all__ = [
     "LOGIN_HINT", "LoginNeeded", "LoginRefused", "OAuthClient", "TokenFile", "TokenRefused", "TokenSet",
-    "TokenSource", "encoded", "initial_response", "oauthbearer", "token_source", "xoauth2",
+    "TokenSource", "check_tokens", "device_login", "encoded", "initial_response", "loopback_login", "oauthbearer",
+    "save_login", "token_source", "xoauth2",
 ]  # fmt: skip

@@ -6,7 +6,7 @@ import time
 from datetime import UTC, datetime
 
 from quinn.config import Config
-from quinn.oauth.source import LOGIN_HINT, LoginNeeded, token_source
+from quinn.oauth.source import LoginNeeded, token_source
 
 
 def check_tokens(config: Config) -> str:
@@ -26,5 +26,3 @@ def check_tokens(config: Config) -> str:
     return (f"{tokens.account}: {renewed}access token valid until {until} ({left_min:.0f} min), "
             f"scopes {tokens.scope or '(as granted)'}; {source.file.path}")  # fmt: skip
 
-
-__all__ = ["LOGIN_HINT", "check_tokens"]
