@@ -26,6 +26,7 @@ Sources (each provider's documentation, read for this issue; see deploy/README.m
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from dataclasses import dataclass, field
 
 Values = dict[tuple[str, str], str | int | list[str] | None]
@@ -147,6 +148,9 @@ def preset_values(preset: MailPreset, values: Values, authserv_id_given: bool, c
             out[(proto, "password_env")] = None
             out[(proto, "username")] = values.get(("imap", "username")) or values.get(("smtp", "from_address"))
         out |= {("oauth", key): value for key, value in preset.oauth.items()}
+        # Beside the database: the one directory the service may write (deploy/quinn.service), as refreshes must.
+        database = str(values.get(("database", "url")) or "quinn.db")
+        out[("oauth", "token_file")] = str(Path(database).parent / "oauth-token.json")
         out[("oauth", "client_id")] = client_id or "REPLACE-WITH-YOUR-CLIENT-ID"
     if not authserv_id_given and preset.authserv_id is not None:
         out[("policy", "authserv_id")] = preset.authserv_id

@@ -79,6 +79,7 @@ def test_each_preset_writes_a_valid_config_naming_the_providers_endpoints(
     if expected["auth"] == "oauth2":
         assert config.imap.password_env is None and config.smtp.password_env is None
         assert config.smtp.username == "quinn@example.org" and config.oauth.client_id == "my-app"
+        assert config.oauth.token_file == tmp_path / "oauth-token.json"  # beside the database, writable
     else:
         assert config.imap.password_env == "QUINN_IMAP_PASSWORD"
     for key, value in expected["oauth"].items():
