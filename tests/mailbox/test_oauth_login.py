@@ -97,6 +97,14 @@ async def test_oauthbearer_on_imap_and_smtp_and_a_refused_token_renewed(
         stored = TokenFile(config.oauth.token_file).read()
         assert stored is not None and stored.refresh_token in oauth_lab.refresh_tokens  # the rotated one is kept
         assert not oauth_lab.refresh_tokens[stored.refresh_token].revoked
+
+        # The same on IMAP: AUTHENTICATE refused (a NO), the token renewed, AUTHENTICATE again on the connection.
+        oauth_lab.expire_access_tokens()
+        mailbox.connect()
+        mailbox.close()
+        assert oauth_lab.grants == ["refresh_token"] * 2
+        log = server.log_path.read_text()
+        assert "oauth2 failed: Introspection failed" in log and log.count(f"user=<{quinn}>, method=OAUTHBEARER") == 2
     finally:
         smtp.stop()
 
