@@ -184,11 +184,12 @@ class OAuthConfig(Section):
     `quinn init --provider gmail|microsoft365|outlook` fills the endpoints; `quinn auth login` gets the first token.
     """
 
-    flow: Literal["device", "loopback"] = Field(
+    flow: Literal["device", "loopback", "client_credentials"] = Field(
         default="device",
         description="How `quinn auth login` gets consent: device (RFC 8628: a URL and a code to type in any "
         "browser; works over ssh) or loopback (RFC 8252: a browser on this machine, or an ssh tunnel, comes back "
-        "to 127.0.0.1; Google allows no mail scope in the device flow).",
+        "to 127.0.0.1; Google allows no mail scope in the device flow); client_credentials: no person signs in, "
+        "the app's own secret gets each token (RFC 6749 §4.4; Microsoft's IMAP.AccessAsApp for a shared mailbox).",
     )
     device_authorization_url: str | None = Field(
         default=None, description="The provider's device authorization endpoint (flow = device)."
@@ -728,7 +729,9 @@ class Config(BaseModel):
         if not users:
             return self
         o = self.oauth
-        needed = ["token_url", "client_id", "device_authorization_url" if o.flow == "device" else "authorization_url"]
+        by_flow = {"device": "device_authorization_url", "loopback": "authorization_url",
+                   "client_credentials": "client_secret_env"}  # fmt: skip
+        needed = ["token_url", "client_id", by_flow[o.flow]]
         missing = [key for key in needed if getattr(o, key) is None]
         if missing:
             raise ValueError(

@@ -25,7 +25,8 @@ def register(sub: Any, with_config: Any) -> None:
     commands = group.add_subparsers(dest="auth_command", metavar="COMMAND", required=True)
     what = "sign in at the provider and store the tokens (device code, or a loopback redirect)"
     login = with_config(commands.add_parser("login", help=what))
-    login.add_argument("--flow", choices=("device", "loopback"), help="override oauth.flow for this sign-in")
+    login.add_argument("--flow", choices=("device", "loopback", "client_credentials"),
+                       help="override oauth.flow for this sign-in")  # fmt: skip
     login.add_argument("--port", type=int, default=0, help="loopback: the port to listen on (default: any free one)")
     login.add_argument("--browser", action="store_true", help="loopback: open the URL in this machine's browser")
     login.set_defaults(handler=auth_login, secrets_of=OAUTH_ONLY)
@@ -47,7 +48,7 @@ def oauth_account(config: Config) -> str:
 
 def auth_login(args: argparse.Namespace, config: Config) -> int:
     """Sign in and write the token file."""
-    from quinn.oauth import OAuthClient, device_login, loopback_login, save_login
+    from quinn.oauth import OAuthClient, device_login, loopback_login, save_login, token_source
 
     account = oauth_account(config)
     o = config.oauth
@@ -59,6 +60,13 @@ def auth_login(args: argparse.Namespace, config: Config) -> int:
     if flow == "device" and not o.device_authorization_url:
         raise ConfigError("oauth.device_authorization_url is not set, so the device sign-in cannot start",
                           "set it, or use --flow loopback")  # fmt: skip
+    if flow == "client_credentials":  # no person signs in: prove the app's credentials by getting a token
+        source = token_source(config)
+        assert source is not None
+        source.access_token()
+        say(f"app-only access for {account}: a token was issued for the app's own credentials")
+        say(f"it is kept in {source.file.path} (mode 0600); the daemon gets new ones itself; next: quinn check")
+        return 0
     if flow == "device":
         tokens = device_login(client, account, say)
     else:

@@ -26,8 +26,8 @@ Sources (each provider's documentation, read for this issue; see deploy/README.m
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 Values = dict[tuple[str, str], str | int | list[str] | None]
 

@@ -25,4 +25,3 @@ def check_tokens(config: Config) -> str:
     renewed = "renewed just now, " if source.refreshes else ""
     return (f"{tokens.account}: {renewed}access token valid until {until} ({left_min:.0f} min), "
             f"scopes {tokens.scope or '(as granted)'}; {source.file.path}")  # fmt: skip
-

@@ -114,6 +114,18 @@ class OAuthClient:
                               "check oauth.token_url and oauth.client_id")  # fmt: skip
         raise LoginRefused("the code expired before it was approved", "run `quinn auth login` again")
 
+    def client_credentials(self) -> dict[str, Any]:
+        """An app-only access token for the client's own secret (RFC 6749 §4.4): no person, no refresh token."""
+        url = self.config.token_url or ""
+        status, body = self.post(url, {"grant_type": "client_credentials", "scope": " ".join(self.config.scopes)})
+        if status == 200 and "access_token" in body:
+            return body
+        if status >= 500 or status == 429:
+            raise RetryLater(f"the token endpoint {url} answered {status}; trying again later")
+        raise ConfigError(f"the token endpoint {url} refused the app's own credentials: {status} {_error(body)}",
+                          "check oauth.client_id, the client secret (it may have expired) and the app's "
+                          "application permissions and admin consent")  # fmt: skip
+
     def refresh(self, refresh_token: str) -> dict[str, Any]:
         """New tokens for the refresh token (RFC 6749 §6); ``TokenRefused`` when the provider will not."""
         url = self.config.token_url or ""

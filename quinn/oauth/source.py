@@ -64,12 +64,35 @@ class TokenSource:
         """A valid access token. ``rejected``: the token a server just refused (a 401, or AUTH failing): it is
         renewed even if it looks unexpired, unless someone else renewed it meanwhile."""
         with self._lock, self.file.locked():
+            if self.config.flow == "client_credentials":
+                return self._app_token(rejected)
             tokens = self._usable_set()
             if rejected is None and tokens.usable(self._clock(), self.config.refresh_before_s):
                 return tokens.access_token
             if rejected is not None and tokens.access_token and tokens.access_token != rejected:
                 return tokens.access_token  # another process (or thread) renewed it already
             return self._renew(tokens, "refused by the server" if rejected is not None else "expiring").access_token
+
+    def _app_token(self, rejected: str | None) -> str:
+        """The client credentials grant: a stored token while it is good (and not the refused one), else a new
+        one; kept in the token file too, so every process of this install shares it."""
+        tokens = self.current()
+        now = self._clock()
+        mine = tokens is not None and tokens.account.lower() == self.account.lower() and bool(tokens.access_token)
+        if tokens is not None and mine:
+            renewed_meanwhile = rejected is not None and tokens.access_token != rejected
+            if renewed_meanwhile or (rejected is None and tokens.usable(now, self.config.refresh_before_s)):
+                return tokens.access_token
+        body = self.client.client_credentials()
+        fresh = TokenSet(account=self.account, refresh_token="", access_token=str(body["access_token"]),
+                         expires_at=now + float(body.get("expires_in") or 3600),
+                         scope=str(body.get("scope") or " ".join(self.config.scopes)),
+                         token_url=self.config.token_url or "", obtained_at=now, refreshed_at=now)  # fmt: skip
+        self._save(fresh)
+        self.refreshes += 1
+        log.info("OAuth app token for %s obtained (client credentials); valid until %s", self.account,
+                 datetime.fromtimestamp(fresh.expires_at, UTC).isoformat(timespec="seconds"))  # fmt: skip
+        return fresh.access_token
 
     def _usable_set(self) -> TokenSet:
         tokens = self.current()

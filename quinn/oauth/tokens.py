@@ -53,7 +53,9 @@ class TokenSet:
             "access token expires": when(self.expires_at),
             "obtained": when(self.obtained_at),
             "last refreshed": when(self.refreshed_at),
-            "refresh token": f"refused: {self.refused}" if self.refused else "held",
+            "refresh token": f"refused: {self.refused}"
+            if self.refused
+            else ("held" if self.refresh_token else "none (client credentials: the app's secret gets each token)"),
         }
 
     def with_refused(self, why: str) -> TokenSet:

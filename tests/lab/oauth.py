@@ -9,6 +9,8 @@ It speaks the parts of the RFCs Quinn and Dovecot use, and no more:
   old one; a revoked or retired one gets ``invalid_grant`` (§5.2). `revoke` plays the user removing the app.
 - RFC 6749 authorization code with PKCE (RFC 7636) for the loopback redirect (RFC 8252): ``GET /authorize``
   redirects at once to the client's 127.0.0.1 ``redirect_uri`` as the account in ``login_as`` (the browser step).
+- RFC 6749 §4.4 client credentials: an app-only token (no refresh token) for the client secret, good for the
+  mailbox in `app_account` (Microsoft's IMAP.AccessAsApp with the mailbox permission an admin grants).
 - RFC 7662 introspection: ``POST /introspect`` (HTTP Basic as the resource server, §2.1) answers
   ``{"active": true, "username": ..., "scope": ..., "exp": ...}`` for a live access token, ``{"active": false}``
   otherwise. Dovecot's oauth2 passdb and the lab's SMTP server both ask it.
@@ -67,6 +69,8 @@ class OAuthLab:
     """The server's state and the tests' handles on it; `start()` runs it, `stop()` ends it."""
 
     client_id: str = "quinn-lab-client"
+    client_secret: str = field(default_factory=lambda: secrets.token_hex(8))  # for the client credentials grant
+    app_account: str = ""  # the mailbox an app-only token may open (as Add-MailboxPermission grants it)
     access_ttl_s: float = 3600.0
     interval_s: int = 1
     rotate: bool = True
@@ -215,6 +219,11 @@ class OAuthLab:
                     held.revoked = True
                 self.grants.append(grant)
                 return 200, self._issue(held.account, held.scope, refresh=self.rotate)
+            if grant == "client_credentials":  # RFC 6749 §4.4: the app's own secret, no person, no refresh token
+                if form.get("client_secret") != self.client_secret or not self.app_account:
+                    return 401, {"error": "invalid_client"}
+                self.grants.append(grant)
+                return 200, self._issue(self.app_account, form.get("scope", ""), refresh=False)
             if grant == "authorization_code":
                 found = self.codes.pop(form.get("code", ""), None)
                 if found is None or found[3] != form.get("redirect_uri"):

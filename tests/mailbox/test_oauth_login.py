@@ -137,3 +137,36 @@ async def test_renewed_before_expiry_and_seeded_from_a_systemd_credential(
     token = later.access_token()
     assert token != first.access_token and oauth_lab.grants == ["refresh_token"] * 2
     assert oauth_lab.introspect(token)["active"] is True
+
+
+async def test_app_only_access_by_client_credentials_for_a_shared_mailbox(
+    tmp_path: Path, oauth_lab: OAuthLab, make_dovecot: Callable[..., Dovecot], users: Callable[[str], str]
+) -> None:
+    """Microsoft's service principal with IMAP.AccessAsApp: no person signs in, the client secret gets each token
+    (RFC 6749 §4.4), for the one mailbox the admin granted; no refresh token is ever stored."""
+    server = make_dovecot(oauth2_introspection_url=oauth_lab.introspection_url)
+    smtp = SmtpLab(server, oauth=oauth_lab.check)
+    smtp.start()
+    try:
+        shared, alice = users("shared"), users("alice")
+        oauth_lab.app_account = shared
+        extra = 'client_secret_env = "QUINN_OAUTH_CLIENT_SECRET"\n'
+        path = write_config(tmp_path, oauth_lab, server, smtp.port, shared, extra=extra)
+        path.write_text(path.read_text().replace('flow = "device"', 'flow = "client_credentials"'))
+        config = load_config(path, env={"QUINN_OAUTH_CLIENT_SECRET": oauth_lab.client_secret})
+        source = parts.tokens(config)
+        mailbox = parts.mailbox(config, source)
+        mailbox.connect()
+        mailbox.close()
+        await parts.sender(config, source).send(make_mail(shared, alice, "From the shared mailbox"), shared, [alice])
+        assert len(server.messages(alice)) == 1 and smtp.oauth_logins == [("XOAUTH2", shared)]
+        assert oauth_lab.grants == ["client_credentials"]  # one token served both logins
+        stored = TokenFile(config.oauth.token_file).read()
+        assert stored is not None and stored.refresh_token == "" and "client credentials" in str(stored.described())
+
+        oauth_lab.expire_access_tokens()  # refused: a new app token, no person needed
+        mailbox.connect()
+        mailbox.close()
+        assert oauth_lab.grants == ["client_credentials"] * 2
+    finally:
+        smtp.stop()

@@ -165,6 +165,7 @@ def test_device_login_mail_over_oauth_expiry_and_revocation(
     again = auth_login(setup)
     outputs.append(again.stdout + again.stderr)
     answered_once(setup, alice, [first, second, third], daemon)
+
     def all_replied() -> bool:  # the ledger's last step follows the reply's delivery
         return all(ledger(config.db_path)[mid]["state"] == "replied" for mid in (first, second, third))
 
