@@ -122,8 +122,10 @@ def test_tokens_never_survive_a_log_line() -> None:
         "grant_type=refresh_token&refresh_token=1//0gsecret&client_id=x",
         "C: AUTH XOAUTH2 dXNlcj1hQGIuYwFhdXRoPUJlYXJlciBUAQE=",
         "a1 AUTHENTICATE XOAUTH2 dXNlcj1hQGIuYwFhdXRoPUJlYXJlciBUAQE=",
+        "token eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.eyJhdWQiOiJodHRwczovL291dGxvb2sifQ.c2lnbmF0dXJl in a repr",
+        "ya29.a0AfB_byC-token_value and 1//0gLongRefreshToken-x_y",
     ]
     cleaned = [redactor.redact(line) for line in lines]
-    for secret in ("ya29", "1//0gsecret", "dXNlcj1hQGIuYwFhdXRoPUJlYXJlciBUAQE"):
+    for secret in ("ya29", "1//0g", "dXNlcj1hQGIuYwFhdXRoPUJlYXJlciBUAQE", "eyJ0eXAi", "c2lnbmF0dXJl"):
         assert not any(secret in line for line in cleaned), cleaned
     assert "expires_in" in cleaned[1] and "client_id=x" in cleaned[2]

@@ -7,6 +7,7 @@ first token seeded from a systemd credential."""
 
 from __future__ import annotations
 
+import logging
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -71,8 +72,13 @@ def signed_in(oauth: OAuthLab, config: Config, account: str) -> TokenSet:
 
 
 async def test_oauthbearer_on_imap_and_smtp_and_a_refused_token_renewed(
-    tmp_path: Path, oauth_lab: OAuthLab, make_dovecot: Callable[..., Dovecot], users: Callable[[str], str]
+    tmp_path: Path,
+    oauth_lab: OAuthLab,
+    make_dovecot: Callable[..., Dovecot],
+    users: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the protocol libraries' too: still no token
     server = make_dovecot(oauth2_introspection_url=oauth_lab.introspection_url)
     smtp = SmtpLab(server, oauth=oauth_lab.check)
     smtp.start()
@@ -105,6 +111,9 @@ async def test_oauthbearer_on_imap_and_smtp_and_a_refused_token_renewed(
         assert oauth_lab.grants == ["refresh_token"] * 2
         log = server.log_path.read_text()
         assert "oauth2 failed: Introspection failed" in log and log.count(f"user=<{quinn}>, method=OAUTHBEARER") == 2
+        assert "renewed (refused by the server)" in caplog.text
+        logged = caplog.text + "".join(str(r.__dict__) for r in caplog.records)
+        assert not [token for token in oauth_lab.issued if token in logged]
     finally:
         smtp.stop()
 
