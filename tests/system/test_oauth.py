@@ -3,14 +3,16 @@ passdb and the SMTP lab, both validating tokens by RFC 7662 introspection at the
 (tests/lab/oauth.py), which also runs the RFC 8628 device grant that `quinn auth login` goes through.
 
 The daemon answers mail over XOAUTH2 on both sides; tokens that stop working mid-run are renewed without losing
-or repeating a mail; a revoked refresh token holds mail, `quinn check` says to sign in again, and after
-`quinn auth login` the held mail is answered; no token ever reaches a log line or a command's output.
+or repeating a mail; a revoked refresh token holds mail (found by the IMAP login: retried until the new token
+file appears; found by the SMTP login: quinn/hold.py's setup hold, ended by SIGHUP), `quinn check` says to sign
+in again, and after `quinn auth login` the held mail is answered once; no token reaches a log line or output.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from typing import NamedTuple
 import httpx
 import pytest
 
+from quinn.hold import HELD_PREFIX
 from quinn.lab.wait import wait_for
 from tests.lab.daemon import LabConfig, QuinnProcess
 from tests.lab.dovecot import Dovecot
@@ -166,10 +169,25 @@ def test_device_login_mail_over_oauth_expiry_and_revocation(
     outputs.append(again.stdout + again.stderr)
     answered_once(setup, alice, [first, second, third], daemon)
 
-    def all_replied() -> bool:  # the ledger's last step follows the reply's delivery
-        return all(ledger(config.db_path)[mid]["state"] == "replied" for mid in (first, second, third))
+    def all_replied(*mids: str) -> bool:  # the ledger's last step follows the reply's delivery
+        return all(ledger(config.db_path)[mid]["state"] == "replied" for mid in mids)
 
-    wait_for(all_replied, "the three mails replied in the ledger", timeout_s=30, log=daemon.log)
+    wait_for(lambda: all_replied(first, second, third), "three replied", timeout_s=30, log=daemon.log)
+
+    # Revoked while the IMAP session stays up: the SMTP login is what finds out. That is quinn/hold.py's setup
+    # hold: the mail is deferred (not failed, no attempt counted) until the operator signs in again and reloads.
+    oauth.revoke(config.address)
+    fourth = deliver(setup, alice, "Question four")
+    daemon.wait_for_log("mail is held (deferred, not failed)", timeout_s=60)
+    row = ledger(config.db_path)[fourth]
+    assert row["state"] == "deferred" and row["reason"].startswith(HELD_PREFIX) and row["attempts"] == 0, row
+    assert "run `quinn auth login`" in row["reason"]
+    again = auth_login(setup)
+    outputs.append(again.stdout + again.stderr)
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGHUP)  # the operator's "I fixed it": the hold ends at once
+    answered_once(setup, alice, [first, second, third, fourth], daemon)
+    wait_for(lambda: all_replied(fourth), "the held mail replied", timeout_s=30, log=daemon.log)
     assert daemon.terminate() == 0
 
     # No token, device code or authorization code in any log line or command output.
