@@ -96,6 +96,17 @@ def test_auth_status_shows_everything_but_the_tokens(tmp_path: Path, capsys: pyt
     assert "refused: invalid_grant" in capsys.readouterr().out
 
 
+def test_auth_commands_need_an_oauth_login(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text(CONFIG.replace('auth = "oauth2"\n', 'auth = "password"\npassword_env = "X"\n', 1).replace(
+        'username = "quinn@example.org"\nauth = "oauth2"\n[llm]', "[llm]"))  # fmt: skip
+    text = path.read_text().replace('from_address = "quinn@example.org"\nusername = "quinn@example.org"\nauth = '
+                                    '"oauth2"\n', 'from_address = "quinn@example.org"\n')  # fmt: skip
+    path.write_text(text)
+    assert cli.main(["auth", "status", "-c", str(path)]) == 2
+    assert 'neither [imap] nor [smtp] logs in with OAuth (hint: set auth = "oauth2"' in capsys.readouterr().err
+
+
 def test_config_asks_for_what_oauth_needs(tmp_path: Path) -> None:
     path = tmp_path / "q.toml"
     path.write_text(CONFIG.replace('token_url = "https://login.example.org/token"\n', ""))

@@ -130,6 +130,11 @@ def test_device_login_mail_over_oauth_expiry_and_revocation(
     outputs.append(status.stdout + status.stderr)
     assert status.returncode == 0 and config.address in status.stdout and "mail" in status.stdout, status.stdout
     assert "access token expires" in status.stdout and "held" in status.stdout
+    check = quinn(config, "check")  # the token opens IMAP and SMTP before the daemon ever runs
+    outputs.append(check.stdout + check.stderr)
+    lines = {line.split()[0]: line for line in check.stdout.splitlines() if line.strip()}
+    assert all(" ok " in lines[name] for name in ("oauth", "imap", "smtp")), check.stdout
+    assert f"{config.address}: access token valid until" in lines["oauth"]
 
     # Mail answered over OAuth on both sides: Dovecot's oauth2 passdb and the SMTP lab accepted the token.
     alice = users("alice")
