@@ -59,6 +59,19 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         r"\1" + REDACTED,
     ),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"), REDACTED),
+    # OAuth 2.0: a bearer token anywhere (RFC 6750 §2.1, as inside XOAUTH2/OAUTHBEARER), and token endpoint fields
+    # (RFC 6749 §5.1, §6; RFC 8628 §3.4).
+    (re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE), r"\1" + REDACTED),
+    # Bare token shapes: a JWT (Microsoft's access tokens), Google's access (ya29.) and refresh (1//) tokens.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+    (re.compile(r"\bya29\.[A-Za-z0-9_-]+|(?<![\w/])1//0[A-Za-z0-9_-]+"), REDACTED),
+    (
+        re.compile(
+            r"((?:access_token|refresh_token|device_code|id_token|code_verifier)['\"]?\s*[:=]\s*['\"]?)"
+            r"[^\s'\",}&]+"
+        ),
+        r"\1" + REDACTED,
+    ),
     # Credentials inside URLs (RFC 3986 §3.2.1).
     (re.compile(r"(//)[^/@\s:]+:[^/@\s]+@"), r"\1" + REDACTED + "@"),
 )

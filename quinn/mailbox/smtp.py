@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import html
 import logging
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime, formataddr
+from typing import TYPE_CHECKING
 
 import aiosmtplib
 
@@ -19,6 +21,9 @@ from quinn.config import SmtpConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.mailbox.message import InboundEmail
 from quinn.mailbox.policy import reply_subject
+
+if TYPE_CHECKING:
+    from quinn.oauth import TokenSource
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +135,14 @@ class MaybeSent(RetryLater):
 class SmtpSender:
     """Sends raw messages over SMTP with the configured TLS mode and AUTH."""
 
-    def __init__(self, config: SmtpConfig) -> None:
+    def __init__(self, config: SmtpConfig, tokens: TokenSource | None = None) -> None:
         self.config = config
+        self.tokens = tokens  # with auth = "oauth2": where the access token comes from
+
+    @property
+    def uses_token(self) -> bool:
+        """Whether the login is SASL XOAUTH2/OAUTHBEARER with an OAuth access token."""
+        return self.config.auth == "oauth2" and bool(self.config.username)
 
     def _kwargs(self) -> dict[str, object]:
         c = self.config
@@ -141,17 +152,61 @@ class SmtpSender:
         }  # fmt: skip
         if c.tls != "none":
             kwargs["tls_context"] = ssl.create_default_context(cafile=str(c.ca_file) if c.ca_file else None)
-        if c.username:
+        if c.username and not self.uses_token:
             kwargs["username"] = c.username
             kwargs["password"] = c.secret("password") or ""
         return kwargs
+
+    async def _access_token(self, rejected: str | None = None) -> str:
+        """A token from the source (renewing it is a blocking HTTP call: off the loop). An unreachable token
+        endpoint is an outage, not the message's fault: the reply waits."""
+        assert self.tokens is not None, 'smtp.auth = "oauth2" without a token source'
+        try:
+            return await asyncio.to_thread(self.tokens.access_token, rejected)
+        except ConnectError as exc:
+            raise RetryLater(exc.message, exc.hint) from None
+
+    async def _token_login(self, client: aiosmtplib.SMTP) -> None:
+        """SASL XOAUTH2 or OAUTHBEARER (RFC 7628); a refused token is renewed once and tried again on the same
+        connection (RFC 4954 §4 allows another AUTH after a failed one), then the refusal stands."""
+        token = await self._access_token()
+        try:
+            await self._authenticate(client, token)
+        except aiosmtplib.SMTPAuthenticationError:
+            await self._authenticate(client, await self._access_token(rejected=token))
+
+    async def _authenticate(self, client: aiosmtplib.SMTP, token: str) -> None:
+        from quinn.oauth import encoded, oauthbearer
+
+        username = self.config.username or ""
+        assert self.tokens is not None
+        if self.tokens.config.mechanism != "oauthbearer":
+            await client.auth_xoauth2(username, token)
+            return
+        await client._ehlo_or_helo_if_needed()
+        response = await client.execute_command(b"AUTH", b"OAUTHBEARER",
+                                                encoded(oauthbearer(username, token, self.config.host,
+                                                                    self.config.port)).encode())  # fmt: skip
+        if response.code == 334:  # RFC 7628 §3.2.3: an error challenge, answered with a lone %x01
+            response = await client.execute_command(b"AQ==")
+        if response.code != 235:
+            raise aiosmtplib.SMTPAuthenticationError(response.code, response.message)
+
+    async def _send_with_token(self, raw: bytes, sender: str, recipients: list[str]) -> None:
+        client = aiosmtplib.SMTP(**self._kwargs())  # type: ignore[arg-type]
+        async with client:
+            await self._token_login(client)
+            await client.sendmail(sender, recipients, raw)
 
     async def send(self, raw: bytes, sender: str, recipients: list[str]) -> None:
         """Send one message; ``RetryLater`` for transient failures (``MaybeSent`` when the server may have
         accepted it), ``ConnectError`` for permanent (5xx) ones, ``ConfigError`` when the login is refused (5xx):
         the operator's to fix, not the message's fault."""
         try:
-            await aiosmtplib.send(raw, sender=sender, recipients=recipients, **self._kwargs())  # type: ignore[arg-type]
+            if self.uses_token:
+                await self._send_with_token(raw, sender, recipients)
+            else:
+                await aiosmtplib.send(raw, sender=sender, recipients=recipients, **self._kwargs())  # type: ignore[arg-type]
         except aiosmtplib.SMTPRecipientsRefused as exc:
             codes = [r.code for r in exc.recipients]
             if all(code >= 500 for code in codes):
@@ -160,7 +215,9 @@ class SmtpSender:
         except aiosmtplib.SMTPAuthenticationError as exc:
             message = f"SMTP login as {self.config.username} rejected ({exc.code})"
             if exc.code >= 500:  # wrong credentials: every reply would fail alike, so the daemon holds mail
-                raise ConfigError(message, "check smtp.username and the password variable") from exc
+                hint = ("check smtp.username, and that the app may send mail (its scopes); `quinn auth login` signs "
+                        "in anew") if self.uses_token else "check smtp.username and the password variable"  # fmt: skip
+                raise ConfigError(message, hint) from exc
             raise RetryLater(message, "the server said the failure is temporary") from exc
         except aiosmtplib.SMTPResponseException as exc:
             if 500 <= exc.code < 600:
@@ -179,7 +236,9 @@ class SmtpSender:
         client = aiosmtplib.SMTP(**kwargs)  # type: ignore[arg-type]
         try:
             await client.connect()
-            if username:
+            if self.uses_token:
+                await self._token_login(client)
+            elif username:
                 await client.login(str(username), str(password))
             await client.quit()
         except aiosmtplib.SMTPAuthenticationError as exc:
