@@ -34,6 +34,7 @@ from quinn.agent.json_text import (
 from quinn.agent.salvage import rescaled, without_invalid_items
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
+from quinn.logs import fingerprint
 from quinn.sdks import skipped
 
 log = logging.getLogger(__name__)
@@ -357,7 +358,15 @@ class LLM:
                 response = await self._first_text_call(model, system, user, tools, ctx)
             usage += _usage(response, model.model_id)
             while True:
-                if response.tool_calls:
+                if response.tool_calls and bare:
+                    # Asked without tools, the model still calls one: there is nothing to run it with (a plain
+                    # call's response takes no context; issue 30 found the TypeError). Its text is the answer.
+                    log.warning("model %s called %d tool(s) when none were offered; reading its text only",
+                                model.model_id, len(response.tool_calls))  # fmt: skip
+                    if not response.text().strip():
+                        raise RetryLater(f"model {model.model_id} answered the request without tools with a tool "
+                                         "call and no text; nothing was sent")  # fmt: skip
+                elif response.tool_calls:
                     if rounds >= self.config.max_tool_rounds:
                         if rounds > self.config.max_tool_rounds:
                             break
@@ -391,8 +400,9 @@ class LLM:
                     note = ("Your tool calls were run. Results:\n" + "\n".join(results) + "\nNow write the reply "
                             "to the email as plain text: no JSON, no tool calls.")  # fmt: skip
                 elif not nudged:
-                    log.warning("model %s answered with %s instead of a reply; asking for plain text: %.200s",
-                                model.model_id, what, text)  # fmt: skip
+                    # Its text is never logged: it may be the user's memories pasted (issue 30).
+                    log.warning("model %s answered with %s instead of a reply (%s); asking for plain text",
+                                model.model_id, what, fingerprint(text))  # fmt: skip
                     nudged = True
                     note = (f"That was {what}, not a reply (tool results you asked for are above). Write your own "
                             "reply to the email now as plain text, without JSON and without tool calls.")  # fmt: skip
@@ -410,7 +420,7 @@ class LLM:
                     continue
                 else:
                     raise RetryLater(f"model {model.model_id} answered with {what} instead of a reply, twice; "
-                                     f"nothing was sent: {text[:200]!r}")  # fmt: skip
+                                     f"nothing was sent ({fingerprint(text)})")  # fmt: skip
                 notes.append(note)  # our own words: a reply that sends them back is no reply either
                 response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
                 usage += _usage(response, model.model_id)
@@ -519,7 +529,7 @@ def _parse_answer(response: Any, format: type[T], model: str, *, last_try: bool)
         try:
             return response.parse()  # e.g. a format tool's arguments, not text
         except llm.ParseError as exc:
-            raise _InvalidAnswer(f"no JSON object in the answer ({text[:100]!r})") from exc
+            raise _InvalidAnswer(f"no JSON object in the answer ({fingerprint(text)})") from exc
     if is_schema_dump(value):
         raise _InvalidAnswer("that is the JSON schema itself, not an answer that follows it")
     fields = set(format.model_fields)
@@ -528,7 +538,8 @@ def _parse_answer(response: Any, format: type[T], model: str, *, last_try: bool)
         if len(value) == 1 and isinstance(inner, dict) and fields & set(inner):
             value = inner  # {"Extraction": {...}}: the answer wrapped in one more object
         else:
-            raise _InvalidAnswer(f"keys {sorted(value)} are not in the schema; use {sorted(fields)}")
+            # The model's keys are its text (logged with this message): counted, not shown.
+            raise _InvalidAnswer(f"its {len(value)} key(s) are not in the schema; use {sorted(fields)}")
     if value == {} and fields and not last_try:
         raise _InvalidAnswer("an empty object {}: give the schema's fields (an empty list where there is nothing)")
     if repaired:
