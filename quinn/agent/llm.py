@@ -228,6 +228,7 @@ class LLM:
         self._compatible: set[str] = set()  # model ids served by an OpenAI-compatible server
         self._format_mode: dict[str, str] = {}  # model id -> the structured-output mode its server accepts
         self._no_tools: set[str] = set()  # model ids whose server refused tool definitions
+        self._context: dict[str, int] = {}  # model id -> the context window its server named in a refusal
         llm.reset_provider_registry()
         for model in {self.model_id, self.background_model_id}:
             self._register(model)
@@ -318,9 +319,30 @@ class LLM:
         """
         token = _PURPOSE.set(purpose)
         try:
+            self._fits(self._model(background).model_id, system, user)
             return await self._text(system, user, tools, ctx, background, echo_of, recalled)
+        except PromptTooLong as exc:
+            self._learn_context(self._model(background).model_id, exc)
+            raise
         finally:
             _PURPOSE.reset(token)
+
+    def _fits(self, model_id: str, system: str, user: str) -> None:
+        """Refuse, before anything is sent, a request that cannot fit the model's context (issue 30): the context
+        is ``[llm] context_tokens``, else what the server named when it refused a long prompt; the request is
+        estimated at four characters a token, plus the answer's room (``max_output_tokens``)."""
+        limit = self.config.context_tokens or self._context.get(model_id)
+        if limit is None:
+            return
+        needed = -(-(len(system) + len(user)) // 4) + (self.config.max_output_tokens or 0)
+        if needed > limit:
+            raise PromptTooLong(f"the request needs about {needed} tokens with the answer's room, more than model "
+                                f"{model_id}'s context of {limit}: not sent", limit, needed)  # fmt: skip
+
+    def _learn_context(self, model_id: str, exc: PromptTooLong) -> None:
+        """Keep the context window a server named, so the next request too long for it is not sent at all."""
+        if exc.limit and self.config.context_tokens is None:
+            self._context[model_id] = exc.limit
 
     async def _text(
         self,
@@ -452,7 +474,11 @@ class LLM:
         modes = self._modes(model.model_id)
         purpose = _PURPOSE.set(format.__name__)  # the schema's name, as json_schema mode sends it
         try:
+            self._fits(model.model_id, system, user)
             return await self._structured(model, modes, system, user, format, usage)
+        except PromptTooLong as exc:
+            self._learn_context(model.model_id, exc)
+            raise
         finally:
             _PURPOSE.reset(purpose)
 

@@ -10,7 +10,7 @@ import pytest
 from mirascope import llm
 from pydantic import BaseModel, Field
 
-from quinn.agent.llm import LLM
+from quinn.agent.llm import LLM, PromptTooLong
 from quinn.errors import RetryLater
 from tests.agent.test_llm import make_llm
 from tests.lab.llm_server import Error, Json, ScriptedLLM, Text, ToolCall, ToolCalls
@@ -294,6 +294,26 @@ async def test_what_the_model_wrote_is_never_in_a_log_line_or_a_reason(
                                      echo_of=("What is my PIN?",), recalled=[pasted])  # fmt: skip
     assert "4242" not in raised.value.message and "sha256" in raised.value.message
     assert caplog.records and not [r for r in caplog.records if "4242" in r.getMessage()]
+
+
+async def test_a_request_larger_than_the_models_context_is_never_sent(llm_server: ScriptedLLM) -> None:
+    """Issue 30: the context a server named in its refusal, or [llm] context_tokens, keeps a request that cannot
+    fit from being sent at all (each sent one is a bill, and each failed try was up to three calls)."""
+    llm_server.script(Error(400, "This model's maximum context length is 1000 tokens. However, you requested 5000 "
+                                 "tokens (4800 in the messages, 200 in the completion)."))  # fmt: skip
+    seam = local(llm_server)
+    with pytest.raises(PromptTooLong):
+        await seam.text("You are Quinn.", "x" * 20000)
+    with pytest.raises(PromptTooLong, match="not sent"):
+        await seam.text("You are Quinn.", "x" * 20000)
+    with pytest.raises(PromptTooLong, match="not sent"):
+        await seam.structured("Extract.", "x" * 20000, Facts)
+    assert len(llm_server.requests) == 1
+    assert (await seam.text("You are Quinn.", "Hi")).text  # what fits is sent
+    configured = local(llm_server, context_tokens=2000, max_output_tokens=500)
+    with pytest.raises(PromptTooLong, match="context of 2000: not sent"):
+        await configured.text("You are Quinn.", "x" * 6200)  # 1,555 + 500 of answer
+    assert len(llm_server.requests) == 2
 
 
 async def test_a_server_refusing_tools_is_asked_without_them_from_then_on(llm_server: ScriptedLLM) -> None:
