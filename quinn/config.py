@@ -326,9 +326,9 @@ class PolicyConfig(Section):
         default=200, ge=1, description="Rate cap on all replies together; mail over it waits."
     )
     max_unauthenticated_replies_per_hour: int = Field(
-        default=20, ge=0,
-        description="Rate cap on all replies to senders nobody vouched for, together (0: none are answered); mail "
-        "over it waits.",
+        default=20, ge=1,
+        description="Rate cap on all replies to senders nobody vouched for, together; mail over it waits. To "
+        'answer none of them, set unauthenticated = "reject".',
     )  # fmt: skip
     subject_window_days: float = Field(
         default=14.0, gt=0, description="Mail without thread ids joins a session with the same subject this recent."

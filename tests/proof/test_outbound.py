@@ -2,8 +2,9 @@
 its console, the scripted model, and what reached the SMTP server.
 
 One daemon with the DEFAULT outbound and budget settings (only authserv_id set, as deploy/SECURITY.md asks) serves
-the module. Each test is one attack of the issue, asserted on what Quinn sent, what the model server received,
-what the ledger and the log hold and what the console shows. ``-s`` prints the figures the closing note quotes.
+the module, but for the global cap on replies to strangers (``STRANGERS_CAP``, so a few mails reach it). Each test
+is one attack of the issue, asserted on what Quinn sent, what the model server received, what the ledger and the
+log hold and what the console shows. ``-s`` prints the figures the closing note quotes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ NO_DMARC = "nodmarc.test"  # a domain without a DMARC record: the lab's MX stamp
 RECIPIENTS_CAP = 5  # [policy] max_recipients_per_reply, default
 REQUEST_TOKENS = 24000  # [budget] request_tokens, default
 REQUEST_TOKENS_UNAUTHENTICATED = 4000  # [budget] request_tokens_unauthenticated, default
+STRANGERS_CAP = 4  # [policy] max_unauthenticated_replies_per_hour (default 20)
 FIGURES: dict[str, str] = {}
 
 
@@ -91,7 +93,8 @@ class OutboundLab:
         store = MemoryStore.open(str(self.db_path), embedder=None)
         store.add(self.alice, self.secret, type="personal", scope="profile")
         store.close()
-        extra = f'[embeddings]\nbackend = "none"\n{DAEMON_CONSOLE}'
+        extra = (f'[embeddings]\nbackend = "none"\n[policy]\nmax_unauthenticated_replies_per_hour = {STRANGERS_CAP}\n'
+                 f"{DAEMON_CONSOLE}")  # fmt: skip
         text = lab_config_text(imap_port=self.dovecot.port, smtp_port=self.smtp.port, address=self.quinn,
                                llm_url=self.llm.openai_base_url, db_path=self.db_path, extra=extra)  # fmt: skip
         path = self.tmp / "quinn.toml"
@@ -210,7 +213,7 @@ def test_a_stranger_without_a_verdict_keeps_a_plain_answer(lab):
 @pytest.mark.parametrize("who", ["unauthenticated", "authenticated"])
 def test_the_prompt_of_a_huge_mail_stays_within_the_budget(lab, who):
     """2.9 MB with 15,000 tiny attachments: what reaches the model is cut to the sender's budget."""
-    sender = unique_address("big", NO_DMARC) if who == "unauthenticated" else lab.alice
+    sender = unique_address("big", NO_DMARC if who == "unauthenticated" else "example.test")  # DMARC none / pass
     token = f"huge{uuid.uuid4().hex[:8]}"
     text = f"{token}\n" + ("All work and no play makes Jack a dull boy.\n" * 3000)
     raw = many_attachments(sender, lab.quinn, f"Files {token}", text, 15000)
@@ -243,3 +246,19 @@ def test_model_and_memory_text_never_reach_logs_ledger_or_console(lab):
              "console": page.count(lab.marker)}  # fmt: skip
     FIGURES["marker of a memory echoed by the model: occurrences"] = ", ".join(f"{k} {v}" for k, v in found.items())
     assert found == {"log": 0, "ledger": 0, "console": 0}
+
+
+def test_replies_to_strangers_are_capped_together(lab):
+    """Every stranger has an address of their own, so their replies are also capped all together: past the cap a
+    mail waits (deferred, the reason says which cap), it is not dropped."""
+    # Module order: the strangers above were answered within this hour and count too.
+    replied = query(lab.db_path, "SELECT count(*) FROM mail_state WHERE state = 'replied' AND sender_key LIKE ?",
+                    ("unverified:%",))[0][0]  # fmt: skip
+    states = []
+    for i in range(max(STRANGERS_CAP - int(replied), 0) + 1):
+        stranger = unique_address(f"s{i}", NO_DMARC)
+        raw = message(stranger, lab.quinn, f"Question {i}", "Are you open on Sunday?")
+        states.append(lab.send(raw, stranger))
+    assert states[-1] == "deferred" and set(states[:-1]) <= {"replied"}, states
+    [reason] = query(lab.db_path, "SELECT reason FROM mail_state WHERE message_id = ?", (lab.message_id(raw),))[0]
+    assert reason.startswith(f"rate cap: {STRANGERS_CAP} replies to unverified senders in the last hour")
