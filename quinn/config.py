@@ -254,6 +254,11 @@ class LlmConfig(Section):
     max_output_tokens: int | None = Field(
         default=None, gt=0, description="Cap on the tokens of one model answer (the provider's own default when unset)."
     )
+    context_tokens: int | None = Field(
+        default=None, gt=0,
+        description="The model's context window in tokens, when known: a request that would not fit (its estimate "
+        "plus max_output_tokens) is never sent. Unset: learnt from the server's first refusal of a long prompt.",
+    )  # fmt: skip
     price_input_per_mtok: float | None = Field(
         default=None, ge=0,
         description="What a million input tokens of model cost, in the currency of your bill; with "
@@ -365,6 +370,12 @@ class PolicyConfig(Section):
         description="What to do with mail whose sender is not authenticated: answer it plainly (no memory, no "
         "tools, only to the From address, under its own rate cap), or not at all.",
     )
+    answer_failed_senders: bool = Field(
+        default=False,
+        description="Answer (plainly, as above) mail whose sender our server's check failed: dmarc=fail, or, "
+        "without a DMARC result, an SPF fail for the From domain. Off: such mail is rejected unanswered, as its "
+        "From is most likely forged and a reply would go to the forged address (backscatter).",
+    )  # fmt: skip
     plus_addressing: Literal["separate", "base"] = Field(
         default="separate",
         description='"separate": alice+news@x is another user than alice@x; "base": both are alice@x.',
@@ -375,6 +386,24 @@ class PolicyConfig(Section):
     max_replies_per_thread_per_hour: int = Field(
         default=10, ge=1, description="Rate cap per thread (stops reply ping-pong); mail over it waits."
     )
+    max_recipients_per_reply: int = Field(
+        default=5, ge=1, le=100,
+        description="Addresses one reply goes to, at most (To and Cc); Reply-To and Cc addresses beyond it get "
+        "nothing, and the reply says how many.",
+    )  # fmt: skip
+    max_replies_per_domain_per_hour: int = Field(
+        default=60, ge=1,
+        description="Rate cap per domain: a reply counts for the sender's domain and for each domain it goes to "
+        "(an attacker has unlimited addresses, not unlimited domains); mail over it waits.",
+    )  # fmt: skip
+    max_replies_per_hour: int = Field(
+        default=200, ge=1, description="Rate cap on all replies together; mail over it waits."
+    )
+    max_unauthenticated_replies_per_hour: int = Field(
+        default=20, ge=1,
+        description="Rate cap on all replies to senders nobody vouched for, together; mail over it waits. To "
+        'answer none of them, set unauthenticated = "reject".',
+    )  # fmt: skip
     subject_window_days: float = Field(
         default=14.0, gt=0, description="Mail without thread ids joins a session with the same subject this recent."
     )
@@ -435,6 +464,45 @@ class DocumentsConfig(Section):
         default=2000, ge=0,
         description="Tokens of the new mail's attachments' text in the reply prompt; the rest is found by search.",
     )  # fmt: skip
+
+
+class BudgetConfig(Section):
+    """What one reply prompt may carry, by trust (issue 30): a stranger's mail cannot buy a big model bill."""
+
+    request_tokens: int = Field(
+        default=24000, ge=1000,
+        description="The whole reply request for an authenticated sender (instructions, memories, thread, files, "
+        "the mail), estimated at four characters a token. The thread, memories and files are cut to fit; a "
+        "request still larger (or larger than llm.context_tokens) is never sent and the mail waits.",
+    )  # fmt: skip
+    request_tokens_unauthenticated: int = Field(
+        default=4000, ge=500, description="The same for a sender nobody vouched for."
+    )
+    mail_tokens: int = Field(
+        default=8000, ge=100,
+        description="The new mail's text in a prompt (the reply's and the extraction's), authenticated sender; "
+        "the rest is cut and the prompt says so.",
+    )  # fmt: skip
+    mail_tokens_unauthenticated: int = Field(
+        default=1500, ge=100, description="The new mail's text in the prompt for a sender nobody vouched for."
+    )
+    attachments_listed: int = Field(
+        default=30, ge=0,
+        description='Attached files listed (and read) per mail, authenticated sender; the prompt says "(N more '
+        'attachments not shown)" for the rest.',
+    )  # fmt: skip
+    attachments_listed_unauthenticated: int = Field(
+        default=10, ge=0, description="Attached files listed (by name: never read) for a sender nobody vouched for."
+    )
+
+    @model_validator(mode="after")
+    def _mail_fits(self) -> BudgetConfig:
+        for side in ("", "_unauthenticated"):
+            mail, request = getattr(self, f"mail_tokens{side}"), getattr(self, f"request_tokens{side}")
+            if mail * 2 > request:
+                raise ValueError(f"mail_tokens{side} ({mail}) must be at most half of request_tokens{side} "
+                                 f"({request}): the instructions and the rest of the prompt need room too")  # fmt: skip
+        return self
 
 
 class DomainConfig(Section):
@@ -709,6 +777,7 @@ class Config(BaseModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     documents: DocumentsConfig = Field(default_factory=DocumentsConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     oauth: OAuthConfig = Field(default_factory=OAuthConfig)

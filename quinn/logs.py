@@ -4,11 +4,14 @@ Secrets never reach a log line: the filter sits on the handler, so it sees every
 replaces the configured secrets themselves plus the shapes secrets take in protocol traces (IMAP LOGIN and
 AUTHENTICATE, SMTP AUTH, HTTP Authorization headers, ``api_key=`` pairs, ``sk-…`` keys, ``user:pass@`` URLs).
 Mail bodies are kept out by discipline instead: Quinn logs ids, addresses and reasons, and the libraries that
-would log request bodies (the model SDKs, httpx) are held at WARNING even when debug is on.
+would log request bodies (the model SDKs, httpx) are held at WARNING even when debug is on. What a model wrote
+never reaches a log line or the ledger either: it may paste a user's memories (issue 30), so it is told by its
+``fingerprint`` (length and hash), never by its text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -75,6 +78,13 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # Credentials inside URLs (RFC 3986 §3.2.1).
     (re.compile(r"(//)[^/@\s:]+:[^/@\s]+@"), r"\1" + REDACTED + "@"),
 )
+
+
+def fingerprint(text: str) -> str:
+    """A text told apart without showing it, for logs and reasons: its length and the start of its SHA-256
+    ("412 characters, sha256 3f2a9c01b7de"). The same answer twice has the same fingerprint."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{len(text)} characters, sha256 {digest}"
 
 
 class RedactingFilter(logging.Filter):

@@ -10,6 +10,7 @@ fields that claim its authserv-id ``LAB_AUTHSERV`` (RFC 8601 §5) and puts its o
 Received field of the hop. The lab cannot look up DNS, so its DMARC stands in: pass when the envelope sender's
 domain is the (single) From domain, as SPF-aligned DMARC would for a domain whose SPF record lists the lab;
 fail otherwise. A forger who writes alice's From and sends from their own domain gets dmarc=fail, as in life.
+A From domain in ``no_dmarc`` publishes no DMARC record: its mail gets dmarc=none, the "no verdict" of a stranger.
 ``strip_forged=False`` plays a misconfigured MX that leaves the sender's fields in place.
 """
 
@@ -209,9 +210,11 @@ class SmtpLab:
         stamp: bool = True,
         strip_forged: bool = True,
         oauth: Callable[[str, str], bool] | None = None,
+        no_dmarc: Sequence[str] = (),
     ) -> None:
         """Prepare; nothing listens until `start()`. ``stamp``: act as the MX (`mx_stamp`); off, only a Received
-        field is added (an MX that checks nothing: an unstamped path into the mailbox)."""
+        field is added (an MX that checks nothing: an unstamped path into the mailbox). ``no_dmarc``: From domains
+        without a DMARC record, stamped dmarc=none (no verdict)."""
         if tls not in ("none", "starttls", "ssl") or (tls != "none") != (cert is not None):
             raise ValueError("tls is none, starttls or ssl; starttls and ssl need cert=(cert, key)")
         self.dovecot = dovecot
@@ -226,6 +229,7 @@ class SmtpLab:
         self.data_size_limit = data_size_limit
         self.stamp = stamp
         self.strip_forged = strip_forged
+        self.no_dmarc = {d.lower() for d in no_dmarc}
         self.received: list[Received] = []
         self._failures: list[str] = []
         self._lock = threading.Lock()
@@ -323,7 +327,9 @@ class SmtpLab:
 
     def _deliver(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
         # An MTA always adds its Received field, even one that checks nothing (stamp off).
-        raw = mx_stamp(raw, mail_from, strip_forged=self.strip_forged) if self.stamp else mx_received(raw)
+        result = "none" if from_domain(raw) in self.no_dmarc else None
+        raw = mx_stamp(raw, mail_from, strip_forged=self.strip_forged, result=result) if self.stamp else (
+            mx_received(raw))  # fmt: skip
         stamped = return_path(mail_from) + raw
         for rcpt in rcpt_tos:
             self.dovecot.append(rcpt, stamped)

@@ -55,6 +55,7 @@ HOMES = {
     "SmtpSender": "smtp",
     "compose_reply": "smtp",
     "html_alternative": "smtp",
+    "reply_addresses": "smtp",
     "reply_message_id": "smtp",
     "Sessions": "threads",
     "thread_key": "threads",
@@ -105,6 +106,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.smtp import SmtpSender as SmtpSender
     from quinn.mailbox.smtp import compose_reply as compose_reply
     from quinn.mailbox.smtp import html_alternative as html_alternative
+    from quinn.mailbox.smtp import reply_addresses as reply_addresses
     from quinn.mailbox.smtp import reply_message_id as reply_message_id
     from quinn.mailbox.threads import Sessions as Sessions
     from quinn.mailbox.threads import thread_key as thread_key

@@ -51,6 +51,28 @@ def reply_all_cc(email: InboundEmail, own_address: str) -> list[str]:
     return _unique(a.address for a in (*email.to, *email.cc) if a.address not in to and not _is_own(a.address, own))
 
 
+def reply_addresses(email: InboundEmail, own_address: str, *, reply_all: bool = False, sender_only: bool = False,
+                    limit: int | None = None) -> tuple[list[str], list[str], int]:  # fmt: skip
+    """(To, Cc, left out) of the reply to ``email``: To is Reply-To or From (From alone with ``sender_only``), Cc
+    the other recipients with ``reply_all``; at most ``limit`` addresses together, To first, and how many more
+    the mail named (they get nothing: one mail must not make Quinn write to hundreds)."""
+    to = [email.sender] if sender_only and email.sender else reply_recipients(email)
+    cc = reply_all_cc(email, own_address) if reply_all and not sender_only else []
+    if limit is None:
+        return to, cc, 0
+    kept_to = to[:limit]
+    kept_cc = cc[: max(limit - len(kept_to), 0)]
+    return kept_to, kept_cc, len(to) + len(cc) - len(kept_to) - len(kept_cc)
+
+
+def left_out_note(left_out: int, limit: int) -> str:
+    """What a reply says when the mail named more addresses than it may go to; it names none of them."""
+    return (
+        f"This email asked for a reply to {left_out + limit} addresses. I write to at most {limit}, so {left_out} "
+        "of them got nothing from me."
+    )
+
+
 def _is_own(address: str, own: str) -> bool:
     local, _, domain = address.lower().rpartition("@")
     return address.lower() == own or f"{local.split('+', 1)[0]}@{domain}" == own
@@ -83,22 +105,26 @@ class Reply:
     subject: str
     body: str
     raw: bytes
+    left_out: int = 0  # addresses the mail named beyond the recipients cap: they get nothing
 
 
 def compose_reply(
     email: InboundEmail, body: str, *, own_address: str, own_name: str = "Quinn", reply_all: bool = False,
-    attachments: Sequence[tuple[str, str, bytes]] = (), sender_only: bool = False,
+    attachments: Sequence[tuple[str, str, bytes]] = (), sender_only: bool = False, max_recipients: int | None = None,
 ) -> Reply:  # fmt: skip
     """The reply to ``email`` with ``body`` as plain text and a simple HTML alternative.
 
     To is Reply-To or From; with ``reply_all`` the mail's other recipients stay on Cc. ``sender_only`` sends it to
     the From address alone, whatever Reply-To and Cc say: for what carries a user's memory wholesale (exports,
     digests, confirmation codes) and for mail whose sender nobody vouched for. ``attachments`` are (filename,
-    content type, data); with any, the message becomes multipart/mixed.
+    content type, data); with any, the message becomes multipart/mixed. ``max_recipients`` caps To and Cc together
+    (``reply_addresses``); the body then says how many addresses got nothing, without naming them.
     """
     message_id = reply_message_id(email.message_id, own_address)
-    to = [email.sender] if sender_only and email.sender else reply_recipients(email)
-    cc = reply_all_cc(email, own_address) if reply_all and not sender_only else []
+    to, cc, left_out = reply_addresses(email, own_address, reply_all=reply_all, sender_only=sender_only,
+                                       limit=max_recipients)  # fmt: skip
+    if left_out and max_recipients is not None:
+        body = f"{body}\n\n---\n{left_out_note(left_out, max_recipients)}"
     subject = reply_subject(email.subject)
     msg = EmailMessage(policy=SMTP)
     msg["From"] = formataddr((own_name, own_address))
@@ -118,7 +144,7 @@ def compose_reply(
     for filename, content_type, data in attachments:
         maintype, _, subtype = content_type.partition("/")
         msg.add_attachment(data, maintype=maintype, subtype=subtype or "octet-stream", filename=filename)
-    return Reply(message_id, [*to, *cc], subject, body, msg.as_bytes())
+    return Reply(message_id, [*to, *cc], subject, body, msg.as_bytes(), left_out)
 
 
 def html_alternative(body: str) -> str:
