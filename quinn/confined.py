@@ -82,7 +82,7 @@ def run_confined(function: Callable[..., T], args: tuple[Any, ...], limits: Chil
         raise ChildFailed("memory", f"needed more than the {limits.memory_bytes // 2**20} MB memory limit")
     if kind == "error":
         raise ChildFailed("error", f"failed: {value}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _child(sending: Connection, function: Callable[..., Any], args: tuple[Any, ...], limits: ChildLimits) -> None:
