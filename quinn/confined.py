@@ -1,16 +1,17 @@
-"""Running untrusted work in a child process that can be stopped: a wall-clock deadline, a memory cap, a CPU cap
-and a bound on the answer's size.
+"""Running untrusted work in a child process that can be stopped: a wall-clock deadline, a memory cap, a CPU cap and a
+bound on the answer's size.
 
 A thread cannot be stopped, so work that a hostile input can make slow or huge (a PDF crafted to make text
-extraction crawl, a template with nested loops or ``"x" * 10**10``) would go on burning a core, or the memory,
-after its caller gave up. ``run_confined`` runs ``function(*args)`` in a fresh child instead (``spawn``: no copy
-of the caller's threads, connections or secrets), which sets its own limits before it starts: address space at
-``memory_bytes`` and CPU time at the deadline (where setrlimit is allowed: deploy/quinn.service's system call
-filter refuses it, so there only the deadline holds, and the work's own limits), then tells the parent it is
-ready. The deadline starts then, so a slow start-up (importing the function's module) is not counted against the
-work; start-up has its own, generous bound. Past the deadline the child is killed. The answer comes back over a
-pipe, at most ``result_bytes`` of it. Blocks: call it from a worker thread, never from an event loop or the
-database thread. Used by the document readers (``quinn.documents``) and the template trials (``quinn.agent``).
+extraction crawl, a template with nested loops or ``"x" * 10**10``) would go on burning a core, or the memory, after
+its caller gave up. ``run_confined`` runs ``function(*args)`` in a fresh child instead (``spawn``: no copy of the
+caller's threads, connections or secrets), which sets its own limits before it starts: address space at
+``memory_bytes`` and CPU time at the deadline (deploy/quinn.service's ``~@resources`` refuses the old setrlimit
+system call, but glibc sets limits through prlimit64, which ``@default`` allows: the caps hold under the unit,
+tests/agent/test_trials.py proves it in its sandbox), then tells the parent it is ready. The deadline starts then,
+so a slow start-up (importing the function's module) is not counted against the work; start-up has its own, generous
+bound. Past the deadline the child is killed. The answer comes back over a pipe, at most ``result_bytes`` of it.
+Blocks: call it from a worker thread, never from an event loop or the database thread. Used by the document readers
+(``quinn.documents``) and the template trials (``quinn.agent``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def run_confined(function: Callable[..., T], args: tuple[Any, ...], limits: Chil
 
 def _child(sending: Connection, function: Callable[..., Any], args: tuple[Any, ...], limits: ChildLimits) -> None:
     """The child: cap the memory and the CPU time, say it is ready, run, send the answer."""
-    # Refused under the unit's SystemCallFilter=~@resources: there the deadline and the work's own limits hold.
+    # Should a filter refuse it (a libc using the setrlimit system call under ~@resources), the deadline holds.
     with contextlib.suppress(OSError, ValueError):
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     with contextlib.suppress(OSError, ValueError):

@@ -1,13 +1,12 @@
 """Reading one mail's files: the per-mail size budget, and the child process they are read in.
 
-The readers check their deadline between pages and rows, but a hostile file can keep a library busy inside one
-call (a PDF content stream crafted to make text extraction crawl) or make it allocate without bound. A thread
-cannot be stopped, so it would go on burning a core after the mail was answered. The files are read in a fresh
-child process instead (``quinn.confined``: no copy of the daemon's threads, connections or secrets), capped at
-``MEMORY_CAP_BYTES`` of address space (where setrlimit is allowed: deploy/quinn.service's system call filter
-refuses it, so there only the deadline and the readers' own limits hold), and killed when it outlives the
-deadline by ``STUCK_GRACE_S``. Its result comes back over a pipe. Costs about half a second of start-up per mail
-with files.
+The readers check their deadline between pages and rows, but a hostile file can keep a library busy inside one call
+(a PDF content stream crafted to make text extraction crawl) or make it allocate without bound. A thread cannot be
+stopped, so it would go on burning a core after the mail was answered. The files are read in a fresh child process
+instead (``quinn.confined``: no copy of the daemon's threads, connections or secrets), capped at
+``MEMORY_CAP_BYTES`` of address space (under deploy/quinn.service too: see ``quinn.confined``), and killed when it
+outlives the deadline by ``STUCK_GRACE_S``. Its result comes back over a pipe. Costs about half a second of start-up
+per mail with files.
 """
 
 from __future__ import annotations
