@@ -111,7 +111,7 @@ class TemplateTrials:
         try:
             return run_confined(function, args, self.limits)
         except ChildFailed as exc:
-            return f"rendering the template with the sample data {exc.message}: {FIX_HINT}"
+            return f"rendering the template {exc.message}: {FIX_HINT}"
 
     def _slot(self) -> None:
         if not self._free.acquire(blocking=False):
