@@ -28,9 +28,10 @@ from quinn.errors import QuinnError, TemplateError
 
 T = TypeVar("T")
 TRIAL_SLOTS = 2  # trials at once per TemplateTrials: the machine may have two cores
-# 10 s: start-up is not counted (confined.py), and the packaged templates take under half a second with the
-# heavy samples; 512 MB: a template's render needs a few MB, Python and Jinja some 100.
-TRIAL_LIMITS = ChildLimits(timeout_s=10.0, memory_bytes=512 * 2**20, result_bytes=16 * 2**20)
+# 5 s: start-up is not counted (confined.py), and the packaged templates take under half a second with the heavy
+# samples; a template that passes may run in the daemon's process for every reply, so the bound is kept short.
+# 512 MB: a template's render needs a few MB, Python and Jinja some 100.
+TRIAL_LIMITS = ChildLimits(timeout_s=5.0, memory_bytes=512 * 2**20, result_bytes=16 * 2**20)
 FIX_HINT = "look for a loop over range() or over a list inside another, or a string repeated many times"
 
 
