@@ -4,7 +4,11 @@ failed logins for the admin's name from another address."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,8 +18,12 @@ import httpx
 import pytest
 
 from quinn.agent.trials import TRIAL_LIMITS, TRIAL_SLOTS
+from quinn.console.auth import hash_password
 from quinn.console.serve import ConsoleServer
-from tests.console.conftest import PASSWORDS, World, csrf_of, full_console
+from quinn.lab.ports import free_port
+from quinn.lab.wait import wait_for
+from quinn.memory.store import MemoryStore
+from tests.console.conftest import CONFIG, PASSWORDS, TEST_COST, World, csrf_of, full_console
 
 # Hours of a nested loop in the sandbox (range() is capped at 100,000 items, not the nesting), and 4 GB of "x".
 LOOP = "{% block system %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x" \
@@ -122,3 +130,48 @@ def test_a_strangers_failures_slow_the_admin_down_never_lock_them_out(server: Co
         print(f"the admin logged in from another address {waited_s:.1f} s after asking")
         assert answer.status_code == 303, re.sub(r"\s+", " ", answer.text)[-300:]  # on c7b109b: 429 for 5 min
         assert "People" in admin.get("/people").text
+
+
+def test_sigterm_stops_quinn_console_while_previews_loop(tmp_path: Path) -> None:
+    """On c7b109b the console ignored SIGTERM while previews looped (uvicorn waits for the requests in flight,
+    which never ended): SIGKILL was needed. Now their children are killed at the deadline and the console stops."""
+    port = free_port()
+    (tmp_path / "quinn.toml").write_text(CONFIG.replace("login_attempts = 3", f"port = {port}"), encoding="utf-8")
+    MemoryStore.open(str(tmp_path / "quinn.db"), embedder=None).close()
+    env = {**os.environ, "Q_CONSOLE_ROOT": hash_password(PASSWORDS["root"], **TEST_COST),
+           "Q_CONSOLE_VIEWER": hash_password(PASSWORDS["viewer"], **TEST_COST)}  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "quinn", "console", "-c", str(tmp_path / "quinn.toml")],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{url}/login", timeout=2), "quinn console listening", 120,
+                 retry_on=(httpx.TransportError,))  # fmt: skip
+        with httpx.Client(base_url=url, timeout=60) as admin:
+            assert log_in(admin).status_code == 303
+            cookies = dict(admin.cookies)
+
+        def bomb(_index: int) -> int:
+            with httpx.Client(base_url=url, timeout=60, cookies=cookies) as client:
+                try:
+                    return preview(client, LOOP).status_code
+                except httpx.TransportError:  # the console went away mid-request: allowed
+                    return 0
+
+        with ThreadPoolExecutor(max_workers=TRIAL_SLOTS) as pool:
+            bombs = [pool.submit(bomb, index) for index in range(TRIAL_SLOTS)]
+            time.sleep(1.5)  # both are rendering in their children
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            try:
+                _out, err = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                pytest.fail("quinn console ignored SIGTERM for a minute while previews looped")
+            stopped_s = time.monotonic() - started
+            answered = [future.result() for future in bombs]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    print(f"quinn console stopped {stopped_s:.1f} s after SIGTERM; the looping previews got {answered}")
+    assert process.returncode == 0, err.decode()[-2000:]
+    assert stopped_s < TRIAL_LIMITS.timeout_s + 15  # the deadline, and a generous margin for a busy machine
