@@ -713,7 +713,10 @@ class ConsoleConfig(Section):
         default=12.0, gt=0, le=720, description="A login lasts this many hours (sessions also end at restart)."
     )
     login_attempts: int = Field(
-        default=5, ge=1, description="Failed logins allowed per address and per name within login_window_s."
+        default=5,
+        ge=1,
+        description="Failed logins allowed per client address within login_window_s (then the address is refused), "
+        "and per name (then each attempt for it waits its turn, 2 s or more apart: slowed, never locked).",
     )
     login_window_s: float = Field(default=300.0, gt=0, description="The window of login_attempts, in seconds.")
     admins: list[ConsoleAdmin] = Field(
