@@ -100,6 +100,13 @@ class ImapConfig(Section):
     max_message_kb: int = Field(
         default=10240, gt=0, description="Mail larger than this (RFC822.SIZE, in KiB) is quarantined unread."
     )
+    parse_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a mail's parsing may take (in a child process, killed past it). Such a try counts "
+        "as a strike, as does one the daemon was killed during; the third strike quarantines the mail as poison.",
+    )
     backlog: Literal["skip", "answer"] = Field(
         default="skip",
         description="Mail already in the folder when Quinn first watched it: skip leaves it there untouched, answer "

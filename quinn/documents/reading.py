@@ -1,64 +1,36 @@
 """Reading one mail's files: the per-mail size budget, and a child process that can be stopped (a hard deadline
-and a memory cap).
+and a memory cap: quinn/isolation.py).
 
 The readers check their deadline between pages and rows, but a hostile file can keep a library busy inside one
 call (a PDF content stream crafted to make text extraction crawl) or make it allocate without bound. A thread
-cannot be stopped, so it would go on burning a core after the mail was answered. The files are read in a fresh
-child process instead (``spawn``: no copy of the daemon's threads, connections or secrets), capped at
-``MEMORY_CAP_BYTES`` of address space (where setrlimit is allowed: deploy/quinn.service's system call filter
-refuses it, so there only the deadline and the readers' own limits hold), and killed when it outlives the
-deadline by ``STUCK_GRACE_S``. Its result comes back over a pipe. Costs about half a second of start-up per mail
-with files.
+cannot be stopped, so it would go on burning a core after the mail was answered. The files are read in a child
+process instead (``isolation.run_in_child``: capped at ``MEMORY_CAP_BYTES`` of address space where setrlimit is
+allowed, killed when it outlives the deadline by ``STUCK_GRACE_S``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import resource
 from collections.abc import Sequence
-from multiprocessing.connection import Connection
 
 from quinn.config import DocumentsConfig
 from quinn.documents.extract import Extracted, display_name, extract
 from quinn.documents.sections import Deadline, Limits
+from quinn.isolation import STUCK_GRACE_S, ChildStopped, run_in_child
 from quinn.mailbox import Attachment
 
-MEMORY_CAP_BYTES = 1024 * 1024 * 1024  # address space of the reading process: far above any file within limits
-STUCK_GRACE_S = 2.0  # past the deadline, the reader is given up on and killed
+__all__ = ["STUCK_GRACE_S", "limits_of", "read_attachments", "read_in_child", "unread"]
 
 
 def read_in_child(attachments: Sequence[Attachment], config: DocumentsConfig) -> list[Extracted] | str:
     """The mail's files read by ``read_attachments`` in a child process; a string saying why when the
     child was killed at the deadline or died. Blocks (call it from a worker thread)."""
-    context = multiprocessing.get_context("spawn")
-    receiving, sending = context.Pipe(duplex=False)
-    child = context.Process(target=_read, args=(sending, list(attachments), config), daemon=True)
-    child.start()
-    sending.close()  # the child's end: EOF here once it exits
     try:
-        if not receiving.poll(config.timeout_s + STUCK_GRACE_S):
+        return run_in_child(read_attachments, list(attachments), config, timeout_s=config.timeout_s, start="spawn")
+    except ChildStopped as stopped:
+        if stopped.timed_out:
             return f"reading the attached files took longer than the {config.timeout_s:g} s limit"
-        try:
-            return receiving.recv()
-        except EOFError:  # it died without an answer: the memory cap, or a crash in a library's C code
-            return "reading the attached files failed (it needed too much memory, or a reader crashed)"
-    finally:
-        receiving.close()
-        if child.is_alive():
-            child.kill()
-        child.join()
-
-
-def _read(sending: Connection, attachments: list[Attachment], config: DocumentsConfig) -> None:
-    """The child: cap the memory, read, send the result."""
-    # Refused under the unit's SystemCallFilter=~@resources: there the deadline and the readers' limits hold.
-    with contextlib.suppress(OSError, ValueError):
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
-    try:
-        sending.send(read_attachments(attachments, config))
-    finally:
-        sending.close()
+        # it died without an answer: the memory cap, or a crash in a library's C code
+        return "reading the attached files failed (it needed too much memory, or a reader crashed)"
 
 
 def limits_of(config: DocumentsConfig) -> Limits:

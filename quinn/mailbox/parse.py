@@ -104,6 +104,17 @@ def parse_email(raw: bytes, *, internal_date: datetime | None = None, max_bytes:
         raise MailParseError(f"parser failed: {type(exc).__name__}: {exc}", hint=_HINT) from exc
 
 
+def parse_or_reason(
+    raw: bytes, internal_date: datetime | None = None, max_bytes: int | None = None
+) -> InboundEmail | str:
+    """``parse_email``'s result, or the message of its refusal: what a child process sends back (never raises;
+    quinn/isolation.py)."""
+    try:
+        return parse_email(raw, internal_date=internal_date, max_bytes=max_bytes)
+    except MailParseError as exc:
+        return exc.message
+
+
 def _parse(raw: bytes, internal_date: datetime | None) -> InboundEmail:
     # IMAP delivers CRLF; files and tests use LF. Normalise first so text, hashes and ids agree.
     normalised = raw.replace(b"\r\n", b"\n")
