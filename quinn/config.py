@@ -67,7 +67,9 @@ class ImapConfig(Section):
     folder: str = Field(default="INBOX", description="Folder Quinn watches for new mail.")
     processed_folder: str = Field(default="Quinn/Processed", description="Handled mail is moved here.")
     quarantine_folder: str = Field(
-        default="Quinn/Quarantine", description="Mail that cannot be parsed or is too large is moved here."
+        default="Quinn/Quarantine",
+        description="Mail that cannot be parsed, is too large or is poison (read three times without an end) is "
+        "moved here.",
     )
     drafts_folder: str = Field(default="Drafts", description="Where replies go when reply_mode is draft.")
     sent_folder: str = Field(

@@ -49,17 +49,18 @@ def _context(start: Start) -> Any:
 
 
 def run_in_child(target: Callable[..., T], *args: Any, timeout_s: float, start: Start = "forkserver",
-                 memory_cap_bytes: int = MEMORY_CAP_BYTES) -> T:  # fmt: skip
+                 grace_s: float = STUCK_GRACE_S, memory_cap_bytes: int = MEMORY_CAP_BYTES) -> T:  # fmt: skip
     """``target(*args)`` computed in a child process; ``ChildStopped`` when it gave no answer within ``timeout_s``
-    (+ ``STUCK_GRACE_S``) or died. ``target`` must be a module-level function and never raise (return the reason
-    instead). Blocks: call it from a worker thread (``asyncio.to_thread``)."""
+    + ``grace_s`` (the grace is for work that checks its own deadline, as the document readers do) or died.
+    ``target`` must be a module-level function and never raise (return the reason instead). Blocks: call it from
+    a worker thread (``asyncio.to_thread``)."""
     context = _context(start)
     receiving, sending = context.Pipe(duplex=False)
     child = context.Process(target=_run, args=(sending, memory_cap_bytes, target, args), daemon=True)
     child.start()
     sending.close()  # the child's end: EOF here once it exits
     try:
-        if not receiving.poll(timeout_s + STUCK_GRACE_S):
+        if not receiving.poll(timeout_s + grace_s):
             raise ChildStopped(timed_out=True)
         try:
             result: T = receiving.recv()

@@ -247,7 +247,13 @@ class MailHandler:
         be parsed. Raises ``ChildStopped`` when the child was killed at the deadline or died."""
         c = self.parts.config.imap
         result: InboundEmail | str = await asyncio.to_thread(
-            run_in_child, parse_or_reason, raw, internal_date, c.max_message_kb * 1024, timeout_s=c.parse_timeout_s
+            run_in_child,
+            parse_or_reason,
+            raw,
+            internal_date,
+            c.max_message_kb * 1024,
+            timeout_s=c.parse_timeout_s,
+            grace_s=0,  # the parser has no deadline of its own: parse_timeout_s is the whole of it
         )
         return result
 
