@@ -14,6 +14,7 @@ from quinn.mailbox.parse import (
     MAX_HEADER_BYTES,
     MAX_HEADER_CHARS,
     MAX_HEADER_FIELDS,
+    MAX_MIME_PARTS,
     MAX_REFERENCES_HEAD,
     MAX_REFERENCES_TAIL,
     parse_email,
@@ -95,3 +96,12 @@ def test_attachments_past_the_limit_are_counted_not_kept() -> None:
     assert len(email.attachments) == MAX_ATTACHMENTS and email.attachments_left_out == 40
     assert email.attachments[-1].filename == f"f{MAX_ATTACHMENTS - 1}.bin"
     assert email.text == "hello"
+
+
+def test_a_mime_tree_of_too_many_parts_is_refused_before_mail_parser_walks_it() -> None:
+    part = "--b\nContent-Type: text/plain\n\nx\n"
+    body = part * (MAX_MIME_PARTS + 1) + "--b--\n"
+    started = time.perf_counter()
+    with pytest.raises(MailParseError, match=f"more than {MAX_MIME_PARTS} MIME parts"):
+        parse_email(mail('Content-Type: multipart/mixed; boundary="b"\n', body))
+    assert time.perf_counter() - started < 30  # generous: ~1 s, the stdlib's parse only

@@ -106,12 +106,12 @@ def many_attachments(sender: str, quinn: str, count: int) -> bytes:
 def test_a_parse_past_its_deadline_is_killed_and_the_mail_quarantined_after_the_strike_limit(
     mail_lab, lab_config, llm_server, quinn_daemon
 ) -> None:
-    """20,000 attachments take about two seconds to parse; past [imap] parse_timeout_s the child is killed, the
+    """15,000 attachments take a second or two to parse; past [imap] parse_timeout_s the child is killed, the
     mail waits for the next pass, and the third kill quarantines it. Bob's mail, behind it, is answered meanwhile."""
     llm_server.responder = plain_model
     config = lab_config(idle=False, extra='[embeddings]\nbackend = "none"\n', imap_extra="parse_timeout_s = 0.5")
     quinn, mallory, bob = config.address, mail_lab.new_user("mallory"), mail_lab.new_user("bob")
-    mail_lab.smtp.send(mallory, quinn, many_attachments(mallory, quinn, 20_000))
+    mail_lab.smtp.send(mallory, quinn, many_attachments(mallory, quinn, 15_000))
     mail_lab.smtp.send(bob, quinn, make_mail(bob, quinn, "Tomatoes", "When do I water them?", message_id="<bob@x>"))
     wait_for(lambda: len(mail_lab.dovecot.messages(quinn)) == 2, "both mails delivered", 60)
     daemon = quinn_daemon(config)
