@@ -26,9 +26,13 @@ ANSWERED_WITHIN_S = 30
 
 
 def eighty_thousand_ids(sender: str, quinn: str, message_id: str) -> bytes:
-    """The issue's mail: a References field of 80,000 message ids (~1.7 MB, far under max_message_kb)."""
-    refs = [f"<id{n:06d}@evil.test>" for n in range(IDS)]
-    return make_mail(sender, quinn, "So many ids", "Do you see this?", message_id=message_id, references=refs)
+    """The issue's mail: a References field of 80,000 message ids (~1.7 MB, far under max_message_kb), folded
+    three ids a line. Written by hand: the stdlib's header folding takes ~20 s over it."""
+    refs = [b"<id%06d@evil.test>" % n for n in range(IDS)]
+    folded = b"\r\n ".join(b" ".join(refs[i : i + 3]) for i in range(0, IDS, 3))
+    head = (f"From: {sender}\r\nTo: {quinn}\r\nSubject: So many ids\r\nDate: Sun, 22 Nov 2026 09:00:00 +0000\r\n"
+            f"Message-ID: {message_id}\r\nMIME-Version: 1.0\r\nContent-Type: text/plain\r\n")  # fmt: skip
+    return head.encode() + b"References: " + folded + b"\r\n\r\nDo you see this?\r\n"
 
 
 def start_with_two_mails(mail_lab: Any, lab_config: Any, llm_server: Any, extra: str = "") -> tuple[Any, dict]:
