@@ -241,17 +241,18 @@ class MailHandler:
         except Exception as exc:
             log.warning("mail uid=%s: strike not cleared (%s: %s)", key.uid, exc.__class__.__name__, exc)
 
-    async def parse(self, raw: bytes, internal_date: datetime | None) -> InboundEmail | str:
+    async def parse(self, raw: bytes, internal_date: datetime | None, *, sized: bool = True) -> InboundEmail | str:
         """The mail parsed in a child process, within ``[imap] parse_timeout_s`` and a memory cap
         (quinn/isolation.py), so a mail that is slow to parse never stalls the loop; a string says why it cannot
-        be parsed. Raises ``ChildStopped`` when the child was killed at the deadline or died."""
+        be parsed (``sized``: also when it is over ``max_message_kb``). Raises ``ChildStopped`` when the child was
+        killed at the deadline or died."""
         c = self.parts.config.imap
         result: InboundEmail | str = await asyncio.to_thread(
             run_in_child,
             parse_or_reason,
             raw,
             internal_date,
-            c.max_message_kb * 1024,
+            c.max_message_kb * 1024 if sized else None,
             timeout_s=c.parse_timeout_s,
             grace_s=0,  # the parser has no deadline of its own: parse_timeout_s is the whole of it
         )
@@ -392,7 +393,8 @@ class MailHandler:
         else:
             fault_point("before_learn")
             try:
-                email = await self.parse(queued.raw, queued.internal_date)  # parsed once already: off the loop too
+                # Parsed once already (under the size limit of that day): off the loop again.
+                email = await self.parse(queued.raw, queued.internal_date, sized=False)
                 if isinstance(email, str):
                     raise RetryLater(f"the queued mail no longer parses: {email}")
                 await self.conversation.learn(queued.user_id, email, transient=queued.attempts < MAX_ATTEMPTS)
