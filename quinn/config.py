@@ -75,7 +75,9 @@ class ImapConfig(Section):
     folder: str = Field(default="INBOX", description="Folder Quinn watches for new mail.")
     processed_folder: str = Field(default="Quinn/Processed", description="Handled mail is moved here.")
     quarantine_folder: str = Field(
-        default="Quinn/Quarantine", description="Mail that cannot be parsed or is too large is moved here."
+        default="Quinn/Quarantine",
+        description="Mail that cannot be parsed, is too large or is poison (read three times without an end) is "
+        "moved here.",
     )
     drafts_folder: str = Field(default="Drafts", description="Where replies go when reply_mode is draft.")
     sent_folder: str = Field(
@@ -107,6 +109,13 @@ class ImapConfig(Section):
     )  # fmt: skip
     max_message_kb: int = Field(
         default=10240, gt=0, description="Mail larger than this (RFC822.SIZE, in KiB) is quarantined unread."
+    )
+    parse_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a mail's parsing may take (in a child process, killed past it). Such a try counts "
+        "as a strike, as does one the daemon was killed during; the third strike quarantines the mail as poison.",
     )
     backlog: Literal["skip", "answer"] = Field(
         default="skip",
