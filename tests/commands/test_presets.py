@@ -16,7 +16,7 @@ from quinn.commands import init
 from quinn.config import Config, load_config
 from quinn.engine import parts
 from quinn.mailbox import check_trust, parse_email
-from quinn.mailbox.policy import authenticated
+from quinn.mailbox.policy import authenticated, decide
 
 MS = "https://login.microsoftonline.com/{}/oauth2/v2.0/"
 OUTLOOK_SCOPES = ["https://outlook.office.com/IMAP.AccessAsUser.All", "https://outlook.office.com/SMTP.Send",
@@ -267,6 +267,9 @@ def test_an_exchange_online_header_block_authenticates_with_the_microsoft365_pre
         "a second AuthAs the sender added": exo(EXO_STAMP, "X-MS-Exchange-Organization-AuthAs: Anonymous\n",
                                                 auth_as="Internal"),
     }  # fmt: skip
+    # Exchange's dmarc=fail is also what keeps Quinn from answering a forged From at all (no backscatter).
+    assert decide(exo(failed, forged), rules).reason.startswith("sender failed authentication (dmarc=fail)")
+    assert decide(exo("", forged, auth_as="Internal"), rules).action == "handle"  # a colleague: no verdict
     reasons = {case: authenticated(email, rules) for case, email in refused.items()}
     assert reasons == {
         "dmarc=fail": (False, "dmarc=fail"),

@@ -421,8 +421,9 @@ def exchange_online(raw: bytes, dmarc: str | None, auth_as: str = "Anonymous") -
 
 def test_exchange_online_stamp_through_the_daemon(mail_lab, lab_config, llm_server, quinn_daemon):
     """The microsoft365 preset's trust (policy.idless_stamp) in `quinn run`: alice's own mail is authenticated;
-    mallory's mail with alice's From and a passing id-less stamp of its own, and a colleague's mail submitted
-    inside the tenant with one, are answered without memory."""
+    mallory's mail with alice's From and a passing id-less stamp of its own below Exchange's dmarc=fail is not
+    answered at all (no backscatter, issue 30); a colleague's mail submitted inside the tenant with such a stamp
+    is answered without memory."""
     from tests.lab.mails import ledger, plain_model
 
     llm_server.responder = plain_model
@@ -446,15 +447,16 @@ def test_exchange_online_stamp_through_the_daemon(mail_lab, lab_config, llm_serv
 
     def settled() -> bool:
         rows = ledger(config.db_path)
-        return all(rows.get(m, {}).get("state") == "replied" for m in mails)
+        return all(rows.get(m, {}).get("state") in ("replied", "rejected") for m in mails)
 
-    wait_for(settled, "all three answered", timeout_s=90, log=daemon.log)
+    wait_for(settled, "all three decided", timeout_s=90, log=daemon.log)
     assert daemon.terminate() == 0
     rows = ledger(config.db_path)
     domain = alice.split("@")[1]
-    assert {m: (rows[m]["reason"], rows[m]["user_id"]) for m in mails} == {
-        "<own@x.test>": (f"authenticated: dmarc=pass header.from={domain}", alice),
-        "<forged@x.test>": ("sender not authenticated: compauth=fail", None),
-        "<inside@x.test>": ("sender not authenticated: submitted inside the tenant (AuthAs internal): Exchange "
-                            "stamps none", None),
+    assert {m: (rows[m]["state"], rows[m]["reason"], rows[m]["user_id"]) for m in mails} == {
+        "<own@x.test>": ("replied", f"authenticated: dmarc=pass header.from={domain}", alice),
+        "<forged@x.test>": ("rejected", "sender failed authentication (dmarc=fail): not answered, a reply would go "
+                            "to a forged address (policy.answer_failed_senders)", None),
+        "<inside@x.test>": ("replied", "sender not authenticated: submitted inside the tenant (AuthAs internal): "
+                            "Exchange stamps none", None),
     }  # fmt: skip
