@@ -374,6 +374,13 @@ class PolicyConfig(Section):
         "(0: the stamp is on top). A field with our id further down was written by the sender and is ignored; "
         "`quinn check` measures it on a recent mail.",
     )  # fmt: skip
+    idless_stamp: bool = Field(
+        default=False,
+        description="Our server writes its Authentication-Results without an authserv-id, as Exchange Online "
+        "(Microsoft 365, Outlook.com) does: then only the topmost Authentication-Results field counts, only if it "
+        "has no authserv-id and exactly received_above_stamp Received fields sit above it. Leave authserv_id "
+        "unset. The microsoft365 and outlook presets set it; `quinn check` measures the position on recent mail.",
+    )
     unauthenticated: Literal["no_memory", "reject"] = Field(
         default="no_memory",
         description="What to do with mail whose sender is not authenticated: answer it plainly (no memory, no "
@@ -433,6 +440,16 @@ class PolicyConfig(Section):
                 "(authentication is now required by default; see deploy/SECURITY.md)"
             )
         return data
+
+    @model_validator(mode="after")
+    def _one_stamp(self) -> PolicyConfig:
+        # One receiving server stamps the mailbox: an id it writes, or (Exchange Online) none at all.
+        if self.idless_stamp and self.authserv_id:
+            raise ValueError(
+                "policy.idless_stamp = true and policy.authserv_id are both set: a server that writes an "
+                "authserv-id is read by it (remove idless_stamp); Exchange Online writes none (remove authserv_id)"
+            )
+        return self
 
 
 class MemoryConfig(Section):
