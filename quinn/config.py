@@ -32,6 +32,9 @@ from quinn.errors import ConfigError
 
 TlsMode = Literal["none", "starttls", "ssl"]
 AuthMode = Literal["password", "oauth2"]
+# Issue 32: the share of the model's context (llm.context_tokens, within budget.request_tokens) that memory may fill
+# when [memory] token_budget is not set: 4k tokens of context give about 1,200 of memory, 32k about 7,200.
+MEMORY_CONTEXT_SHARE = 0.3
 CREDENTIAL_PREFIX = "quinn_"  # deploy/quinn.service: LoadCredential=quinn:/etc/quinn/credentials
 
 
@@ -456,8 +459,11 @@ class MemoryConfig(Section):
     """How much memory goes into a prompt."""
 
     token_budget: int = Field(
-        default=1200, ge=0, description="Tokens of memory (profile and retrieved memories) per prompt, at most."
-    )
+        default=1200, ge=0,
+        description="Tokens of memory (profile, retrieved memories, past mail) per prompt, at most. Unset with "
+        "llm.context_tokens set: a share of the model's context (within budget.request_tokens), so a small and a "
+        "large model each get what fits; unset without it: 1200.",
+    )  # fmt: skip
     search_k: int = Field(default=10, ge=1, le=100, description="Memories retrieved per email before budgeting.")
     domain_min_similarity: float = Field(
         default=0.35, ge=0, le=1,
@@ -820,6 +826,14 @@ class Config(BaseModel):
     log_format: Literal["text", "json"] = Field(
         default="text", description="text: one readable line per event; json: one JSON object per line."
     )
+
+    def memory_tokens(self) -> int:
+        """Tokens of memory per reply prompt: ``[memory] token_budget`` when the file sets it; else, with
+        ``[llm] context_tokens``, ``MEMORY_CONTEXT_SHARE`` of that context (within ``[budget] request_tokens``);
+        else token_budget's default (issue 32)."""
+        if "token_budget" in self.memory.model_fields_set or self.llm.context_tokens is None:
+            return self.memory.token_budget
+        return int(min(self.llm.context_tokens, self.budget.request_tokens) * MEMORY_CONTEXT_SHARE)
 
     @model_validator(mode="after")
     def _oauth_endpoints(self) -> Config:

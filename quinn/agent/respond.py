@@ -44,7 +44,16 @@ from quinn.config import Config
 from quinn.documents import Extracted
 from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox import InboundEmail
-from quinn.memory import MemoryStore, hybrid_search, linked_hits, record_retrievals, search_passages, user_passages
+from quinn.memory import (
+    MemoryStore,
+    earlier_versions,
+    hybrid_search,
+    linked_hits,
+    record_retrievals,
+    search_passages,
+    user_passages,
+    whole_history,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +163,7 @@ class Agent:
         c = self.config
         persona, profile, hits, domains, passages = [], [], [], [], []
         state: dict[str, str] = {}
+        earlier, history, token_budget = {}, None, c.memory_tokens()
         if use_memory:
             state = user_state(store.db, user)  # what the last conversation left open: "recent context"
             persona = store.get_all(None, scope="global", type="persona")
@@ -173,14 +183,20 @@ class Agent:
             others = others_on_thread(email, user, c.smtp.from_address)
             passages = search_passages(store, user, query, k=c.memory.search_k, exclude_message_ids=buffered,
                                        others=others, domains=domains)  # fmt: skip
+            # Issue 32: the version each memory replaced ("earlier: X (until DATE)"), and the person's whole
+            # past mail when it may fit the budget (context.recall_blocks decides; about four characters a token).
+            earlier = earlier_versions(store.db, [*profile, *(h.memory for h in hits)])
+            history = whole_history(store.db, user, token_budget * 4, exclude_message_ids=buffered, others=others,
+                                    domains=domains)  # fmt: skip
         inputs = ReplyInputs(
             email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
             hits=hits, passages=passages, thread=list(thread), thread_summary=summary,
-            token_budget=c.memory.token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
+            token_budget=token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
             documents=list(documents), document_tokens=c.documents.prompt_tokens,
             mail_tokens=self.budget(use_memory if authenticated is None else authenticated)[0],
             attachments_listed=self.budget(use_memory if authenticated is None else authenticated)[1],
+            earlier=earlier, history=history or (),
         )  # fmt: skip
         if use_memory and touch:
             # Use is what reached the prompt: the profile shown and the hits that survived the domain, privacy

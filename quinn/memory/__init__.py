@@ -6,9 +6,11 @@ own. Loaded whole: every command that opens the store needs most of it anyway.
 
 from quinn.memory import expiry, people
 from quinn.memory.clusters import current_with_vectors, similar_groups
+from quinn.memory.earlier import earlier_versions
 from quinn.memory.embed import Embedder, embedder_for
 from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
 from quinn.memory.graph import Relation, linked_hits, save_graph
+from quinn.memory.history import whole_history
 from quinn.memory.models import Change, Memory, NewMemory, SearchHit
 from quinn.memory.passages import (
     KNOWLEDGE_OWNER,
@@ -60,6 +62,7 @@ __all__ = [
     "document_passage_counts",
     "drop_document_passages",
     "dump_document",
+    "earlier_versions",
     "embedded_text",
     "embedder_for",
     "expiry",
@@ -85,5 +88,6 @@ __all__ = [
     "split_passages",
     "stored_message",
     "user_passages",
+    "whole_history",
     "write_passages",
 ]

@@ -1,0 +1,29 @@
+"""The version a current memory replaced (issue 32): recall shows it as "earlier: X (until DATE)", so a question
+about the past has its answer and the old value is never mistaken for the current one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from quinn.db import Database
+from quinn.memory.models import MEMORY_COLUMNS, Memory
+from quinn.memory.rows import INSERT_CHUNK, marks
+
+
+def earlier_versions(db: Database, memories: Sequence[Memory]) -> dict[int, Memory]:
+    """For each of ``memories`` that is a later version of itself (an update, not a consolidation of several),
+    the version it replaced, by the later version's id. One earlier version each: the one right before. Forgotten
+    rows are left out."""
+    later = {m.id: m for m in memories if m.version > 1}
+    ids = list(later)
+    found: dict[int, Memory] = {}
+    for start in range(0, len(ids), INSERT_CHUNK):
+        chunk = ids[start : start + INSERT_CHUNK]
+        rows = db.query(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE superseded_by IN ({marks(chunk)}) AND active = 1", chunk
+        )
+        for old in map(Memory.from_row, rows):
+            new = later[int(old.superseded_by or 0)]
+            if old.root_id == new.root_id and old.user_id == new.user_id and old.version == new.version - 1:
+                found[new.id] = old
+    return found
