@@ -19,8 +19,12 @@ def earlier_versions(db: Database, memories: Sequence[Memory]) -> dict[int, Memo
     found: dict[int, Memory] = {}
     for start in range(0, len(ids), INSERT_CHUNK):
         chunk = ids[start : start + INSERT_CHUNK]
+        roots = sorted({later[mid].root_id for mid in chunk})
+        # By root_id first: it is indexed (memories_root), superseded_by is not.
         rows = db.query(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE superseded_by IN ({marks(chunk)}) AND active = 1", chunk
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE root_id IN ({marks(roots)})"
+            f" AND superseded_by IN ({marks(chunk)}) AND active = 1",
+            [*roots, *chunk],
         )
         for old in map(Memory.from_row, rows):
             new = later[int(old.superseded_by or 0)]
