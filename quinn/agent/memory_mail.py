@@ -19,7 +19,7 @@ from typing import Any, Literal
 from quinn.agent.extract import DUPLICATE_SIMILARITY
 from quinn.agent.tools import MemoryChange
 from quinn.clock import iso, utcnow
-from quinn.memory import Memory, MemoryStore, Passage, content_words, find_similar, hybrid_search
+from quinn.memory import NOT_WIPED, Memory, MemoryStore, Passage, content_words, find_similar, hybrid_search
 
 RequestKind = Literal["remember", "forget", "digest", "export", "purge", "stop", "resume"]
 FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten
@@ -253,11 +253,17 @@ PURGED_AS = {
 def purge_report(counts: dict[str, int]) -> str:
     """The answer after a purge, saying what was removed."""
     removed = ", ".join(f"{n} {PURGED_AS[table][n != 1]}" for table, n in counts.items() if n and table in PURGED_AS)
+    # Said, not hidden (issue 35): a reader of the database file kept the deleted rows' bytes in it for now.
+    not_wiped = (
+        " One caveat: another program was reading my database while I deleted, so the deleted text may still sit "
+        "in the database file's unused space until it is rewritten; my operator has been told."
+        if counts.get(NOT_WIPED) else ""
+    )  # fmt: skip
     return (
         "Done: I deleted everything I knew about you"
         + (f" ({removed})" if removed else "")
         + ". Your emails and my replies are being deleted from my mailbox too. I no longer remember anything"
-        " about you; if you write again, I start from scratch."
+        " about you; if you write again, I start from scratch." + not_wiped
     )
 
 

@@ -496,7 +496,7 @@ MAP: tuple[Holder, ...] = (
             "base_version": "ids",
             "source": "words",
             "rationale": "words",
-            "evidence": "words",
+            "evidence": "ids",
             "status": "ids",
             "created_at": "ids",
             "decided_at": "ids",
@@ -504,7 +504,8 @@ MAP: tuple[Holder, ...] = (
         forget="-",
         stop="-",
         export="not exported (an admin's draft)",
-        purge="kept: its evidence copies reviews' suggestions",
+        purge="evidence keeps review ids only; a pending proposal drawn from the person's reviews is deleted, a "
+        "decided one loses its rewrite and rationale",
         retention="kept",
         see="the console's Proposals page (admins)",
     ),
@@ -542,11 +543,11 @@ MAP: tuple[Holder, ...] = (
     Holder(
         "job_runs",
         "quinn.scheduler.runlog",
-        {"job": "ids", "started_at": "ids", "finished_at": "ids", "status": "ids", "counts": "words", "error": "ids"},
+        {"job": "ids", "started_at": "ids", "finished_at": "ids", "status": "ids", "counts": "ids", "error": "ids"},
         "-",
         "-",
         "-",
-        "kept: the improvement job's counts copy reviews' suggestions",
+        "kept: figures and review ids only, never a review's words (migration 0021 dropped older copies)",
         "kept",
         "the console's Jobs page",
     ),
@@ -568,8 +569,9 @@ MAP: tuple[Holder, ...] = (
 FILES: tuple[tuple[str, str], ...] = (
     (
         "the database file and its WAL",
-        "a purge checkpoints the WAL and vacuums (a reader holding a read transaction keeps the checkpoint "
-        "from finishing, unreported)",
+        "a purge vacuums and checkpoints the WAL, trying again while a reader holds a read transaction; "
+        "if the reader outlasts the tries, the receipt, the CLI and the log say the bytes remain until "
+        "`quinn database vacuum`",
     ),
     (
         "the mailbox (INBOX, processed, quarantine, sent folders)",

@@ -23,7 +23,7 @@ from quinn.commands.output import progress_bar
 from quinn.config import Config, resolve_secrets
 from quinn.engine import parts
 from quinn.errors import StoreError
-from quinn.memory import Memory, MemoryStore, backfill, dump_document, export_document
+from quinn.memory import NOT_WIPED, Memory, MemoryStore, backfill, dump_document, export_document
 from quinn.memory import reembed as reembed_passages
 
 Handler = Callable[[argparse.Namespace, Config], int]
@@ -272,6 +272,9 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         return _print_json({"user": user, "removed": counts})
     _table(f"purged {user}", ["table", "rows"], [[t, str(n)] for t, n in counts.items()])
+    if counts.get(NOT_WIPED):  # said to the operator, not only logged (issue 35)
+        print("warning: another process holds a read transaction on the database file, so the deleted rows' "
+              "bytes are still in it; end it and run `quinn database vacuum`", file=sys.stderr)  # fmt: skip
     return 0
 
 

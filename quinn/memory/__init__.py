@@ -34,13 +34,14 @@ from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
 from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks
-from quinn.memory.store import MemoryStore, PurgeUser
+from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser
 
 __all__ = [
     "AGE_ANCHOR",
     "CURRENT",
     "KNOWLEDGE_OWNER",
     "NOT_CURRENT",
+    "NOT_WIPED",
     "Change",
     "Embedder",
     "Memory",
