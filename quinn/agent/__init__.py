@@ -32,6 +32,7 @@ HOMES = {
     "ExtractionOutcome": "extract",
     "apply_extraction": "extract",
     "Grounding": "grounding",
+    "grounded": "grounding",
     "LLM": "llm",
     "PromptTooLong": "llm",
     "Usage": "llm",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from quinn.agent.extract import ExtractionOutcome as ExtractionOutcome
     from quinn.agent.extract import apply_extraction as apply_extraction
     from quinn.agent.grounding import Grounding as Grounding
+    from quinn.agent.grounding import grounded as grounded
     from quinn.agent.llm import LLM as LLM
     from quinn.agent.llm import PromptTooLong as PromptTooLong
     from quinn.agent.llm import Usage as Usage

@@ -18,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, digest, memory_mail, proposals, reply_trace
+from quinn.agent import confirm, consent, digest, forgetting, memory_mail, proposals, reply_trace
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -84,6 +84,7 @@ class _Work:
     actions: list[str] = field(default_factory=list)
     changes: list[MemoryChange] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)  # where else a forget took the fact out (issue 35)
     opted_out: bool = False  # the person asked not to be remembered (consent.py): read what is known, store nothing
 
 
@@ -245,7 +246,7 @@ class Agent:
         if "export" in kinds:
             log.info("mail %s: %s asks for an export; asking for confirmation", email.message_id, user)
             code = await self._db(confirm.issue, self.store.db, user, "export", email.message_id, utcnow())
-            body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes)
+            body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes, work.elsewhere)
             return Answer(body, memory_mail.EXPORT_CONFIRM_TEMPLATE, "", changes=tuple(work.changes), private=True)
         if "digest" in kinds:
             return await self._digest(email, user, private_ok, work)
@@ -289,13 +290,22 @@ class Agent:
                 work.changes.append(change)
                 work.actions.append(f"Saved, as asked: {change.content} [memory:{change.memory_id}]")
             elif request.kind == "forget":
-                forgotten = memory_mail.forget(self.store, user, request.argument, private_ok)
-                if forgotten is None:
+                forgot = memory_mail.forget(self.store, user, request.argument, private_ok)
+                if forgot is None:
                     work.actions.append(f'Asked to forget "{request.argument}", but no memory clearly matches it: '
                                         "nothing was forgotten; ask which memory they mean.")  # fmt: skip
-                else:
-                    work.changes.append(forgotten)
-                    work.actions.append(f"Forgotten, as asked: {forgotten.content} [memory:{forgotten.memory_id}]")
+                    continue
+                work.changes += forgot.changes
+                for change in forgot.changes:
+                    if change.action == "forgotten":
+                        work.actions.append(f"Forgotten, as asked: {change.content} [memory:{change.memory_id}]")
+                    else:
+                        work.actions.append(f"Rewritten without it, the rest kept: {change.content} "
+                                            f"[memory:{change.memory_id}]")  # fmt: skip
+                if forgot.elsewhere:
+                    where = forgetting.described(forgot.elsewhere)
+                    work.actions.append(f"Also taken out of: {where}.")
+                    work.elsewhere.append(where)
         return work
 
     def _correct_digest(
@@ -387,7 +397,11 @@ class Agent:
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx,
                                              echo_of=echo_of, recalled=recalled)  # fmt: skip
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
-        body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
+        body = (
+            result.text
+            + memory_mail.changes_footer(changes, work.elsewhere)
+            + (consent.FOOTER if work.opted_out else "")
+        )
         prompt = f"{rendered.system}\n{rendered.user}"
         shown = tuple(int(i) for i in MEMORY_CITATION.findall(prompt))
         trace = trace_of(inputs, variables, prompt, deps.calls if deps is not None else ())
@@ -412,10 +426,11 @@ class Agent:
                                                   "others_on_thread": not private_ok})  # fmt: skip
         if not groups:
             body = "I don't remember anything about you yet."
-            return Answer(body + memory_mail.changes_footer(work.changes), "digest", rendered.version, None,
-                          tuple(work.attachments), tuple(work.changes), private=True)  # fmt: skip
+            body += memory_mail.changes_footer(work.changes, work.elsewhere)
+            return Answer(body, "digest", rendered.version, None, tuple(work.attachments), tuple(work.changes),
+                          private=True)  # fmt: skip
         result = await self.llm.text(rendered.system, rendered.user, purpose="digest")
-        body = result.text + memory_mail.changes_footer(work.changes)
+        body = result.text + memory_mail.changes_footer(work.changes, work.elsewhere)
         return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes),
                       private=True)  # fmt: skip
 

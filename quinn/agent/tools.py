@@ -37,7 +37,7 @@ NOT_THEIRS = ("Refused: the person did not say that in this email; save only wha
 class MemoryChange:
     """One change made to a user's memory while answering an email, reported back in the reply."""
 
-    action: Literal["saved", "updated", "forgotten"]
+    action: Literal["saved", "updated", "forgotten", "rewritten"]
     memory_id: int
     content: str
 

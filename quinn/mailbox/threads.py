@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -190,6 +191,18 @@ class Sessions:
     def summary(self, session_id: str) -> str | None:
         """The rolling summary of the session's older messages, if one was written."""
         return self.db.query_value("SELECT summary FROM sessions WHERE id = ?", (session_id,))
+
+    def rewrite_summaries(self, user_id: str, rewrite: Callable[[str], str | None]) -> int:
+        """A forget's part of the threads (issue 35): each of the user's rolling summaries ``rewrite`` changes
+        (None: left alone) is written without the forgotten fact. Returns how many."""
+        changed = 0
+        rows = self.db.query("SELECT id, summary FROM sessions WHERE user_id = ? AND summary IS NOT NULL", (user_id,))
+        for session_id, summary in rows:
+            new = rewrite(summary)
+            if new is not None:
+                self.db.execute("UPDATE sessions SET summary = ? WHERE id = ?", (new, session_id))
+                changed += 1
+        return changed
 
     def recent(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
         """The last ``limit`` messages after the rolling summary (all of them while there is none), oldest first.

@@ -8,7 +8,7 @@ from quinn.memory import expiry, people
 from quinn.memory.clusters import current_with_vectors, similar_groups
 from quinn.memory.embed import Embedder, embedder_for
 from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
-from quinn.memory.graph import Relation, linked_hits, save_graph
+from quinn.memory.graph import Relation, forget_in_graph, linked_hits, save_graph
 from quinn.memory.models import Change, Memory, NewMemory, SearchHit
 from quinn.memory.passages import (
     KNOWLEDGE_OWNER,
@@ -23,6 +23,7 @@ from quinn.memory.passages import (
     insert_passages,
     passages_by_id,
     reembed,
+    rewrite_passages,
     search_passages,
     split_passages,
     stored_message,
@@ -66,6 +67,7 @@ __all__ = [
     "expiry",
     "export_document",
     "find_similar",
+    "forget_in_graph",
     "hybrid_search",
     "index_message",
     "insert_passages",
@@ -80,6 +82,7 @@ __all__ = [
     "query_chunks",
     "record_retrievals",
     "reembed",
+    "rewrite_passages",
     "save_graph",
     "search_passages",
     "similar_groups",

@@ -8,8 +8,10 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from quinn.memory import CURRENT
 from tests.agent.test_scenarios import DAY0
 from tests.lab.brain import Brain
+from tests.lab.inprocess import body_of
 from tests.lab.llm_server import Json, RecordedRequest, Text
 
 JOBS_TOML = """[scheduler]
@@ -102,3 +104,112 @@ async def test_stop_remembering_me_stops_every_job_and_the_summary_on_request(ma
         assert quinn.query(f"SELECT count(*) FROM {table} WHERE user_id = ?", (alice,)) == [(0,)], table
     asked_about_alice = [r.purpose for r in brain.server.requests if r.purpose != "reply" and alice in r.text]
     assert asked_about_alice == [], "a background call was made about a person who asked not to be remembered"
+
+
+async def ask_export(quinn, user: str, replies_before: int, when) -> str:
+    """Ask for an export by mail, confirm it with its code; the JSON attachment's text."""
+    import re
+
+    await quinn.send(user, "Export", "Could you export my memory please?", date=when)
+    question = quinn.replies(user, replies_before + 1)[-1]
+    [code] = set(re.findall(r"Q-[A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4}", body_of(question)))
+    await quinn.send(user, "Re: Export", f"Yes please.\n\n> Confirmation code: {code}", date=when)
+    [attachment] = list(quinn.replies(user, replies_before + 2)[-1].iter_attachments())
+    content = attachment.get_content()
+    return content.decode("utf-8") if isinstance(content, bytes) else content
+
+
+BERLIN_MAIL = (
+    "I live in Berlin and I work as a pharmacist. I would prefer a weekend trip by train this time, somewhere "
+    "quiet with a lake, and I can leave on Friday after my shift at the pharmacy; my partner can only travel on "
+    "Saturday morning, so we may need two tickets bought separately and a hotel that lets us check in late."
+)
+
+
+async def test_forget_that_i_live_in_berlin_reaches_everything_written_from_it(make_quinn, mail_lab, brain: Brain):
+    """Issue 35: after a session close, a thread summary and the graph, "forget that I live in Berlin" leaves
+    Berlin in no later reply prompt (as the scripted model receives it), no user_state field, no review, no
+    summary, no graph entry, no memory and no export; what else those held stays (the pharmacist), and the
+    reply says where the fact was taken out. The session-close state keeps only what her own words support."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn(JOBS_TOML)
+    scheduler = quinn.app.scheduler
+    assert scheduler is not None
+    brain.learn["Berlin"] = {"new": [
+        {"content": "Alice lives in Berlin.", "type": "fact"},
+        {"content": "Alice prefers a weekend trip by train in Berlin and works as a pharmacist.", "type": "goal"},
+    ], "updated": [], "contradicted": []}  # fmt: skip
+    ids: dict[str, int] = {}
+
+    def model(request: RecordedRequest) -> Any:
+        if request.purpose == "summarize":
+            return Text("Alice lives in Berlin and wants a quiet weekend trip by train.")
+        if request.purpose == "SessionReview":
+            return Json({"summary": "Alice, a pharmacist in Berlin, plans a weekend trip by train.",
+                         "improvement_suggestion": "Suggest lakes near Berlin sooner.",
+                         "state": {"user_info": "Alice lives in Berlin. Alice works as a pharmacist.",
+                                   "recent_goal_and_status": "A weekend trip by train from Berlin: planning.",
+                                   "agent_beliefs": "Alice is exhausted by her manager."}})  # fmt: skip
+        if request.purpose == "GraphExtraction":
+            lives = next(i for t, i in ids.items() if t == "Alice lives in Berlin.")
+            return Json({"entities": [{"name": "Alice", "kind": "person"}, {"name": "Berlin", "kind": "place"}],
+                         "relations": [{"source": "Alice", "relation": "lives in", "target": "Berlin",
+                                        "memory_id": lives}]})  # fmt: skip
+        if request.purpose == "Reflection":
+            return Json({"statement": None})
+        return Text("Happy to help you plan it.")
+
+    brain.reply = model
+    await quinn.send(alice, "Weekend", BERLIN_MAIL, date=DAY0)
+    await quinn.send(alice, "Weekend", "The lake matters more than the distance.", date=DAY0 + timedelta(hours=1))
+    quinn.replies(alice, 2)
+    ids.update({r[1]: r[0] for r in quinn.query("SELECT id, content FROM memories WHERE user_id = ?", (alice,))})
+    await asyncio.sleep(1.0)
+    for job in ("summarize", "session_close", "reflect"):
+        assert (await scheduler.run_job(job, force=True)).status == "ok"
+    berlin = "%berlin%"
+    # Before: Berlin is in every place the forget must reach (the control).
+    assert quinn.query("SELECT count(*) FROM user_state WHERE user_id = ? AND user_info LIKE ?", (alice, berlin))
+    assert quinn.query("SELECT agent_beliefs FROM user_state WHERE user_id = ?", (alice,)) == [("",)]  # not hers
+    assert quinn.query("SELECT count(*) FROM sessions WHERE summary LIKE ?", (berlin,)) == [(1,)]
+    assert quinn.query("SELECT count(*) FROM relationships WHERE user_id = ?", (alice,)) == [(1,)]
+
+    await quinn.send(alice, "Privacy", "Please forget that I live in Berlin.", date=DAY0 + timedelta(days=2))
+    answer = body_of(quinn.replies(alice, 3)[-1])
+    assert "also taken out of:" in answer and "of our recent conversations" in answer, answer
+    await quinn.send(alice, "Packing", "What should I pack for the trip?", date=DAY0 + timedelta(days=3))
+    quinn.replies(alice, 4)
+    later = brain.prompt("What should I pack")
+    assert "berlin" not in later.lower(), later
+    assert "pharmacist" in later  # what else the forgotten memories held is kept
+    state = quinn.query("SELECT * FROM user_state WHERE user_id = ?", (alice,))
+    assert state and "berlin" not in repr(state).lower()
+    for sql in ("SELECT summary, feedback_text, improvement_suggestion FROM conversation_summaries WHERE user_id = ?",
+                "SELECT summary FROM sessions WHERE user_id = ?",
+                "SELECT subject, content FROM passages WHERE user_id = ?",
+                "SELECT name FROM entities WHERE user_id = ?",
+                f"SELECT content FROM memories m WHERE user_id = ? AND {CURRENT}"):  # fmt: skip
+        assert "berlin" not in repr(quinn.query(sql, (alice,))).lower(), sql
+    assert quinn.query("SELECT count(*) FROM relationships WHERE user_id = ?", (alice,)) == [(0,)]
+    exported = await ask_export(quinn, alice, 4, DAY0 + timedelta(days=4))
+    assert "berlin" not in exported.lower() and "pharmacist" in exported
+
+
+async def test_forget_that_i_have_a_dog_keeps_the_allergy_and_the_city(make_quinn, mail_lab, brain: Brain):
+    """Issue 35: a memory the model merged ("lives in Lisbon, has a dog called Biscuit and is allergic to
+    peanuts") is rewritten without the dog, as a new version; the city and the allergy stay, and the reply says
+    what was kept."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    store = quinn.app.store
+    assert store is not None
+    merged = store.add(alice, "Alice lives in Lisbon, has a dog called Biscuit and is allergic to peanuts.",
+                       type="personal", valid_from=DAY0 - timedelta(days=5))  # fmt: skip
+    await quinn.send(alice, "Dog", "Please forget that I have a dog.", date=DAY0)
+    answer = body_of(quinn.replies(alice, 1)[0])
+    current = quinn.query(f"SELECT id, content, root_id, version FROM memories m WHERE user_id = ? AND {CURRENT}",
+                          (alice,))  # fmt: skip
+    assert [(c, r, v) for _i, c, r, v in current] == [
+        ("Alice lives in Lisbon and is allergic to peanuts.", merged, 2)]  # fmt: skip
+    assert f"rewritten [memory:{current[0][0]}]: Alice lives in Lisbon and is allergic to peanuts." in answer
+    assert quinn.query("SELECT content FROM memories WHERE id = ?", (merged,))[0][0].count("Biscuit") == 1  # history

@@ -74,10 +74,13 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     await quinn.send(alice, "Old", "Please forget that I live in Porto.", date=DAY0 + timedelta(days=4))
     reply = body(quinn.replies(alice, 7)[6])
     assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Porto\.", reply)
-    assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto"]
+    # Every memory that says it goes (issue 35: forget reaches what was written from the fact), her own
+    # "remember" of the move too; each is reported.
+    assert re.search(r"- forgotten \[memory:\d+\]: Alice asked to remember: I moved to Porto", reply)
+    assert current(quinn, alice) == []
     forgotten = quinn.query("SELECT change, reason FROM memory_versions WHERE user_id = ? AND change = 'forgotten'",
                             (alice,))  # fmt: skip
-    assert forgotten == [("forgotten", 'asked by email: "forget I live in Porto"')]
+    assert forgotten == [("forgotten", 'asked by email: "forget I live in Porto"')] * 2
     # Commands are not fed to extraction a second time; what "remember" stated is.
     commands = ("remember that I moved", "What do you know", "export my memory", "forget that I live")
     extraction = brain.extractions()
