@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from quinn.agent.context import email_variables
 from quinn.agent.domains import DomainDetector
+from quinn.agent.facts import facts
 from quinn.agent.grounding import Grounding, grounded
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
@@ -225,7 +226,10 @@ def apply_extraction(
             log.info("extraction: cannot update memory %s: %s", change.id, exc)
             skipped += 1
     fresh: list[NewMemory] = []
-    for memory in distinct(store, extraction.new):
+    # One fact per memory (agent/facts.py): what the model merged is split, so a later forget or update
+    # touches one fact.
+    split = [memory.model_copy(update={"content": fact}) for memory in extraction.new for fact in facts(memory.content)]
+    for memory in distinct(store, split):
         similar = find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY)
         if similar:
             known = similar[0].memory

@@ -213,3 +213,24 @@ async def test_forget_that_i_have_a_dog_keeps_the_allergy_and_the_city(make_quin
         ("Alice lives in Lisbon and is allergic to peanuts.", merged, 2)]  # fmt: skip
     assert f"rewritten [memory:{current[0][0]}]: Alice lives in Lisbon and is allergic to peanuts." in answer
     assert quinn.query("SELECT content FROM memories WHERE id = ?", (merged,))[0][0].count("Biscuit") == 1  # history
+
+
+async def test_extraction_stores_one_fact_per_memory(make_quinn, mail_lab, brain: Brain):
+    """Issue 35: what the model merged into one memory is stored as one memory per fact, so "forget that I have
+    a dog" later forgets the dog alone."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    merged = {"content": "Alice lives in Lisbon, has a dog called Biscuit and is allergic to peanuts.",
+              "type": "personal"}  # fmt: skip
+    brain.learn["Biscuit"] = {"new": [merged], "updated": [], "contradicted": []}
+    await quinn.send(alice, "Hi", "I live in Lisbon, I have a dog called Biscuit and I am allergic to peanuts.",
+                     date=DAY0)  # fmt: skip
+    quinn.replies(alice, 1)
+    stored = [r[0] for r in quinn.query(f"SELECT content FROM memories m WHERE user_id = ? AND {CURRENT}"
+                                        " ORDER BY id", (alice,))]  # fmt: skip
+    assert stored == ["Alice lives in Lisbon.", "Alice has a dog called Biscuit.", "Alice is allergic to peanuts."]
+    await quinn.send(alice, "Dog", "Please forget that I have a dog.", date=DAY0 + timedelta(days=1))
+    quinn.replies(alice, 2)
+    stored = [r[0] for r in quinn.query(f"SELECT content FROM memories m WHERE user_id = ? AND {CURRENT}"
+                                        " ORDER BY id", (alice,))]  # fmt: skip
+    assert stored == ["Alice lives in Lisbon.", "Alice is allergic to peanuts."]
