@@ -30,7 +30,7 @@ from quinn.agent.tools import scope_for
 from quinn.clock import iso
 from quinn.errors import StoreError
 from quinn.mailbox import InboundEmail
-from quinn.memory import Memory, MemoryStore, NewMemory, find_similar
+from quinn.memory import Memory, MemoryStore, NewMemory, asked_to_keep, find_similar, mask
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ async def extract_memories(
     grounding = Grounding.of([email.text], [user_id, email.from_.name if email.from_ else ""])
     applied = await run_db(apply_extraction, store, user_id, extraction, source=source, valid_from=email.date,
                            reason=f"by {email.message_id} ({rendered.version})", sent=email.date,
-                           grounding=grounding)  # fmt: skip
+                           grounding=grounding, keep_secrets=asked_to_keep(email.text))  # fmt: skip
     log.info("extraction for %s: %d new, %d updated, %d not in their words (%s)", user_id, len(applied.created),
              len(applied.updated), applied.ungrounded, rendered.version)  # fmt: skip
     return ExtractionOutcome(applied.created, applied.updated, usage)
@@ -190,6 +190,7 @@ def metadata_for(memory: ExtractedMemory, source: dict[str, Any]) -> dict[str, A
 def apply_extraction(
     store: MemoryStore, user_id: str, extraction: Extraction, *, source: dict[str, Any], valid_from: datetime | str,
     reason: str, sent: datetime | None = None, restate: bool = True, grounding: Grounding | None = None,
+    keep_secrets: bool = False,
 ) -> Applied:  # fmt: skip
     """Store what an extraction found, whoever extracted it (the per-mail call, the session review).
 
@@ -213,6 +214,8 @@ def apply_extraction(
         return memory.content if memory is not None else ""
 
     extraction, ungrounded = own_words_only(user_id, extraction, grounding, replaced)
+    if not keep_secrets:  # issue 35: a secret is kept only when the person asked (``keep_secrets``), then private
+        extraction = masked(extraction)
     changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
     for change, kind in changes:
         metadata = metadata_for(change, source)
@@ -251,6 +254,18 @@ def apply_extraction(
         created = store.add_many(fresh)
     updated += close_completed(store, user_id, extraction.completed, valid_from, f"reported done {reason}")
     return Applied(created, updated, skipped, ungrounded)
+
+
+def masked(extraction: Extraction) -> Extraction:
+    """``extraction`` with every secret's value masked (`quinn.memory.sensitive.mask`): credentials, one-time
+    codes, card and account numbers, government ids."""
+
+    def hide(items: list[Any]) -> list[Any]:  # what held a secret stays private (withheld from shared threads)
+        return [m.model_copy(update={"content": mask(m.content), "private": True}) if mask(m.content) != m.content
+                else m for m in items]  # fmt: skip
+
+    return extraction.model_copy(update={"new": hide(extraction.new), "updated": hide(extraction.updated),
+                                         "contradicted": hide(extraction.contradicted)})  # fmt: skip
 
 
 def own_words_only(

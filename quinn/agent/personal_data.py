@@ -102,6 +102,7 @@ MAP: tuple[Holder, ...] = (
         "one holding nothing else ends (active 0, kept in history)",
         stop="nothing new from extraction, tools, remember, summaries (job or on request), session close, "
         "reflection or consolidation",
+        # secrets (credentials, card and account numbers, government ids) are masked unless the person asked
         export="every version (records.py)",
         purge="deleted (memory.store.purge_user)",
         retention="archived by cleanup past archived_days unused",

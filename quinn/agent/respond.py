@@ -36,7 +36,15 @@ from quinn.config import Config
 from quinn.documents import Extracted
 from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox import InboundEmail
-from quinn.memory import MemoryStore, hybrid_search, linked_hits, record_retrievals, search_passages, user_passages
+from quinn.memory import (
+    MemoryStore,
+    asked_to_keep,
+    hybrid_search,
+    linked_hits,
+    record_retrievals,
+    search_passages,
+    user_passages,
+)
 
 log = logging.getLogger(__name__)
 
@@ -258,6 +266,7 @@ class Agent:
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
+            keep_secrets=asked_to_keep(email.text),
             grounding=Grounding.of([email.text, *(d.text for d in documents if not d.error)],
                                    [user, email.from_.name if email.from_ else ""]),  # what they sent
         )  # fmt: skip

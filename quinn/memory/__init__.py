@@ -35,6 +35,7 @@ from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
 from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks
+from quinn.memory.sensitive import asked_to_keep, mask
 from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "SearchHit",
     "StoredMessage",
     "apply_spacing",
+    "asked_to_keep",
     "backfill",
     "content_words",
     "current_by_scope",
@@ -73,6 +75,7 @@ __all__ = [
     "insert_passages",
     "linked_hits",
     "list_users",
+    "mask",
     "memory_filter",
     "normalise_user",
     "passage_counts",

@@ -34,6 +34,7 @@ from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
 from quinn.memory.lexical import CANDIDATES, idf, owned, query_terms, within_budget
 from quinn.memory.models import iso, utcnow
 from quinn.memory.search import CHUNK_WEIGHT_DECAY, VECTOR_WEIGHT, query_chunks
+from quinn.memory.sensitive import mask
 
 if TYPE_CHECKING:
     from quinn.memory.store import MemoryStore
@@ -210,6 +211,8 @@ def write_passages(
     file when ``document_id`` is given), numbered after the message's passages so far; returns how many."""
     if not pieces:
         return 0
+    if user != KNOWLEDGE_OWNER:  # a person's secrets never become recall (issue 35); the admin's files stay whole
+        pieces = [(ref, mask(content)) for ref, content in pieces]
     embedder = store.embedder
     vectors = embedder.embed([embedded_text(message.subject, content) for _ref, content in pieces]) \
         if embedder is not None else None  # fmt: skip

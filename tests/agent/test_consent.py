@@ -234,3 +234,30 @@ async def test_extraction_stores_one_fact_per_memory(make_quinn, mail_lab, brain
     stored = [r[0] for r in quinn.query(f"SELECT content FROM memories m WHERE user_id = ? AND {CURRENT}"
                                         " ORDER BY id", (alice,))]  # fmt: skip
     assert stored == ["Alice lives in Lisbon.", "Alice is allergic to peanuts."]
+
+
+async def test_a_password_in_a_mail_reaches_no_memory_and_no_passage_unless_asked(make_quinn, mail_lab, brain: Brain):
+    """Issue 35: a secret the model extracts, or that sits in the mail's recall passages, is masked; kept only
+    when the person asks ("remember my IBAN"), and then private."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["hunter2x9"] = {"new": [
+        {"content": "Alice's bank password is hunter2x9.", "type": "personal"},
+        {"content": "Alice moved to Porto.", "type": "fact"},
+    ], "updated": [], "contradicted": []}  # fmt: skip
+    await quinn.send(alice, "Bank", "My bank password is hunter2x9 and I moved to Porto last month, so the "
+                     "statements should go to the new address.", date=DAY0)  # fmt: skip
+    quinn.replies(alice, 1)
+    memories = [r[0] for r in quinn.query("SELECT content FROM memories WHERE user_id = ?", (alice,))]
+    assert "Alice moved to Porto." in memories and "Alice's bank password is [secret withheld]." in memories
+    stored = repr(quinn.query("SELECT content FROM memories UNION ALL SELECT content FROM memory_versions"
+                              " UNION ALL SELECT content FROM passages"))  # fmt: skip
+    assert "hunter2x9" not in stored and "Porto" in stored
+
+    iban = "DE89 3704 0044 0532 0130 00"
+    await quinn.send(alice, "Invoice", f"Please remember my IBAN {iban} for the invoice.", date=DAY0 + timedelta(1))
+    quinn.replies(alice, 2)
+    [(content, private)] = quinn.query("SELECT content, json_extract(metadata, '$.private') FROM memories"
+                                       " WHERE user_id = ? AND content LIKE '%IBAN%'", (alice,))  # fmt: skip
+    assert iban in content and private == 1  # asked: kept, private
+    assert iban not in repr(quinn.query("SELECT content FROM passages"))  # never recall
