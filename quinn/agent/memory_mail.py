@@ -205,17 +205,22 @@ def _title(type_: str, domain: str | None) -> str:
 
 def export_json(
     user_id: str, memories: Sequence[Memory], withheld: int = 0, passages: Sequence[Passage] = (),
-    withheld_passages: int = 0,
+    withheld_passages: int = 0, shaping: dict[str, Any] | None = None,
+    versions: dict[int, list[dict[str, Any]]] | None = None,
 ) -> bytes:  # fmt: skip
     """The user's memories as a JSON document (the export form of ``Memory.to_record``), and the passages of
     past mail that conversation recall holds (issue 14), oldest first; a passage of an attached file names the file
-    and where in it (issue 18)."""
+    and where in it (issue 18); with ``shaping`` (agent/known.py) everything else that shapes replies, and each
+    memory's ``versions`` (number, change, time) by its root id (issue 35)."""
     document = {
         "user": user_id, "exported_at": iso(utcnow()), "count": len(memories),
-        "withheld_private": withheld, "memories": [m.to_record() for m in memories],
+        "withheld_private": withheld,
+        "memories": [{**m.to_record(), **({"versions": versions.get(m.root_id or m.id, [])} if versions else {})}
+                     for m in memories],
         "conversation": [{"date": p.sent_at, "direction": p.direction, "subject": p.subject, "text": p.content,
                           **({"file": p.document, "where": p.ref} if p.document else {})} for p in passages],
         "withheld_conversation": withheld_passages,
+        **(shaping or {}),
     }  # fmt: skip
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
 

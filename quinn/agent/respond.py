@@ -18,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, digest, forgetting, memory_mail, proposals, reply_trace
+from quinn.agent import confirm, consent, digest, forgetting, known, memory_mail, proposals, reply_trace
 from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
@@ -44,6 +44,7 @@ from quinn.memory import (
     record_retrievals,
     search_passages,
     user_passages,
+    versions_of,
 )
 
 log = logging.getLogger(__name__)
@@ -351,7 +352,11 @@ class Agent:
             memories = visible(every, not others)
             held = await self._db(user_passages, self.store.db, user)
             seen = [p for p in held if p.seen_by(others)]  # as in prompts: only what those on the mail saw
-            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen))
+            # Everything else that shapes replies (issue 35), with no one else on the mail: it is not sorted private.
+            found = {} if others else await self._db(known.shaping, self.store, user)
+            versions = await self._db(versions_of, self.store.db, user)
+            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen),
+                                           shaping=found, versions=versions)  # fmt: skip
             files = (Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json", "application/json", data),)
             log.info("mail %s: export confirmed: %d memories", email.message_id, len(memories))
             return Answer(memory_mail.export_sent(len(memories)), memory_mail.EXPORT_DONE_TEMPLATE, "",
@@ -433,13 +438,16 @@ class Agent:
         groups = memory_mail.digest_groups(memories)
         rendered = self.prompts.render("digest", {"user": {"address": user}, "groups": groups,
                                                   "others_on_thread": not private_ok})  # fmt: skip
+        # What else shapes replies (issue 35), with no one else on the mail (it is not sorted private).
+        shaping = known.described(await self._db(known.shaping, self.store, user)) if private_ok else ""
+        also = f"\n\nAlso shaping my replies:\n{shaping}" if shaping else ""
         if not groups:
-            body = "I don't remember anything about you yet."
+            body = "I don't remember anything about you yet." + also
             body += memory_mail.changes_footer(work.changes, work.elsewhere)
             return Answer(body, "digest", rendered.version, None, tuple(work.attachments), tuple(work.changes),
                           private=True)  # fmt: skip
         result = await self.llm.text(rendered.system, rendered.user, purpose="digest")
-        body = result.text + memory_mail.changes_footer(work.changes, work.elsewhere)
+        body = result.text + also + memory_mail.changes_footer(work.changes, work.elsewhere)
         return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes),
                       private=True)  # fmt: skip
 

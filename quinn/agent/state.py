@@ -93,3 +93,11 @@ def rewrite_mentions(db: Database, user_id: str, rewrite: Callable[[str], str | 
                 tx.execute(f"UPDATE conversation_summaries SET {sets} WHERE id = ?", (*new.values(), row[0]))
                 reviews += 1
     return {"user_state": fields, "conversation_summaries": reviews}
+
+
+def reviews_of(db: Database, user_id: str) -> list[dict[str, object]]:
+    """The user's conversation reviews, newest first: what the export and the person page show (issue 35)."""
+    rows = db.query("SELECT summary, feedback_text, reward_score, improvement_suggestion, created_at"
+                    " FROM conversation_summaries WHERE user_id = ? ORDER BY id DESC", (user_id,))  # fmt: skip
+    keys = ("summary", "feedback", "reward_score", "suggestion", "date")
+    return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -192,6 +192,12 @@ class Sessions:
         """The rolling summary of the session's older messages, if one was written."""
         return self.db.query_value("SELECT summary FROM sessions WHERE id = ?", (session_id,))
 
+    def summaries_of(self, user_id: str) -> list[dict[str, str]]:
+        """The user's thread summaries, newest first: what the export and the person page show (issue 35)."""
+        rows = self.db.query("SELECT subject, summary, last_message_at FROM sessions WHERE user_id = ? AND summary"
+                             " IS NOT NULL ORDER BY last_message_at DESC", (user_id,))  # fmt: skip
+        return [{"subject": r[0] or "", "summary": r[1], "date": r[2]} for r in rows]
+
     def rewrite_summaries(self, user_id: str, rewrite: Callable[[str], str | None]) -> int:
         """A forget's part of the threads (issue 35): each of the user's rolling summaries ``rewrite`` changes
         (None: left alone) is written without the forgotten fact. Returns how many."""

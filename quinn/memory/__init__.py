@@ -8,7 +8,7 @@ from quinn.memory import expiry, people
 from quinn.memory.clusters import current_with_vectors, similar_groups
 from quinn.memory.embed import Embedder, embedder_for
 from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
-from quinn.memory.graph import Relation, forget_in_graph, linked_hits, save_graph
+from quinn.memory.graph import Relation, forget_in_graph, graph_of, linked_hits, save_graph
 from quinn.memory.models import Change, Memory, NewMemory, SearchHit
 from quinn.memory.passages import (
     KNOWLEDGE_OWNER,
@@ -36,7 +36,7 @@ from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
 from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks
 from quinn.memory.sensitive import asked_to_keep, mask
-from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser
+from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser, versions_of
 
 __all__ = [
     "AGE_ANCHOR",
@@ -70,6 +70,7 @@ __all__ = [
     "export_document",
     "find_similar",
     "forget_in_graph",
+    "graph_of",
     "hybrid_search",
     "index_message",
     "insert_passages",
@@ -92,5 +93,6 @@ __all__ = [
     "split_passages",
     "stored_message",
     "user_passages",
+    "versions_of",
     "write_passages",
 ]

@@ -213,3 +213,18 @@ def forget_in_graph(
                               (user, entity, entity))  # fmt: skip
             gone += tx.delete("entities", "user_id = ? AND id = ?", (user, entity))
     return gone
+
+
+def graph_of(store: MemoryStore, user_id: str) -> dict[str, list[dict[str, object]]]:
+    """The user's entities and relations, as the export and the person page show them (issue 35)."""
+    user = normalise_user(user_id)
+    entities = store.db.query("SELECT name, kind FROM entities WHERE user_id = ? ORDER BY name", (user,))
+    relations = store.db.query(
+        "SELECT s.name, r.relation, t.name, r.memory_id FROM relationships r JOIN entities s ON s.id = r.source_id"
+        " JOIN entities t ON t.id = r.target_id WHERE r.user_id = ? ORDER BY r.id",
+        (user,),
+    )
+    return {
+        "entities": [{"name": n, "kind": k} for n, k in entities],
+        "relations": [{"source": s, "relation": r, "target": t, "memory_id": m} for s, r, t, m in relations],
+    }

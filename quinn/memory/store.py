@@ -530,3 +530,13 @@ def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     for table in ("memories", "memory_versions", "passages", "relationships", "entities"):
         counts[table] = tx.delete(table, "user_id = ?", (user,))
     return counts
+
+
+def versions_of(db: Database, user: str) -> dict[int, list[dict[str, object]]]:
+    """Each of the user's memories' versions by root id (number, change, time; not the words: a forgotten or
+    rewritten version's words stay in history, out of every read): what the export shows (issue 35)."""
+    out: dict[int, list[dict[str, object]]] = {}
+    for root, version, change, at in db.query("SELECT root_id, version, change, changed_at FROM memory_versions"
+                                              " WHERE user_id = ? ORDER BY id", (normalise_user(user),)):  # fmt: skip
+        out.setdefault(int(root), []).append({"version": version, "change": change, "at": at})
+    return out

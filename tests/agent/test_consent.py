@@ -5,6 +5,7 @@ scripted model."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -160,7 +161,8 @@ async def test_forget_that_i_live_in_berlin_reaches_everything_written_from_it(m
         return Text("Happy to help you plan it.")
 
     brain.reply = model
-    await quinn.send(alice, "Weekend", BERLIN_MAIL, date=DAY0)
+    await quinn.send(alice, "Weekend", BERLIN_MAIL, date=DAY0,
+                     attachments=(("trains.csv", "text/csv", b"day,train\nFriday,RE 7\n"),))  # fmt: skip
     await quinn.send(alice, "Weekend", "The lake matters more than the distance.", date=DAY0 + timedelta(hours=1))
     quinn.replies(alice, 2)
     ids.update({r[1]: r[0] for r in quinn.query("SELECT id, content FROM memories WHERE user_id = ?", (alice,))})
@@ -193,6 +195,19 @@ async def test_forget_that_i_live_in_berlin_reaches_everything_written_from_it(m
     assert quinn.query("SELECT count(*) FROM relationships WHERE user_id = ?", (alice,)) == [(0,)]
     exported = await ask_export(quinn, alice, 4, DAY0 + timedelta(days=4))
     assert "berlin" not in exported.lower() and "pharmacist" in exported
+    # The export holds every kind of data that shapes replies (issue 35), each memory with its versions.
+    document = json.loads(exported)
+    assert document["short_term_state"]["user_info"] == "Alice works as a pharmacist."
+    assert document["conversation_reviews"] and document["thread_summaries"]
+    assert [e["name"] for e in document["graph"]["entities"]] == ["Alice"] and document["graph"]["relations"] == []
+    assert [f["name"] for f in document["files"]] == ["trains.csv"] and document["opted_out"] is False
+    assert all(m["versions"] for m in document["memories"])
+    assert any(len(m["versions"]) >= 2 for m in document["memories"])  # the rewritten summary memory
+    # "What do you know about me?" shows them too, to her alone.
+    await quinn.send(alice, "Memory", "What do you know about me?", date=DAY0 + timedelta(days=5))
+    seen = body_of(quinn.replies(alice, 7)[-1])
+    assert "Also shaping my replies:" in seen and "user info: Alice works as a pharmacist." in seen, seen
+    assert "trains.csv" in seen and "berlin" not in seen.lower()
 
 
 async def test_forget_that_i_have_a_dog_keeps_the_allergy_and_the_city(make_quinn, mail_lab, brain: Brain):
