@@ -83,6 +83,10 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
         p.add_argument("--reason", default=f"{verb}ned by an operator", help="why, for the audit log")
         p.set_defaults(pinned=pinned)
 
+    p = command("persona", persona, "show Quinn's persona (read into every reply prompt), or write it", embeds=True)
+    p.add_argument("content", nargs="?", help="the new persona text (a new version; the old one stays in history)")
+    p.add_argument("--reason", default="persona written by an operator", help="why, for the audit log")
+
     p = command("purge", purge_user, "delete every trace of a user (memories, history, messages); no undo")
     p.add_argument("user", help="the user's address")
     p.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
@@ -224,6 +228,28 @@ def edit_memory(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         return _print_json({"previous": old.id, "id": new.id, "version": new.version})
     print(f"memory {old.id} is superseded by memory {new.id} (version {new.version})")
+    return 0
+
+
+def persona(args: argparse.Namespace, config: Config) -> int:
+    """``quinn memory persona [CONTENT]`` (issue 35): the persona memory every reply prompt reads (a global
+    memory of type ``persona``), shown, or written as a new version of the current one (or a first one)."""
+    with open_store(config, embed=bool(args.content)) as store:
+        current = store.get_all(None, scope="global", type="persona")
+        if args.content:
+            if current:
+                new_id = store.update(current[0].id, args.content, reason=args.reason, allow_immutable=True)
+            else:
+                new_id = store.add(None, args.content, scope="global", type="persona", importance=1.0)
+            new = _required(store.get(new_id), new_id)
+            _audit(store, "write persona", new, args.reason)
+            current = [new]
+    if args.json:
+        return _print_json({"persona": [{"id": m.id, "version": m.version, "content": m.content} for m in current]})
+    if not current:
+        print('no persona yet: `quinn memory persona "You are Quinn, …"` writes one')
+    for memory in current:
+        print(f"memory {memory.id} (version {memory.version}): {memory.content}")
     return 0
 
 

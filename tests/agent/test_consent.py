@@ -276,3 +276,31 @@ async def test_a_password_in_a_mail_reaches_no_memory_and_no_passage_unless_aske
                                        " WHERE user_id = ? AND content LIKE '%IBAN%'", (alice,))  # fmt: skip
     assert iban in content and private == 1  # asked: kept, private
     assert iban not in repr(quinn.query("SELECT content FROM passages"))  # never recall
+
+
+async def test_an_admin_writes_the_persona_from_the_cli_and_every_reply_prompt_reads_it(make_quinn, mail_lab,
+                                                                                      brain: Brain):  # fmt: skip
+    """Issue 35: the persona memory is read into every reply prompt; `quinn memory persona TEXT` writes it (a new
+    version when one exists, kept in history, audited), run as its own process beside the daemon."""
+    import os
+    import subprocess
+    import sys
+
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+
+    def persona(*argv: str) -> str:
+        env = {**os.environ, **quinn.config.env, "PYTHONPATH": os.getcwd()}
+        command = [sys.executable, "-m", "quinn", "memory", "persona", *argv, "-c", str(quinn.config.path)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "no persona yet" in persona()
+    persona("You are Quinn, the front desk of the Lakeside Rowing Club.")
+    persona("You are Quinn, the friendly front desk of the Lakeside Rowing Club.", "--reason", "warmer")
+    assert "version 2" in persona()
+    await quinn.send(alice, "Hi", "When does the club open?", date=DAY0)
+    quinn.replies(alice, 1)
+    assert "the friendly front desk of the Lakeside Rowing Club" in brain.prompt("When does the club open")
+    assert quinn.query("SELECT action FROM audit_log ORDER BY id") == [("write persona",), ("write persona",)]
