@@ -156,7 +156,7 @@ MAP: tuple[Holder, ...] = (
         export="exported (graph)",
         purge="deleted",
         retention="kept",
-        see="in the digest answer (graph)",
+        see="in the digest answer and on the person page",
         purged_by="quinn.memory.store",
     ),
     Holder(
@@ -174,7 +174,7 @@ MAP: tuple[Holder, ...] = (
         export="exported (graph)",
         purge="deleted",
         retention="kept",
-        see="in the digest answer (graph)",
+        see="in the digest answer and on the person page",
         purged_by="quinn.memory.store",
     ),
     Holder(
@@ -226,7 +226,7 @@ MAP: tuple[Holder, ...] = (
         export="summaries exported (thread_summaries)",
         purge="deleted",
         retention="with their messages",
-        see="summaries in the digest answer",
+        see="summaries in the digest answer and on the person page",
     ),
     Holder(
         "session_ids",
@@ -330,7 +330,7 @@ MAP: tuple[Holder, ...] = (
         export="listed (files)",
         purge="deleted",
         retention="deleted with their last mail",
-        see="files on the person page",
+        see="files in the digest answer and on the person page",
     ),
     Holder(
         "document_parts",
@@ -384,7 +384,7 @@ MAP: tuple[Holder, ...] = (
         export="exported (short_term_state)",
         purge="deleted",
         retention="kept while the person is",
-        see="in the digest answer",
+        see="in the digest answer and on the person page",
     ),
     Holder(
         "conversation_summaries",
@@ -403,7 +403,7 @@ MAP: tuple[Holder, ...] = (
         export="exported (conversation_reviews)",
         purge="deleted",
         retention="deleted after [retention] conversations_days",
-        see="in the digest answer",
+        see="in the digest answer and on the person page",
     ),
     Holder(
         "llm_usage",

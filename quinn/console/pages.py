@@ -16,7 +16,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log, opted_out_among, reply_trace, usage
+from quinn.agent import audit_log, known, opted_out_among, reply_trace, usage
 from quinn.console import draft_pages
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.db import Database
@@ -106,7 +106,9 @@ def person(console: Console) -> Endpoint:
         since = usage.month_start(console.clock.now())
         spent = await store.db.run(usage.users_spend, store.db, [user], since, console.prices)
         out = await store.db.run(opted_out_among, store.db, [user])
-        return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
+        shaping = await store.db.run(known.shaping, store, user)  # what else reaches their prompts (issue 35)
+        return console.render(request, "person.html", user=user, shaping=shaping, memories=memories, q=query,
+                              filters=filters,
                               include_inactive=include_inactive, kinds=sorted(kinds.items()),
                               domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),
                               searched=bool(query), replies=replies, month=since, priced=bool(console.prices),
