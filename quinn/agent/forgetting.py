@@ -7,13 +7,15 @@ that holds several facts loses only the forgotten one ("lives in Lisbon, has a d
 allergic to peanuts" without the dog keeps the city and the allergy).
 
 What the request names decides what counts as a mention: its names and numbers ("Berlin", "4111") when it has
-any, matched as words; otherwise its content words ("dog"), half of them at least, by word or 5-letter stem.
+any, matched as words; otherwise its content words ("dog"), all of one or two, three quarters of more, by word
+or 5-letter stem ("my old address" does not reach "Alice's email address").
 A text is cut by sentence, then by clause (commas, semicolons, "and", "but"), so what remains is the person's
 other facts in the same words.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -28,7 +30,7 @@ _LABEL = re.compile(r"^([^:]{1,80}:\s+)(\S.*)$", re.DOTALL)  # 'Summary of the e
 _LEAD = re.compile(r"^\s*(?:that|about|the fact that|my|me)\s+", re.IGNORECASE)
 NOT_NAMES = frozenset({"I", "I'm", "I've", "I'd", "I'll", "Please", "That", "The", "My", "Forget"})
 STEM = 5
-SHARE = 0.5
+SHARE = 0.75  # of the request's content words a text must hold to mention it (all of one or two words)
 
 
 def _stem(word: str) -> str:
@@ -65,7 +67,7 @@ class Forgetting:
         if self.names:
             return bool(self.names & tokens)
         stems = {_stem(t) for t in tokens}
-        return len(self.words & stems) >= max(1, round(len(self.words) * SHARE))
+        return len(self.words & stems) >= max(1, math.ceil(len(self.words) * SHARE))
 
     def without(self, text: str) -> str:
         """``text`` without the sentences, or within a sentence the clauses, that mention the fact ("" when
