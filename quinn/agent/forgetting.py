@@ -54,6 +54,18 @@ class Forgetting:
         words = {_stem(w) for w in content_words(text)} - {_stem(n) for n in names}
         return cls(request, frozenset(names), frozenset(words))
 
+    def beside(self, texts: list[str]) -> Forgetting:
+        """Without the names most of ``texts`` hold (the person's own name in "forget that Alice lives in
+        Berlin": every memory of hers names her, and the fact is Berlin)."""
+        if len(texts) < 2:
+            return self
+        common = {
+            n for n in self.names if sum(n in {t.lower() for t in _WORD.findall(x)} for x in texts) * 2 > len(texts)
+        }
+        if not common or common == self.names:
+            return self
+        return Forgetting(self.request, self.names - common, self.words)
+
     @property
     def empty(self) -> bool:
         """Whether the request names nothing a text could be matched on."""

@@ -162,9 +162,10 @@ def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> For
             break
     if target is None:
         return None
-    fact = Forgetting.of(what)
-    others = [m for m in store.get_all(user_id, limit=10_000) if m.id != target.id and fact.mentions(m.content)
-              and not m.immutable and (private_ok or not m.private)]  # fmt: skip
+    current = store.get_all(user_id, limit=10_000)
+    fact = Forgetting.of(what).beside([m.content for m in current])
+    others = [m for m in current if m.id != target.id and fact.mentions(m.content) and not m.immutable
+              and (private_ok or not m.private)]  # fmt: skip
     changes: list[MemoryChange] = []
     gone: list[int] = []
     reason = f'asked by email: "forget {what}"'

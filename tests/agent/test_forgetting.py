@@ -44,3 +44,9 @@ def test_a_text_that_does_not_mention_the_fact_is_left_alone() -> None:
 ])  # fmt: skip
 def test_one_fact_per_memory_splits_only_the_clear_case(merged: str, split: list[str]) -> None:
     assert facts(merged) == split
+
+
+def test_the_persons_own_name_is_not_what_a_forget_is_about() -> None:
+    memories = ["Alice lives in Berlin.", "Alice is a pharmacist.", "Alice likes lakes."]
+    fact = Forgetting.of("that Alice lives in Berlin").beside(memories)
+    assert fact.names == {"berlin"} and [m for m in memories if fact.mentions(m)] == ["Alice lives in Berlin."]
