@@ -24,6 +24,7 @@ HOMES = {
     "Delivery": "delivery",
     "canonical_address": "identity",
     "user_for": "identity",
+    "Fetched": "imap",
     "IMAP_FAILURES": "imap",
     "HostUnknown": "imap",
     "ImapLoginRejected": "imap",
@@ -56,6 +57,10 @@ HOMES = {
     "compose_reply": "smtp",
     "html_alternative": "smtp",
     "reply_message_id": "smtp",
+    "IMPORT_PREFIX": "sources",
+    "MailSource": "sources",
+    "SourceMail": "sources",
+    "open_source": "sources",
     "Sessions": "threads",
     "thread_key": "threads",
 }
@@ -75,6 +80,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.identity import canonical_address as canonical_address
     from quinn.mailbox.identity import user_for as user_for
     from quinn.mailbox.imap import IMAP_FAILURES as IMAP_FAILURES
+    from quinn.mailbox.imap import Fetched as Fetched
     from quinn.mailbox.imap import HostUnknown as HostUnknown
     from quinn.mailbox.imap import ImapLoginRejected as ImapLoginRejected
     from quinn.mailbox.imap import ImapMailbox as ImapMailbox
@@ -106,5 +112,9 @@ if TYPE_CHECKING:
     from quinn.mailbox.smtp import compose_reply as compose_reply
     from quinn.mailbox.smtp import html_alternative as html_alternative
     from quinn.mailbox.smtp import reply_message_id as reply_message_id
+    from quinn.mailbox.sources import IMPORT_PREFIX as IMPORT_PREFIX
+    from quinn.mailbox.sources import MailSource as MailSource
+    from quinn.mailbox.sources import SourceMail as SourceMail
+    from quinn.mailbox.sources import open_source as open_source
     from quinn.mailbox.threads import Sessions as Sessions
     from quinn.mailbox.threads import thread_key as thread_key

@@ -68,6 +68,9 @@ class Rules:
     plus_addressing: PlusAddressing = "separate"
     loop_header: str = "X-Quinn-Loop"
     own_message_id_domain: str | None = None  # None: recognise only Quinn's own "<quinn.…@own domain>" ids
+    # `quinn import --vouch`: senders (addresses or bare domains) the operator vouches for in an archive, trusted
+    # as if our server had authenticated them. Empty for live mail: only an import may vouch.
+    vouched: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config, loop_header: str) -> Rules:
@@ -123,13 +126,16 @@ def reply_subject(subject: str) -> str:
     return f"Re: {' '.join(_PREFIX.sub('', subject).split())}".rstrip()
 
 
-def decide(email: InboundEmail, rules: Rules) -> Decision:
-    """Handle, ignore or reject one email; the reason is short enough for one log line."""
+def decide(email: InboundEmail, rules: Rules, *, imported: bool = False) -> Decision:
+    """Handle, ignore or reject one email; the reason is short enough for one log line.
+
+    ``imported`` (`quinn import`): the mail comes from an archive the operator chose (a backlog, an old support
+    address), so it need not be addressed to Quinn; every other rule holds as for live mail."""
     reason = _ours(email, rules) or _never_reply(email)
     if reason:
         return Decision("ignore", reason)
     own = rules.own_address
-    if not any(same_mailbox(a.address, own) for a in (*email.to, *email.cc)):
+    if not imported and not any(same_mailbox(a.address, own) for a in (*email.to, *email.cc)):
         return Decision("ignore", "not addressed to quinn")
     problem = from_problem(email.header_all("From"))
     if problem:  # RFC 5322 §3.6: one From field with one mailbox; anything else names no single sender
@@ -140,6 +146,8 @@ def decide(email: InboundEmail, rules: Rules) -> Decision:
     if not _allowed(sender, rules.allow) and not _allowed(user, rules.allow):
         return Decision("reject", f"not allowed: {sender}")
     ok, why = authenticated(email, rules)
+    if not ok and rules.vouched and (_allowed(sender, rules.vouched) or _allowed(user, rules.vouched)):
+        ok, why = True, f"vouched for by the operator at import ({why})"
     if name_poses_as_address(email.from_.name, sender):
         why += f"; the display name poses as another address, bound to {sender}"
     trusted = ok or rules.trust == INSECURE

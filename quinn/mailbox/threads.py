@@ -237,6 +237,13 @@ class Sessions:
         """The Message-IDs that join mail to the session (``session_ids``: theirs and our replies')."""
         return [r[0] for r in self.db.query("SELECT message_id FROM session_ids WHERE session_id = ?", (session_id,))]
 
+    def placed(self, message_id: str) -> tuple[str, str, int] | None:
+        """Where a stored inbound mail sits: its session (after any merge), its date and the length of its own
+        text; None when it is not stored (`quinn import` batches learning by thread with it)."""
+        row = self.db.query_one("SELECT session_id, sent_at, length(body) FROM messages WHERE message_id = ?"
+                                " AND direction = 'in' ORDER BY id LIMIT 1", (message_id,))  # fmt: skip
+        return None if row is None else (str(row[0]), str(row[1]), int(row[2] or 0))
+
     def user_of(self, session_id: str) -> str | None:
         """The user the session belongs to, or None when there is no such session."""
         return self.db.query_value("SELECT user_id FROM sessions WHERE id = ?", (session_id,))
