@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
+from quinn.agent.consent import opt_out
 from quinn.cli import main
+from quinn.db import Database
 from tests.lab.brain import Brain, memory_id
 from tests.lab.daemon import LabConfig
 from tests.lab.inprocess import build_mail
@@ -225,3 +227,25 @@ def test_a_file_that_is_not_mail_is_named_and_nothing_is_written(lab_config, tmp
     assert f"{path} is not an mbox file" in err and "Maildir" in err, err  # what it is, and what to pass instead
     assert path.read_bytes() == content
     assert not config.db_path.exists()  # refused before the database was opened
+
+
+def test_opted_out_and_not_allowed_people_are_imported_as_live_mail_is_handled(lab_config, brain: Brain,
+                                                                              tmp_path: Path) -> None:  # fmt: skip
+    """An allowlist rejects Bob's mail even vouched for; Alice asked not to be remembered: her mail is kept for
+    threading, never indexed, learnt from or reviewed (quinn/agent/consent.py), as for her live mail."""
+    config = lab_config(idle=False, extra='[policy]\nallow = ["example.test"]\n')
+    db = Database.open(str(config.db_path))
+    opt_out(db, ALICE, datetime(2025, 1, 1, tzinfo=UTC), None)
+    db.close()
+    box = mailbox.Maildir(tmp_path / "Maildir", create=True)
+    for raw in history(config.address).values():
+        box.add(raw)
+    teach(brain)
+
+    result = summary_of(quinn_import(config, str(tmp_path / "Maildir"), "--vouch", BOB))
+    assert result["outcomes"] == {"imported": 3, "ignored": 1, "rejected": 1}, result
+    assert f"rejected: not allowed: {BOB}" in result["reasons"]
+    now = stored(config.db_path)
+    assert now["messages"] == ["<a1@example.test>", "<a2@example.test>", "<a3@example.test>"]  # kept for threads
+    assert now["passages"] == 0 and now["documents"] == [] and now["memories"] == 0 and now["queued"] == 0
+    assert brain.extractions() == [] and not brain.requests("SessionReview")
