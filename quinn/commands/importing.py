@@ -38,6 +38,9 @@ def register(sub: Any, with_config: Any) -> None:
     parser.add_argument("--vouch", action="append", default=[], metavar="SENDER",
                         help="trust mail From this address or @domain as if your server had authenticated it "
                         "(repeatable); without it only mail your server stamped is taken in")  # fmt: skip
+    parser.add_argument("--sent", action="store_true",
+                        help="the source is a Sent folder: each mail joins its first To recipient's conversation "
+                        "as the outbound side (threads, recall), never learnt as the recipient's words")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="read and judge every mail, write nothing")
     parser.add_argument("--no-jobs", action="store_true",
                         help="do not run the session jobs (summarize, session close) at the end: the daemon's "
@@ -78,7 +81,8 @@ async def _import(args: argparse.Namespace, config: Config) -> ImportReport:
         await parts.open_memory()
         with _progress(quiet=args.json) as bar:
             importer = Importer(parts, vouch=args.vouch, quarantine_dir=quarantine_dir(config, args.quarantine_dir),
-                                run_jobs=not args.no_jobs and not args.dry_run, progress=bar)  # fmt: skip
+                                run_jobs=not args.no_jobs and not args.dry_run, progress=bar,
+                                sent=args.sent)  # fmt: skip
             return await importer.run(source, dry_run=args.dry_run)
     finally:
         await asyncio.to_thread(source.close)

@@ -127,6 +127,21 @@ class Conversation:
         await self._documents(email, decision.user_id, session_id)
         return session_id
 
+    async def take_in_sent(self, email: InboundEmail, decision: Decision) -> str:
+        """`quinn import --sent`: a mail the operator's side sent, kept as the outbound side of the recipient's
+        conversation (its thread, and recall unless they opted out); never learnt from. Returns the session id."""
+        p = self.parts
+        assert p.store is not None and decision.user_id is not None
+        user = decision.user_id
+        sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
+        session_id = await self._db(sessions.assign, email, user, email.date, by_subject=True)
+        recipients = [a.address for a in (*email.to, *email.cc)]
+        await self._db(sessions.store_outbound, session_id, user, email.message_id, email.in_reply_to or "",
+                       email.subject, email.sender or "", recipients, email.text, sent_at=email.date)  # fmt: skip
+        if await self._recallable(email, user):
+            await self._db(index_message, p.store, user, email.message_id, "out")
+        return session_id
+
     async def join_session(self, email: InboundEmail, decision: Decision, user: str, *,
                            now: datetime | None = None) -> str:  # fmt: skip
         """Join the mail to its session and store it there (memory mail only); returns the session id. ``now``:

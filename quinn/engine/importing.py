@@ -43,6 +43,7 @@ from quinn.mailbox import (
     Sessions,
     SourceMail,
     decide,
+    decide_sent,
     parse_email,
 )
 from quinn.metrics import Metrics
@@ -100,7 +101,7 @@ class Importer:
     jobs at the end (else the daemon's scheduler does, on its interval)."""
 
     def __init__(self, parts: Parts, *, vouch: Sequence[str] = (), quarantine_dir: Path, run_jobs: bool = True,
-                 progress: Progress | None = None) -> None:  # fmt: skip
+                 progress: Progress | None = None, sent: bool = False) -> None:  # fmt: skip
         assert parts.db is not None and parts.store is not None
         self.parts = parts
         self.rules = dataclasses.replace(parts.rules, vouched=tuple(v.strip().lower() for v in vouch if v.strip()))
@@ -111,7 +112,8 @@ class Importer:
         self._db = parts.db.run
         self.conversation = Conversation(parts, metrics, self._db, MailboxPurges())
         self.handler = MailHandler(parts, self.conversation, SetupHold(), metrics, self._db, _no_watched_folder,
-                                   replying=False, rules=self.rules)  # fmt: skip
+                                   replying=False, rules=self.rules, sent=sent)  # fmt: skip
+        self.sent = sent
         self.ledger = MailLedger(parts.db)
 
     async def run(self, source: MailSource, *, dry_run: bool = False) -> ImportReport:
@@ -211,7 +213,7 @@ class Importer:
             report.outcomes["quarantined"] += 1
             report.quarantined.append((mail.where, f"unparseable: {exc.message}", "(dry run: no copy)"))
             return
-        decision = decide(email, self.rules, imported=True)
+        decision = decide_sent(email, self.rules) if self.sent else decide(email, self.rules, imported=True)
         if decision.action != "handle":
             outcome = "ignored" if decision.action == "ignore" else "rejected"
             report.outcomes[outcome] += 1

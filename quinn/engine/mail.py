@@ -41,6 +41,7 @@ from quinn.mailbox import (
     Outbox,
     Rules,
     decide,
+    decide_sent,
     parse_email,
     thread_key,
 )
@@ -96,8 +97,9 @@ class MailHandler:
 
     def __init__(self, parts: Parts, conversation: Conversation, hold: SetupHold, metrics: Metrics,
                  run_db: Callable[..., Awaitable[Any]], run_imap: Callable[..., Awaitable[Any]], *,
-                 replying: bool = True, rules: Rules | None = None) -> None:  # fmt: skip
+                 replying: bool = True, rules: Rules | None = None, sent: bool = False) -> None:  # fmt: skip
         self.replying = replying
+        self.sent = sent  # `quinn import --sent`: a Sent folder, kept as the outbound side (decide_sent)
         self._rules = rules  # the import's rules (vouched senders); None: the parts' own, read at each mail
         self.parts = parts
         self.conversation = conversation
@@ -267,7 +269,8 @@ class MailHandler:
                 return None
         elif earlier is not None:
             return None  # another live copy of this mail is in progress; this one waits for its outcome
-        decision = decide(email, self._rules or p.rules, imported=not self.replying)
+        rules = self._rules or p.rules
+        decision = decide_sent(email, rules) if self.sent else decide(email, rules, imported=not self.replying)
         log.info("mail uid=%s id=%s from=%s: %s (%s)", uid, email.message_id, email.sender, decision.action,
                  decision.reason)  # fmt: skip
         if decision.action != "handle":
@@ -347,6 +350,11 @@ class MailHandler:
         ids = {"message_id": email.message_id, "user_id": decision.user_id, "thread_key": ready.thread,
                "sender_key": decision.rate_key}  # fmt: skip
         await self._move(mail, "handling", decision.reason, **ids)
+        if self.sent:  # the operator's side's words: threads and recall, never learnt as the recipient's
+            await self.conversation.take_in_sent(email, decision)
+            await self._finish(mail, "imported", decision.reason)
+            self.handled += 1
+            return
         await self.conversation.take_in(email, decision)
         assert self.parts.store is not None
         await self._db(learning.put, self.parts.store.db, email.message_id, decision.user_id, ready.raw,

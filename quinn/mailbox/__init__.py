@@ -50,6 +50,7 @@ HOMES = {
     "Rules": "policy",
     "check_trust": "policy",
     "decide": "policy",
+    "decide_sent": "policy",
     "trust_warnings": "policy",
     "LOOP_HEADER": "smtp",
     "Reply": "smtp",
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.policy import Rules as Rules
     from quinn.mailbox.policy import check_trust as check_trust
     from quinn.mailbox.policy import decide as decide
+    from quinn.mailbox.policy import decide_sent as decide_sent
     from quinn.mailbox.policy import trust_warnings as trust_warnings
     from quinn.mailbox.review import MAX_DRAFT_CHARS as MAX_DRAFT_CHARS
     from quinn.mailbox.review import DraftText as DraftText

@@ -168,6 +168,27 @@ def decide(email: InboundEmail, rules: Rules, *, imported: bool = False) -> Deci
     return Decision("handle", reason, user, ok, use_memory=True, sender=sender, rate_key=user)
 
 
+def decide_sent(email: InboundEmail, rules: Rules) -> Decision:
+    """`quinn import --sent`: a mail the operator's side sent (a Sent folder), kept as the outbound side of its
+    first To recipient's conversation. The operator vouches for the folder by naming it so; the text is theirs,
+    not the recipient's, so it joins the recipient's threads and recall and is never learnt as their words. Mail
+    an auto-responder sent, to a robot, or to someone the allowlist does not admit is not kept."""
+    reason = _never_reply(email)
+    if reason:
+        return Decision("ignore", reason)
+    own = rules.own_address
+    recipients = [canonical_address(a.address) for a in email.to if not same_mailbox(a.address, own)]
+    if not recipients:
+        return Decision("ignore", "sent mail without a recipient")
+    if _ROBOT_LOCAL.search(recipients[0].rpartition("@")[0]):
+        return Decision("ignore", f"sent to an automated address: {recipients[0]}")
+    user = user_for(recipients[0], rules.aliases, rules.plus_addressing)
+    if not _allowed(recipients[0], rules.allow) and not _allowed(user, rules.allow):
+        return Decision("reject", f"not allowed: {recipients[0]}")
+    return Decision("handle", f"sent to {user}: the outbound side of their conversation (--sent)", user, True,
+                    use_memory=True, sender=user, rate_key=user)  # fmt: skip
+
+
 def trust_warnings(rules: Rules) -> list[str]:
     """What an operator must hear at every start about the trust settings (empty when they are sound)."""
     if rules.trust == INSECURE:

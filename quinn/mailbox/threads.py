@@ -166,16 +166,17 @@ class Sessions:
 
     def store_outbound(
         self, session_id: str, user_id: str, message_id: str, in_reply_to: str, subject: str, from_addr: str,
-        to_addrs: list[str], body: str,
+        to_addrs: list[str], body: str, *, sent_at: datetime | None = None,
     ) -> None:  # fmt: skip
-        """Keep our reply in the conversation store (idempotent on Message-ID)."""
+        """Keep our reply in the conversation store (idempotent on Message-ID); ``sent_at``: an imported sent
+        mail's own date (default now)."""
         now = iso(utcnow())
         self.db.execute(
             "INSERT OR IGNORE INTO messages (session_id, user_id, direction, message_id, in_reply_to, subject,"
             " from_addr, to_addrs, sent_at, body, full_text, created_at)"
             " VALUES (?, ?, 'out', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_id, user_id, message_id, in_reply_to, subject, from_addr, json.dumps(to_addrs), now, body,
-             body, now),
+            (session_id, user_id, message_id, in_reply_to, subject, from_addr, json.dumps(to_addrs),
+             iso(sent_at) or now, body, body, now),
         )  # fmt: skip
 
     def thread(self, session_id: str, limit: int = 20) -> list[StoredMessage]:

@@ -210,6 +210,23 @@ def test_imap_folder_import_reads_without_changing_the_folder(lab_config, brain:
     rows = query(config.db_path, "SELECT DISTINCT folder, uidvalidity > 0 FROM mail_state")
     assert rows == [("import:imap:Archive", 1)]
 
+    # The old address's Sent folder: our answer to Alice joins her first thread as its outbound side, is
+    # searchable for her, and teaches nothing (it is not her words).
+    extractions = len(brain.extractions())
+    _, answer = build_mail("support@old.example.test", ALICE, "Re: Moving", "Welcome to Lisbon! Your locker key "
+                           "is at the front desk.", name="Old desk", date=datetime(2023, 3, 1, 15, tzinfo=UTC),
+                           in_reply_to="<a1@example.test>", message_id="<s1@old.example.test>")  # fmt: skip
+    dovecot.append(config.address, answer, folder="Sent")
+    sent = summary_of(quinn_import(config, "imap:Sent", "--sent"))
+    assert sent["outcomes"] == {"imported": 1} and sent["people"] == [ALICE]
+    [(session, user, sent_at)] = query(config.db_path, "SELECT session_id, user_id, sent_at FROM messages"
+                                       " WHERE direction = 'out'")  # fmt: skip
+    assert user == ALICE and sent_at.startswith("2023-03-01T15")
+    first = query(config.db_path, "SELECT session_id FROM messages WHERE message_id = '<a1@example.test>'")
+    assert first == [(session,)]  # the same thread as the mail it answers
+    found = query(config.db_path, "SELECT count(*) FROM passages WHERE message_id = '<s1@old.example.test>'")
+    assert found[0][0] >= 1 and len(brain.extractions()) == extractions
+
     missing = quinn_import(config, "imap:NoSuchFolder")
     assert missing.returncode == 2 and "no IMAP folder 'NoSuchFolder'" in missing.stderr
 

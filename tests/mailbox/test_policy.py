@@ -16,6 +16,7 @@ from quinn.mailbox.policy import (
     Rules,
     authenticated,
     decide,
+    decide_sent,
     normalise_subject,
     reply_subject,
     user_for,
@@ -231,6 +232,18 @@ def test_the_operator_vouches_for_an_archive_sender_and_no_one_else() -> None:
     assert not other.trusted and not other.use_memory
     allowed = replace(RULES, vouched=("evil.test",), allow=("example.com",))
     assert decide(mail(sender="mallory@evil.test"), allowed, imported=True).action == "reject"  # allow still holds
+
+
+def test_a_sent_mail_belongs_to_its_first_recipient_and_robots_lists_and_strangers_are_not_kept() -> None:
+    """`quinn import --sent` (``decide_sent``): the operator's own sent mail, kept for the person it went to."""
+    sent = mail(sender="support@old.example.com", to=("Bob@Example.com", "carol@example.com"))
+    decision = decide_sent(sent, RULES)
+    assert decision.action == "handle" and decision.user_id == "bob@example.com" and decision.use_memory
+    assert decide_sent(mail(to=("no-reply@shop.test",)), RULES).action == "ignore"
+    assert decide_sent(mail(to=(QUINN,)), RULES) == Decision("ignore", "sent mail without a recipient")
+    assert decide_sent(mail(to=("bob@example.com",), headers={"Auto-Submitted": "auto-replied"}), RULES).action == (
+        "ignore")  # fmt: skip
+    assert decide_sent(mail(to=("eve@elsewhere.test",)), replace(RULES, allow=("example.com",))).action == "reject"
 
 
 def test_allowlist() -> None:
