@@ -22,6 +22,7 @@ from quinn.commands.output import add_json_flag, answer, table
 from quinn.config import Config, resolve_secrets
 
 if TYPE_CHECKING:
+    from quinn.db import Database
     from quinn.engine.importing import ImportReport
 
 SECRETS = ("database", "llm", "embeddings")  # an imap: source needs the [imap] password too, asked for then
@@ -78,7 +79,10 @@ async def _import(args: argparse.Namespace, config: Config) -> ImportReport:
     source = await asyncio.to_thread(open_source, args.source, config.imap)  # a source that is not mail fails here
     parts = Parts.build(config)
     try:
-        await parts.open_memory()
+        if args.dry_run:  # nothing is written, not even a schema: an existing database is only read
+            parts.db = await asyncio.to_thread(_existing_database, config)
+        else:
+            await parts.open_memory()
         with _progress(quiet=args.json) as bar:
             importer = Importer(parts, vouch=args.vouch, quarantine_dir=quarantine_dir(config, args.quarantine_dir),
                                 run_jobs=not args.no_jobs and not args.dry_run, progress=bar,
@@ -110,6 +114,16 @@ class _progress:
         if what not in self.tasks:
             self.tasks[what] = self.bar.add_task(what, total=total or None)
         self.bar.update(self.tasks[what], completed=done, total=total or None)
+
+
+def _existing_database(config: Config) -> Database | None:
+    """The configured database opened as it is (no migration), or None when a local file does not exist yet."""
+    from quinn.db import Database, is_remote
+
+    url = config.database.url
+    if not is_remote(url) and not Path(url).exists():
+        return None
+    return Database.open(url, config.database.secret("auth_token"), migrate=False)
 
 
 def summary(report: ImportReport) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from quinn.agent import learning
 from quinn.engine.conversation import Conversation
@@ -98,27 +99,30 @@ class Importer:
 
     ``parts`` has its memory open (``Parts.open_memory``). ``vouch``: senders (addresses or bare domains) the
     operator vouches for; ``quarantine_dir``: where copies of unparseable mails go; ``run_jobs``: run the session
-    jobs at the end (else the daemon's scheduler does, on its interval)."""
+    jobs at the end (else the daemon's scheduler does, on its interval). For a dry run only, ``parts`` may have no
+    memory open: ``parts.db`` an existing database opened without migrating (its ledger says what is done), or
+    None (nothing is)."""
 
     def __init__(self, parts: Parts, *, vouch: Sequence[str] = (), quarantine_dir: Path, run_jobs: bool = True,
                  progress: Progress | None = None, sent: bool = False) -> None:  # fmt: skip
-        assert parts.db is not None and parts.store is not None
         self.parts = parts
         self.rules = dataclasses.replace(parts.rules, vouched=tuple(v.strip().lower() for v in vouch if v.strip()))
         self.quarantine_dir = quarantine_dir
         self.run_jobs = run_jobs
         self.progress = progress or (lambda what, done, total: None)
         metrics = Metrics()
-        self._db = parts.db.run
+        self._db = parts.db.run if parts.db is not None else _no_database
         self.conversation = Conversation(parts, metrics, self._db, MailboxPurges())
         self.handler = MailHandler(parts, self.conversation, SetupHold(), metrics, self._db, _no_watched_folder,
                                    replying=False, rules=self.rules, sent=sent)  # fmt: skip
         self.sent = sent
-        self.ledger = MailLedger(parts.db)
+        self.ledger = MailLedger(parts.db) if parts.db is not None else None
 
     async def run(self, source: MailSource, *, dry_run: bool = False) -> ImportReport:
         """Import ``source`` (oldest mail first), learn from it per thread and run the session jobs."""
         report = ImportReport(source.label, dry_run)
+        if not dry_run and (self.parts.store is None or self.ledger is None):
+            raise AssertionError("an import needs the memory open (Parts.open_memory)")
         plan = await asyncio.to_thread(self.plan, source)
         report.seen = len(plan)
         for done, item in enumerate(plan, start=1):
@@ -152,6 +156,7 @@ class Importer:
     async def _take(self, item: Planned, report: ImportReport) -> None:
         """One mail along the engine's path (no reply), then what became of it counted."""
         mail = item.mail
+        assert self.ledger is not None
         before = await self._db(self.ledger.get, mail.key)
         if before is not None and before.final:
             report.outcomes["already imported" if before.state == "imported" else before.state] += 1
@@ -201,7 +206,7 @@ class Importer:
     async def _consider(self, item: Planned, report: ImportReport) -> None:
         """A dry run's look at one mail: parse and policy, nothing written."""
         mail = item.mail
-        before = await self._db(self.ledger.get, mail.key)
+        before = await self._db(self.ledger.get, mail.key) if self.ledger is not None else None
         if before is not None and before.final:
             report.outcomes["already imported" if before.state == "imported" else before.state] += 1
             return
@@ -233,7 +238,7 @@ class Importer:
         date order, in batches of consecutive mails of one thread."""
         folder = getattr(source, "folder", "")
         store = self.parts.store
-        assert store is not None
+        assert store is not None and self.ledger is not None
         queued = set(await self._db(learning.waiting, store.db))
         sessions = Sessions(store.db)
         placed: list[tuple[str, str, str, str, int]] = []  # (user, date, session, message id, text length)
@@ -335,6 +340,11 @@ def _sender_of(mail: SourceMail) -> str:
         return parse_email(mail.header or b"\n").sender or "?"
     except QuinnError:
         return "?"
+
+
+async def _no_database(*_args: object, **_kwargs: object) -> Any:
+    """A dry run without a database reads nothing from one."""
+    raise AssertionError("no database is open")
 
 
 async def _no_watched_folder(*_args: object, **_kwargs: object) -> None:

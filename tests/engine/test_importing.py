@@ -138,7 +138,7 @@ def test_maildir_import_stores_threads_memory_files_and_judges_trust(lab_config,
 
     dry = summary_of(quinn_import(config, source, "--dry-run"))
     assert dry["outcomes"] == {"imported": 3, "ignored": 1, "not trusted": 1, "quarantined": 1}
-    assert not config.db_path.exists() or stored(config.db_path)["messages"] == []  # a dry run writes nothing
+    assert not config.db_path.exists()  # a dry run writes nothing, not even a schema
     assert not brain.server.requests or all(r.kind == "embeddings" for r in brain.server.requests)
 
     first = summary_of(quinn_import(config, source))
@@ -160,6 +160,9 @@ def test_maildir_import_stores_threads_memory_files_and_judges_trust(lab_config,
     again = summary_of(quinn_import(config, source))  # idempotent: nothing new
     assert again["outcomes"] == {"already imported": 3, "ignored": 1, "not trusted": 1, "quarantined": 1}
     assert stored(config.db_path) == now and len(brain.extractions()) == 2
+    looked = summary_of(quinn_import(config, source, "--dry-run", "--vouch", BOB))  # reads the ledger, writes nothing
+    assert looked["outcomes"] == {"already imported": 3, "ignored": 1, "imported": 1, "quarantined": 1}
+    assert stored(config.db_path) == now
 
     vouched = summary_of(quinn_import(config, source, "--vouch", "elsewhere.test"))  # the operator's word
     assert vouched["outcomes"]["imported"] == 1 and vouched["people"] == [ALICE, BOB]
