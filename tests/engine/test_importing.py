@@ -1,12 +1,15 @@
 """`quinn import` through the real lab (issue 32): an mbox, a Maildir and an IMAP folder on the real Dovecot, taken
-in by the real CLI in a subprocess, with the real embedder, the scripted model for extraction and the session
-review, and the libSQL file read back. What is asserted is what Quinn stores: ledger rows, sessions, messages,
-recall passages, attached files, memories and their versions, conversation summaries; and what it must not do:
-send anything, change the source, take in mail nobody vouched for, lose a mail that is not mail.
+in by the real CLI (``quinn.cli.main``; a subprocess where it is to be killed), with the real embedder, the
+scripted model for extraction and the session review, and the libSQL file read back. What is asserted is what
+Quinn stores: ledger rows, sessions, messages, recall passages, attached files, memories and their versions,
+conversation summaries; and what it must not do: send anything, change the source, take in mail nobody vouched
+for, lose a mail that is not mail.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import mailbox
 import os
@@ -76,13 +79,27 @@ def teach(brain: Brain) -> None:
 
 
 def quinn_import(config: LabConfig, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    """``quinn import ... --json`` as an operator runs it; ``fault``: QUINN_FAULT (a SIGKILL at that point)."""
-    env = {**os.environ, **config.env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env.pop("QUINN_FAULT", None)
+    """``quinn import ... --json`` as an operator runs it: through ``quinn.cli.main`` in this process (the CLI's
+    own code, without a second interpreter's start-up), or with ``fault`` (QUINN_FAULT, a SIGKILL at that point)
+    as a subprocess, which the kill ends."""
+    argv = ["import", *args, "--json", "-c", str(config.path)]
     if fault:
-        env["QUINN_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "quinn", "import", *args, "--json", "-c", str(config.path)],
-                          capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
+        env = {**os.environ, **config.env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "QUINN_FAULT": fault}
+        return subprocess.run([sys.executable, "-m", "quinn", *argv], capture_output=True, text=True, env=env,
+                              timeout=240)  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    saved = {name: os.environ.get(name) for name in config.env}
+    os.environ.update(config.env)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def summary_of(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -235,16 +252,13 @@ def test_imap_folder_import_reads_without_changing_the_folder(lab_config, brain:
 
 
 @pytest.mark.parametrize("content", [GARBAGE, b"", b"Dear Quinn,\nthis is a letter, not a mailbox.\n"])
-def test_a_file_that_is_not_mail_is_named_and_nothing_is_written(lab_config, tmp_path: Path, content: bytes,
-                                                                  monkeypatch, capsys) -> None:  # fmt: skip
+def test_a_file_that_is_not_mail_is_named_and_nothing_is_written(lab_config, tmp_path: Path, content: bytes) -> None:
     config = lab_config(idle=False)
-    for name, value in config.env.items():
-        monkeypatch.setenv(name, value)
     path = tmp_path / "scan.pdf"
     path.write_bytes(content)
-    assert main(["import", str(path), "-c", str(config.path)]) == 2  # the CLI's one place for a QuinnError
-    err = capsys.readouterr().err
-    assert f"{path} is not an mbox file" in err and "Maildir" in err, err  # what it is, and what to pass instead
+    result = quinn_import(config, str(path))
+    assert result.returncode == 2  # the CLI's one place for a QuinnError: one line, the config error's code
+    assert f"{path} is not an mbox file" in result.stderr and "Maildir" in result.stderr  # what to pass instead
     assert path.read_bytes() == content
     assert not config.db_path.exists()  # refused before the database was opened
 
