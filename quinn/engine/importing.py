@@ -37,6 +37,7 @@ from quinn.errors import ConnectError, QuinnError, RetryLater
 from quinn.faults import fault_point
 from quinn.hold import SetupHold
 from quinn.mailbox import (
+    IMAP_FAILURES,
     Fetched,
     InboundEmail,
     MailLedger,
@@ -123,14 +124,20 @@ class Importer:
         report = ImportReport(source.label, dry_run)
         if not dry_run and (self.parts.store is None or self.ledger is None):
             raise AssertionError("an import needs the memory open (Parts.open_memory)")
-        plan = await asyncio.to_thread(self.plan, source)
-        report.seen = len(plan)
-        for done, item in enumerate(plan, start=1):
-            if dry_run:
-                await self._consider(item, report)
-            else:
-                await self._take(item, report)
-            self.progress("mails", done, len(plan))
+        done = 0
+        try:
+            plan = await asyncio.to_thread(self.plan, source)
+            report.seen = len(plan)
+            for done, item in enumerate(plan, start=1):
+                if dry_run:
+                    await self._consider(item, report)
+                else:
+                    await self._take(item, report)
+                self.progress("mails", done, len(plan))
+        except IMAP_FAILURES as exc:  # the source's server went away: what is done stays done
+            why = exc.message if isinstance(exc, QuinnError) else f"{exc.__class__.__name__}: {exc}"
+            raise ConnectError(f"{source.label}: the IMAP connection failed after {done} mails ({why})",
+                               "run the same import again: it carries on where it stopped") from None  # fmt: skip
         if dry_run:
             return report
         await self._learn(source, report)

@@ -283,3 +283,41 @@ def test_opted_out_and_not_allowed_people_are_imported_as_live_mail_is_handled(l
     assert now["messages"] == ["<a1@example.test>", "<a2@example.test>", "<a3@example.test>"]  # kept for threads
     assert now["passages"] == 0 and now["documents"] == [] and now["memories"] == 0 and now["queued"] == 0
     assert brain.extractions() == [] and not brain.requests("SessionReview")
+
+
+async def test_a_source_server_that_goes_away_mid_import_is_one_clear_error(tmp_path: Path) -> None:
+    """The IMAP source's connection dies while a mail is read: the import stops with what to do (run it again),
+    not a traceback, and the mail is left for the rerun (not final)."""
+    from quinn.config import parse_config
+    from quinn.engine.importing import Importer
+    from quinn.engine.parts import Parts
+    from quinn.errors import ConnectError
+    from quinn.mailbox import MailKey, MailLedger, MailSource, SourceMail
+
+    class Dropping(MailSource):
+        label = "imap:Archive"
+        folder = "import:imap:Archive"
+
+        def mails(self):  # type: ignore[no-untyped-def]
+            def read() -> bytes:
+                raise ConnectionResetError("connection reset by peer")
+
+            yield SourceMail(MailKey(self.folder, 1, 7), "imap:Archive uid 7", 100, b"From: a@b.test\n\n", None, read)
+
+    config = parse_config({
+        "imap": {"host": "127.0.0.1", "username": "q", "password_env": "UNUSED"},
+        "smtp": {"host": "127.0.0.1", "from_address": "quinn@example.test"},
+        "llm": {"model": "openai/x", "base_url": "http://127.0.0.1:9/v1"},  # never asked: the import stops first
+        "database": {"url": str(tmp_path / "q.db")}, "embeddings": {"backend": "none"},
+    })  # fmt: skip
+    parts = Parts.build(config)
+    await parts.open_memory()
+    try:
+        with pytest.raises(ConnectError, match="the IMAP connection failed after 1 mails") as raised:
+            await Importer(parts, quarantine_dir=tmp_path / "q").run(Dropping())
+        assert "run the same import again" in str(raised.value.hint)
+        assert parts.db is not None
+        record = MailLedger(parts.db).get(MailKey("import:imap:Archive", 1, 7))
+        assert record is not None and not record.final
+    finally:
+        await parts.close()
