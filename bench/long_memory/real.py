@@ -16,6 +16,11 @@ The file is JSON::
                        "evidence": ["\\\\bporto\\\\b"]}]
      }]}
 
+A multi-session conversation (sessions of dated turns between the person and someone else) becomes such a person
+with ``person_from_sessions``: each session a thread, each run of the person's turns a mail from them, the other
+side's turn before it quoted below ("On DATE, NAME wrote:" and "> " lines) the way a mail client quotes (Quinn's
+parser keeps only the person's own words). A converter that writes the file calls it.
+
 ``thread`` is the index of the mail that starts the mail's thread (its own index for a new thread); ``category``
 is one of ``data.KINDS``; patterns are regular expressions over lower-cased text (``gold``: a right answer;
 ``stale``: an old value, or for ``forgotten`` the forgotten one; ``evidence``: what shows the prompt held the
@@ -26,7 +31,7 @@ that is wrong.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +53,32 @@ def load(path: Path, limit: int | None = None) -> list[Person]:
     if not isinstance(people, list) or not people:
         raise RealPeopleError(f'{path}: no "people" list (see bench/long_memory/real.py for the format)')
     return [_person(path, n, item) for n, item in enumerate(people[:limit] if limit else people)]
+
+
+def person_from_sessions(first: str, last: str, speaker: str, sessions: list[dict[str, Any]],
+                         questions: list[Probe], live: list[str] | None = None) -> Person:  # fmt: skip
+    """A person from multi-session chat: ``sessions`` as ``[{"date": ISO, "turns": [{"speaker": ..., "text": ...}]}]``
+    in time order; ``speaker`` names the person's turns. Each session is a thread (subject from its date), each
+    run of the person's turns one mail, a minute apart, the other side's turn before it quoted below it."""
+    mails: list[Mail] = []
+    for session in sessions:
+        start = datetime.fromisoformat(session["date"])
+        thread = len(mails)
+        other, other_name, mine = "", "", []
+        for turn in [*session["turns"], {"speaker": None, "text": ""}]:  # a sentinel ends the last run
+            if turn["speaker"] == speaker:
+                mine.append(str(turn["text"]).strip())
+                continue
+            if mine:
+                quoted = "".join(f"> {line}\n" for line in other.splitlines())
+                quoted = f"\n\nOn {start:%d %B %Y}, {other_name} wrote:\n{quoted}" if other else ""
+                subject = f"Our chat of {start:%d %B %Y}" if len(mails) == thread else (
+                    f"Re: Our chat of {start:%d %B %Y}")  # fmt: skip
+                body = f"{' '.join(mine)}\n\n{first}{quoted}"
+                mails.append(Mail(subject, body, start + timedelta(minutes=len(mails) - thread), thread))
+                mine = []
+            other, other_name = str(turn["text"]).strip(), str(turn["speaker"] or "")
+    return Person(first, last, mails, list(live or []), questions, source="real")
 
 
 def _person(path: Path, n: int, item: Any) -> Person:

@@ -100,3 +100,24 @@ def test_the_fast_mode_runs_the_whole_harness_through_the_lab(tmp_path: Path, do
                           str(tmp_path), "--name", "twice", "--no-plot"])  # fmt: skip
     with pytest.raises(SystemExit):
         long_memory.main(["--merge", str(tmp_path / "fast.md"), "--out", str(tmp_path), "--name", "bad"])
+
+
+def test_a_multi_session_chat_becomes_threads_of_the_persons_own_mails() -> None:
+    from bench.long_memory.real import person_from_sessions
+    from quinn.mailbox import parse_email
+    from tests.lab.inprocess import build_mail
+
+    sessions = [
+        {"date": "2023-05-01T18:00:00+00:00", "turns": [
+            {"speaker": "Dana", "text": "I just moved to Porto!"}, {"speaker": "Sam", "text": "Wow, how is it?"},
+            {"speaker": "Dana", "text": "Rainy."}, {"speaker": "Dana", "text": "But I love the tram."}]},
+        {"date": "2023-06-11T09:00:00+00:00", "turns": [
+            {"speaker": "Sam", "text": "Did you find a job?"}, {"speaker": "Dana", "text": "Yes, at a bakery."}]},
+    ]  # fmt: skip
+    dana = person_from_sessions("Dana", "Reyes", "Dana", sessions, [])
+    assert [m.thread for m in dana.mails] == [0, 0, 2] and dana.source == "real"
+    assert dana.mails[1].subject.startswith("Re: ") and dana.mails[1].date > dana.mails[0].date
+    # What Quinn keeps of a mail is the person's own words: the other side's quoted turn is not theirs.
+    raw = build_mail("dana@example.test", "q@example.test", dana.mails[1].subject, dana.mails[1].body)[1]
+    text = parse_email(raw).text
+    assert "Rainy. But I love the tram." in text and "how is it" not in text
