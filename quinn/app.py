@@ -99,6 +99,12 @@ class Quinn:
             raise  # a typo in the config, not an outage: quinn run exits with it (systemd retries later)
         except ConnectError as exc:
             log.error("%s; will keep trying", exc)
+        except ImapLoginRejected as exc:
+            if c.imap.auth != "oauth2":
+                raise
+            # A token is fixed by `quinn auth login` while the daemon runs (it re-reads the token file), so a
+            # refused or missing token holds mail as a refused login does while running, instead of exiting.
+            log.error("%s; mail waits, and the login is tried again every %.0fs", exc, c.imap.login_retry_s)
         await self.open_memory()
         await self.parts.start_scheduler()
         self.parts.connect_delivery(self._db, self._imap)
@@ -158,8 +164,9 @@ class Quinn:
                     await self._imap(self.mailbox.wait, await self._wait_s(), self._stop)
                 except ImapLoginRejected as exc:
                     delay = login_backoff.next_delay()
-                    log.error("IMAP login rejected while running (%s); the server may be changing passwords, "
-                              "trying again in %.0fs", exc, delay)  # fmt: skip
+                    log.error("IMAP login rejected while running (%s); %s, trying again in %.0fs", exc,
+                              "mail waits until then" if c.auth == "oauth2" else "the server may be changing passwords",
+                              delay)  # fmt: skip
                     await self._sleep(delay)
                 except IMAP_FAILURES as exc:
                     await self._imap(self.mailbox.close)

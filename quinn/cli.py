@@ -15,6 +15,7 @@ from typing import Any
 from quinn import __version__
 from quinn.commands import (
     ask,
+    auth,
     configuration,
     database,
     demo,
@@ -40,7 +41,7 @@ log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
 GROUPS: list[Any] = [
     init, ask, demo, mail, importing, users, sessions, memory, kb, prompts, evaluate, jobs, database, configuration,
-    console_group,
+    console_group, auth,
 ]  # fmt: skip
 DEFAULT_CONFIG = "quinn.toml"
 
@@ -125,6 +126,11 @@ async def check(config: Config) -> int:
 
     headers: list[bytes] = []
     folder: dict[str, Any] = {}  # what the backlog check needs: uidvalidity, uidnext, uids
+
+    async def oauth() -> str:
+        from quinn.oauth import check_tokens
+
+        return await asyncio.to_thread(check_tokens, config)
 
     async def imap() -> str:
         mailbox = parts.mailbox(config)
@@ -236,6 +242,8 @@ async def check(config: Config) -> int:
         checked = "every password hash parses" + (f", {tokens} by token, each long enough" if tokens else "")
         return f"{len(admins)} admins ({readers} read-only), {checked}; served on {where}"
 
+    if "oauth2" in (config.imap.auth, config.smtp.auth):
+        await probe("oauth", oauth)
     await probe("imap", imap)
     await probe("trust", trust)
     await probe("smtp", smtp)

@@ -4,11 +4,14 @@ Secrets never reach a log line: the filter sits on the handler, so it sees every
 replaces the configured secrets themselves plus the shapes secrets take in protocol traces (IMAP LOGIN and
 AUTHENTICATE, SMTP AUTH, HTTP Authorization headers, ``api_key=`` pairs, ``sk-…`` keys, ``user:pass@`` URLs).
 Mail bodies are kept out by discipline instead: Quinn logs ids, addresses and reasons, and the libraries that
-would log request bodies (the model SDKs, httpx) are held at WARNING even when debug is on.
+would log request bodies (the model SDKs, httpx) are held at WARNING even when debug is on. What a model wrote
+never reaches a log line or the ledger either: it may paste a user's memories (issue 30), so it is told by its
+``fingerprint`` (length and hash), never by its text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -59,9 +62,29 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         r"\1" + REDACTED,
     ),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"), REDACTED),
+    # OAuth 2.0: a bearer token anywhere (RFC 6750 §2.1, as inside XOAUTH2/OAUTHBEARER), and token endpoint fields
+    # (RFC 6749 §5.1, §6; RFC 8628 §3.4).
+    (re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE), r"\1" + REDACTED),
+    # Bare token shapes: a JWT (Microsoft's access tokens), Google's access (ya29.) and refresh (1//) tokens.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+    (re.compile(r"\bya29\.[A-Za-z0-9_-]+|(?<![\w/])1//0[A-Za-z0-9_-]+"), REDACTED),
+    (
+        re.compile(
+            r"((?:access_token|refresh_token|device_code|id_token|code_verifier)['\"]?\s*[:=]\s*['\"]?)"
+            r"[^\s'\",}&]+"
+        ),
+        r"\1" + REDACTED,
+    ),
     # Credentials inside URLs (RFC 3986 §3.2.1).
     (re.compile(r"(//)[^/@\s:]+:[^/@\s]+@"), r"\1" + REDACTED + "@"),
 )
+
+
+def fingerprint(text: str) -> str:
+    """A text told apart without showing it, for logs and reasons: its length and the start of its SHA-256
+    ("412 characters, sha256 3f2a9c01b7de"). The same answer twice has the same fingerprint."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{len(text)} characters, sha256 {digest}"
 
 
 class RedactingFilter(logging.Filter):

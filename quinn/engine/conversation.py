@@ -7,6 +7,7 @@ reload reaches the next mail.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,11 @@ class Replied:
     learnable: bool
 
 
+def reply_domains(sender: str, recipients: Sequence[str]) -> set[str]:
+    """The domains a reply touches, for the domain cap: the sender's and each recipient's."""
+    return {address.rpartition("@")[2].lower() for address in (sender, *recipients) if "@" in address}
+
+
 class Conversation:
     """Replies and learning, on the parts of ``parts`` (``open_memory`` and ``connect_delivery`` done)."""
 
@@ -111,6 +117,8 @@ class Conversation:
         template = await self._db(outbox.template_of, message_id)
         with self.metrics.stage("send"):
             state = await p.delivery.deliver(item)
+        # The domain cap counts the reply for the sender's domain and each domain it went to (issue 30).
+        await self._db(MailLedger(p.store.db).count_outbound, reply_domains(decision.sender, item.recipients))
         if receipt:
             await self._db(self._forget_receipt, item.message_id, email.message_id)
             # Their mail goes from the mailbox too, once this pass has filed it away.
@@ -160,6 +168,11 @@ class Conversation:
         """The mail's attachments read, kept for the user and (when the mail joins recall) searchable."""
         p = self.parts
         assert p.store is not None
+        # Only the files the prompt may list are read and kept ([budget] attachments_listed): 15,000 tiny files
+        # must not cost 15,000 reads (issue 30); the prompt says how many more there were.
+        listed = p.config.budget.attachments_listed
+        if len(email.attachments) > listed:
+            email = dataclasses.replace(email, attachments=email.attachments[:listed])
         with self.metrics.stage("documents"):
             return await take_documents(p.store, p.config.documents, email, user, session_id,
                                         searchable=await self._recallable(email, user))  # fmt: skip
@@ -179,7 +192,7 @@ class Conversation:
             with self.metrics.llm_call(p.llm.model_id, "reply"):
                 answer = await p.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
                                               session_id=session_id, withheld=decision.withheld,
-                                              documents=documents)  # fmt: skip
+                                              documents=documents, authenticated=decision.trusted)  # fmt: skip
         # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
         counted = decision.user_id if decision.trusted and not answer.purged else None
         await p.agent.record(answer.template, answer.usage, counted, email.message_id)
@@ -195,7 +208,8 @@ class Conversation:
         c = self.parts.config.smtp
         return compose_reply(email, answer.body, own_address=c.from_address, own_name=c.from_name,
                              reply_all=c.reply_all, attachments=files,
-                             sender_only=answer.private or not decision.trusted)  # fmt: skip
+                             sender_only=answer.private or not decision.trusted,
+                             max_recipients=self.parts.config.policy.max_recipients_per_reply)  # fmt: skip
 
     async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, template: str) -> None:
         """Store Quinn's reply in the conversation, so the thread's next mail sees it; the model's answer (not a

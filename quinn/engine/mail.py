@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from quinn.agent import learning
 from quinn.clock import iso
 from quinn.engine import states
-from quinn.engine.conversation import Conversation
+from quinn.engine.conversation import Conversation, reply_domains
 from quinn.engine.flight import Flight
 from quinn.engine.parts import Parts
 from quinn.errors import ConfigError, ConnectError, MailParseError, RetryLater
@@ -43,6 +43,7 @@ from quinn.mailbox import (
     decide,
     decide_sent,
     parse_email,
+    reply_addresses,
     thread_key,
 )
 from quinn.metrics import Metrics
@@ -304,6 +305,11 @@ class MailHandler:
         capped = await self._db(self._ledger().cap_reached, decision.rate_key, thread,
                                 c.max_replies_per_sender_per_hour, c.max_replies_per_thread_per_hour,
                                 p.clock.now())  # fmt: skip
+        if capped is None:  # the outbound caps (issue 30): per domain, all replies, all replies to strangers
+            capped = await self._db(self._ledger().outbound_cap_reached, self.planned_domains(email, decision),
+                                    per_domain=c.max_replies_per_domain_per_hour, per_hour=c.max_replies_per_hour,
+                                    unverified=not decision.trusted, now=p.clock.now(),
+                                    per_unverified=c.max_unauthenticated_replies_per_hour)  # fmt: skip
         if capped is not None:
             reason, until = capped
             await self._defer(mail, reason, until, count_attempt=False, **ids)
@@ -361,6 +367,16 @@ class MailHandler:
                        ready.internal_date)  # fmt: skip
         await self._finish(mail, "imported", decision.reason)
         self.handled += 1
+
+    def planned_domains(self, email: InboundEmail, decision: Decision) -> set[str]:
+        """The domains the reply to ``email`` will touch (``reply_domains``), known before the model is asked:
+        its addresses as ``compose_reply`` picks them (a stranger's reply goes to From alone)."""
+        config = self.parts.config
+        to, cc, _ = reply_addresses(email, config.smtp.from_address, reply_all=config.smtp.reply_all,
+                                    sender_only=not decision.trusted,
+                                    limit=config.policy.max_recipients_per_reply)  # fmt: skip
+        assert decision.sender is not None
+        return reply_domains(decision.sender, [*to, *cc])
 
     async def learn_queued(self, message_id: str) -> None:
         """Learn from a queued mail, then take it off the queue. A try a crash interrupted is not repeated when

@@ -57,6 +57,7 @@ HOMES = {
     "SmtpSender": "smtp",
     "compose_reply": "smtp",
     "html_alternative": "smtp",
+    "reply_addresses": "smtp",
     "reply_message_id": "smtp",
     "IMPORT_PREFIX": "sources",
     "MailSource": "sources",
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.smtp import SmtpSender as SmtpSender
     from quinn.mailbox.smtp import compose_reply as compose_reply
     from quinn.mailbox.smtp import html_alternative as html_alternative
+    from quinn.mailbox.smtp import reply_addresses as reply_addresses
     from quinn.mailbox.smtp import reply_message_id as reply_message_id
     from quinn.mailbox.sources import IMPORT_PREFIX as IMPORT_PREFIX
     from quinn.mailbox.sources import MailSource as MailSource

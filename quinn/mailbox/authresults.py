@@ -90,6 +90,26 @@ def verdict(stamp: Stamp, from_domain: str) -> tuple[bool, str]:
     return False, f"no DMARC pass and no DKIM pass aligned with {from_domain} ({seen}; SPF alone does not count)"
 
 
+def failed(stamp: Stamp, from_domain: str) -> str | None:
+    """Why our server marked the sender of ``from_domain`` as failing, or None when it did not (a pass, or no
+    verdict: no stamp, dmarc=none, a temporary error). A ``dmarc=fail`` (RFC 7489 §11.2) is one; without any DMARC
+    result, an ``spf=fail`` for an envelope sender of the From domain (or aligned with it) is the domain's own
+    policy saying this host may not send its mail (RFC 7208 §2.6.4). Such a From is most likely forged: a reply
+    to it is backscatter."""
+    from_domain = from_domain.strip().lower()
+    if not stamp.found:
+        return None
+    dmarc = [r for m, r, _ in stamp.results if m == "dmarc"]
+    if dmarc:
+        return "dmarc=fail" if "fail" in dmarc else None
+    for method, result, props in stamp.results:
+        if method == "spf" and result == "fail":
+            envelope = props.get("smtp.mailfrom", "").strip("<>").rpartition("@")[2] or props.get("smtp.helo", "")
+            if envelope and aligned(envelope, from_domain):
+                return f"spf=fail smtp.mailfrom={envelope.lower()}"
+    return None
+
+
 def aligned(domain: str, from_domain: str) -> bool:
     """Relaxed alignment (RFC 7489 §3.1): equal, or one a subdomain of the other.
 

@@ -339,6 +339,61 @@ class MailLedger:
                              " AND message_id IS NOT NULL ORDER BY received_at, rowid", (folder, state))  # fmt: skip
         return [row[0] for row in rows]
 
+    def outbound_cap_reached(
+        self, domains: Iterable[str], *, per_domain: int, per_hour: int, unverified: bool, per_unverified: int,
+        now: datetime | None = None,
+    ) -> tuple[str, datetime] | None:  # fmt: skip
+        """``(reason, until)`` when a reply now would pass an outbound cap, else None: the replies of the last hour
+        touching one of ``domains`` (the sender's and the recipients', ``count_outbound``), all replies, and (for
+        mail nobody vouched for, ``unverified``) all replies to unverified senders. ``until`` is when the oldest
+        counted reply leaves the hour, as in ``cap_reached``: the mail waits, never dropped."""
+        now = now or utcnow()
+        since = iso(now - timedelta(hours=1))
+
+        def until(moment: str | None) -> datetime:
+            oldest = datetime.fromisoformat(moment) if moment else now
+            return max(oldest + timedelta(hours=1), now + timedelta(seconds=1))
+
+        for domain in sorted(set(domains)):
+            count = int(
+                self.db.query_value(
+                    "SELECT count(*) FROM outbound_domains WHERE domain = ? AND sent_at >= ?", (domain, since)
+                )
+                or 0
+            )
+            if count >= per_domain:
+                moment = self.db.query_value(
+                    "SELECT sent_at FROM outbound_domains WHERE domain = ? AND sent_at >= ? ORDER BY sent_at"
+                    " LIMIT 1 OFFSET ?", (domain, since, count - per_domain))  # fmt: skip
+                return f"rate cap: {count} replies touching {domain} in the last hour (cap {per_domain})", until(moment)
+        checks = [("", per_hour, "replies")]
+        if unverified:
+            checks.append(
+                (
+                    f"AND substr(sender_key, 1, {len(UNVERIFIED_PREFIX)}) = '{UNVERIFIED_PREFIX}'",
+                    per_unverified,
+                    "replies to unverified senders",
+                )
+            )  # fmt: skip (constants, no user text)
+        for where, cap, what in checks:
+            count = int(self.db.query_value(
+                f"SELECT count(*) FROM mail_state WHERE replied_at >= ? {where}", (since,)) or 0)  # fmt: skip
+            if count >= cap:
+                moment = self.db.query_value(
+                    f"SELECT replied_at FROM mail_state WHERE replied_at >= ? {where} ORDER BY replied_at"
+                    " LIMIT 1 OFFSET ?", (since, max(count - cap, 0)))  # fmt: skip
+                return f"rate cap: {count} {what} in the last hour (cap {cap})", until(moment)
+        return None
+
+    def count_outbound(self, domains: Iterable[str], at: datetime | None = None) -> None:
+        """A reply went out (or was drafted) touching ``domains``: counted once per domain for the domain cap.
+        Rows older than a day go at the same time (the cap looks back one hour)."""
+        moment = at or utcnow()
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM outbound_domains WHERE sent_at < ?", (iso(moment - timedelta(days=1)),))
+            for domain in sorted(set(domains)):
+                tx.execute("INSERT INTO outbound_domains (domain, sent_at) VALUES (?, ?)", (domain, iso(moment)))
+
     def seen_in(self, folder: str) -> bool:
         """Whether any mail of ``folder`` is in the ledger (under any UIDVALIDITY): Quinn has read it before."""
         return self.db.query_one("SELECT 1 FROM mail_state WHERE folder = ? LIMIT 1", (folder,)) is not None

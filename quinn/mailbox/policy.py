@@ -4,6 +4,9 @@ The order of the checks matters and is the order of ``decide``: our own mail and
 an auto-responder must never answer (RFC 3834 and practice), then addressing, the sender's identity, the
 allowlist and sender authentication (RFC 8601, quinn/mailbox/authresults.py).
 
+No backscatter: mail whose sender our server marked ``fail`` (DMARC, or the domain's SPF policy) is rejected
+unanswered unless the operator set ``answer_failed_senders``; a reply would go to the forged address.
+
 Trust is decided here, once per mail, before anything reads memory. Memory (read or written, commands, exports,
 purges) is used only for a trusted sender: one our own server authenticated (``trust = "authenticated"``, the
 default), or anyone the From field names when the operator wrote ``trust = "insecure-from-header"``. Even a
@@ -19,7 +22,7 @@ from typing import Literal
 
 from quinn.config import Config
 from quinn.errors import ConfigError
-from quinn.mailbox.authresults import TraceField, read_stamp, stamp_position, topmost_ids, verdict
+from quinn.mailbox.authresults import TraceField, failed, read_stamp, stamp_position, topmost_ids, verdict
 from quinn.mailbox.identity import (
     PlusAddressing,
     canonical_address,
@@ -65,6 +68,7 @@ class Rules:
     authserv_id: str | None = None  # our receiving server's id in Authentication-Results
     received_above_stamp: int = 0  # Received fields our own servers put above their Authentication-Results
     unauthenticated: Literal["no_memory", "reject"] = "no_memory"
+    answer_failed_senders: bool = False  # answer mail whose sender our server marked fail (see sender_failed)
     plus_addressing: PlusAddressing = "separate"
     loop_header: str = "X-Quinn-Loop"
     own_message_id_domain: str | None = None  # None: recognise only Quinn's own "<quinn.…@own domain>" ids
@@ -78,7 +82,8 @@ class Rules:
         p = config.policy
         return cls(own_address=config.smtp.from_address, allow=tuple(p.allow), aliases=dict(p.aliases),
                    trust=p.trust, authserv_id=p.authserv_id, received_above_stamp=p.received_above_stamp,
-                   unauthenticated=p.unauthenticated, plus_addressing=p.plus_addressing,
+                   unauthenticated=p.unauthenticated, answer_failed_senders=p.answer_failed_senders,
+                   plus_addressing=p.plus_addressing,
                    loop_header=loop_header)  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -151,9 +156,14 @@ def decide(email: InboundEmail, rules: Rules, *, imported: bool = False) -> Deci
     if name_poses_as_address(email.from_.name, sender):
         why += f"; the display name poses as another address, bound to {sender}"
     trusted = ok or rules.trust == INSECURE
+    if not trusted and rules.unauthenticated == "reject":
+        return Decision("reject", f"sender not authenticated: {why}")
+    forged = None if ok or rules.answer_failed_senders else sender_failed(email, rules)
+    if forged:
+        # No backscatter: a reply would go to the address the forger wrote. Recorded and filed, never answered.
+        return Decision("reject", f"sender failed authentication ({forged}): not answered, a reply would go to a "
+                        "forged address (policy.answer_failed_senders)")  # fmt: skip
     if not trusted:
-        if rules.unauthenticated == "reject":
-            return Decision("reject", f"sender not authenticated: {why}")
         if _foreign(email.reply_to, sender, rules):
             # A stranger asking us to write to someone else: Quinn would be a relay for their text.
             return Decision("reject", f"sender not authenticated and Reply-To names someone else: {why}")
@@ -162,7 +172,7 @@ def decide(email: InboundEmail, rules: Rules, *, imported: bool = False) -> Deci
     reason = f"authenticated: {why}" if ok else f"trusted by the From field alone ({INSECURE}; {why})"
     foreign = _foreign(email.reply_to, user, rules)
     if foreign:
-        return Decision("handle", f"{reason}; no memory: the reply goes to {', '.join(foreign)}", user, ok,
+        return Decision("handle", f"{reason}; no memory: the reply goes to {_some(foreign)}", user, ok,
                         use_memory=False, sender=sender, withheld=foreign_reply_to_note(foreign),
                         rate_key=user)  # fmt: skip
     return Decision("handle", reason, user, ok, use_memory=True, sender=sender, rate_key=user)
@@ -243,11 +253,19 @@ UNVERIFIED_NOTE = (
 
 
 def foreign_reply_to_note(addresses: Sequence[str]) -> str:
-    """What the reply says when it is sent to a Reply-To of someone else."""
+    """What the reply says when it is sent to a Reply-To of someone else. It names no address: everyone on the
+    reply reads it, and a list of hundreds is the attacker's (issue 30)."""
+    whom = "the address" if len(addresses) == 1 else "the addresses"
     return (
-        f"This reply goes to {', '.join(addresses)} (the email's Reply-To), not to your own address, so I answered "
-        "without anything I remember about you and changed nothing in your memory."
+        f"This reply goes to {whom} in the email's Reply-To, not to your own address, so I answered without "
+        "anything I remember about you and changed nothing in your memory."
     )
+
+
+def _some(addresses: Sequence[str], shown: int = 3) -> str:
+    """A few addresses and how many more, for a log line and the ledger's reason (bounded, whatever the mail)."""
+    more = f" and {len(addresses) - shown} more" if len(addresses) > shown else ""
+    return ", ".join(addresses[:shown]) + more
 
 
 def _foreign(reply_to: Sequence[Address], user: str, rules: Rules) -> list[str]:
@@ -333,6 +351,14 @@ def authenticated(email: InboundEmail, rules: Rules) -> tuple[bool, str]:
         return False, f"no single sender ({problem or 'no From'})"  # RFC 7489 §6.6.1: such mail cannot be aligned
     stamp = read_stamp(trace_of(email), rules.authserv_id, rules.received_above_stamp)
     return verdict(stamp, canonical_address(email.from_.address).rpartition("@")[2])
+
+
+def sender_failed(email: InboundEmail, rules: Rules) -> str | None:
+    """Why our own server marked the From domain as failing its check (``authresults.failed``), or None."""
+    if not rules.authserv_id or email.from_ is None:
+        return None
+    stamp = read_stamp(trace_of(email), rules.authserv_id, rules.received_above_stamp)
+    return failed(stamp, canonical_address(email.from_.address).rpartition("@")[2])
 
 
 def trace_of(email: InboundEmail) -> tuple[TraceField, ...]:

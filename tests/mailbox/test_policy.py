@@ -19,6 +19,7 @@ from quinn.mailbox.policy import (
     decide_sent,
     normalise_subject,
     reply_subject,
+    sender_failed,
     user_for,
 )
 
@@ -300,8 +301,10 @@ def test_authentication_fixtures(name: str, ok: bool, why: str) -> None:
 
 
 def test_unauthenticated_gets_no_memory_or_is_rejected() -> None:
-    forged = fixture("forged_ar.eml")
-    decision = decide(forged, RULES)
+    forged = fixture("forged_ar.eml")  # our MX stamped it dmarc=fail
+    unanswered = decide(forged, RULES)  # by default: no backscatter to the forged address (issue 30)
+    assert unanswered.action == "reject" and unanswered.reason.startswith("sender failed authentication (dmarc=fail)")
+    decision = decide(forged, replace(RULES, answer_failed_senders=True))
     assert (decision.action, decision.user_id, decision.authenticated, decision.use_memory) == (
         "handle", None, False, False
     )  # fmt: skip
@@ -314,6 +317,26 @@ def test_unauthenticated_gets_no_memory_or_is_rejected() -> None:
         "handle", "alice@example.com", True, True
     )  # fmt: skip
     assert good.reason == "authenticated: dkim=pass header.d=mail.example.com" and good.rate_key == good.user_id
+
+
+@pytest.mark.parametrize(
+    ("results", "failure"),
+    [
+        ("dmarc=fail header.from=example.com", "dmarc=fail"),
+        ("spf=fail smtp.mailfrom=alice@example.com; dmarc=fail header.from=example.com", "dmarc=fail"),
+        ("spf=fail smtp.mailfrom=alice@example.com", "spf=fail smtp.mailfrom=example.com"),  # the domain's policy
+        ("spf=fail smtp.mailfrom=mallory@evil.test", None),  # says nothing about the From domain
+        ("spf=fail smtp.mailfrom=alice@example.com; dmarc=none header.from=example.com", None),  # DMARC decides
+        ("dmarc=none header.from=example.com", None),  # no record: no verdict, answered plainly
+        ("dmarc=temperror header.from=example.com", None),
+        ("dkim=fail header.d=example.com", None),
+    ],
+)
+def test_a_sender_our_server_marked_fail_gets_no_reply(results: str, failure: str | None) -> None:
+    stamped = mail(headers={"Authentication-Results": f"mx.quinn.test; {results}"})
+    assert sender_failed(stamped, RULES) == failure
+    assert (decide(stamped, RULES).action == "reject") is (failure is not None)
+    assert sender_failed(mail(), RULES) is None  # no stamp of ours at all: no verdict
 
 
 def test_insecure_trust_takes_the_from_field_and_says_so() -> None:
@@ -379,7 +402,11 @@ def test_reply_to_someone_else_gets_no_memory() -> None:
     email = replace(mail(PASS), reply_to=(Address("", "mallory@evil.test"),))
     decision = decide(email, RULES)
     assert (decision.action, decision.user_id, decision.use_memory) == ("handle", "alice@example.com", False)
-    assert decision.withheld and "mallory@evil.test" in decision.withheld
+    # The reply says so, without listing the addresses to everyone on it (issue 30: 300 of them were listed).
+    assert decision.withheld and "Reply-To" in decision.withheld and "mallory@evil.test" not in decision.withheld
+    many = replace(mail(PASS), reply_to=tuple(Address("", f"v{i}@victims.test") for i in range(300)))
+    reason = decide(many, RULES).reason
+    assert "v0@victims.test" in reason and "297 more" in reason and "v299@victims.test" not in reason  # bounded
     # The same from a stranger: Quinn would write attacker-chosen text to a third party. Refused.
     assert decide(replace(mail(), reply_to=email.reply_to), RULES).action == "reject"
     # A Reply-To that is the user, or one of their aliases, is the user.

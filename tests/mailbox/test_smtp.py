@@ -118,6 +118,20 @@ def test_reply_all_keeps_the_others_on_cc_only_when_configured() -> None:
     assert everyone.recipients == ["alice@example.test", "bob@example.test", "carol@example.test"]
 
 
+def test_a_reply_goes_to_at_most_the_cap_and_says_how_many_got_nothing() -> None:
+    """Issue 30: 300 Reply-To addresses made one reply to 301 recipients. To first, then Cc, up to the cap; the
+    body counts the rest and names none of them."""
+    victims = [f"v{i}@victims.test" for i in range(300)]
+    mail = inbound(headers={"Reply-To": ", ".join(victims)}, cc=["carol@example.test"])
+    reply = compose_reply(mail, "Hello.", own_address=QUINN, reply_all=True, max_recipients=5)  # type: ignore[arg-type]
+    assert reply.recipients == victims[:5] and reply.left_out == 296 and parsed(reply.raw)["Cc"] is None
+    assert reply.body.startswith("Hello.") and "296 of them got nothing" in reply.body
+    assert not [v for v in victims if v in reply.body]
+    few = compose_reply(inbound(cc=["carol@example.test"]), "Hi.", own_address=QUINN, reply_all=True,  # type: ignore[arg-type]
+                        max_recipients=5)  # fmt: skip
+    assert few.recipients == ["alice@example.test", "carol@example.test"] and few.left_out == 0 and few.body == "Hi."
+
+
 # --- sending ------------------------------------------------------------------------------------------
 
 
