@@ -362,6 +362,7 @@ class MailHandler:
             self.handled += 1
             return
         await self.conversation.take_in(email, decision)
+        fault_point("after_store")
         assert self.parts.store is not None
         await self._db(learning.put, self.parts.store.db, email.message_id, decision.user_id, ready.raw,
                        ready.internal_date)  # fmt: skip

@@ -196,7 +196,7 @@ def test_mbox_import_resumes_after_a_kill_without_duplicates(lab_config, brain: 
     box.close()
     teach(brain)
 
-    killed = quinn_import(config, str(path), fault="before_move:2")  # the 2nd mail stored, not yet marked done
+    killed = quinn_import(config, str(path), fault="after_store:2")  # the 2nd mail stored, not queued, not done
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert stored(config.db_path)["messages"] == ["<a1@example.test>", "<a2@example.test>"]
     killed = quinn_import(config, str(path), fault="after_learn:1")  # the first thread's memories stored
