@@ -75,7 +75,9 @@ class ImapConfig(Section):
     folder: str = Field(default="INBOX", description="Folder Quinn watches for new mail.")
     processed_folder: str = Field(default="Quinn/Processed", description="Handled mail is moved here.")
     quarantine_folder: str = Field(
-        default="Quinn/Quarantine", description="Mail that cannot be parsed or is too large is moved here."
+        default="Quinn/Quarantine",
+        description="Mail that cannot be parsed, is too large or is poison (read three times without an end) is "
+        "moved here.",
     )
     drafts_folder: str = Field(default="Drafts", description="Where replies go when reply_mode is draft.")
     sent_folder: str = Field(
@@ -107,6 +109,13 @@ class ImapConfig(Section):
     )  # fmt: skip
     max_message_kb: int = Field(
         default=10240, gt=0, description="Mail larger than this (RFC822.SIZE, in KiB) is quarantined unread."
+    )
+    parse_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a mail's parsing may take (in a child process, killed past it). Such a try counts "
+        "as a strike, as does one the daemon was killed during; the third strike quarantines the mail as poison.",
     )
     backlog: Literal["skip", "answer"] = Field(
         default="skip",
@@ -365,6 +374,13 @@ class PolicyConfig(Section):
         "(0: the stamp is on top). A field with our id further down was written by the sender and is ignored; "
         "`quinn check` measures it on a recent mail.",
     )  # fmt: skip
+    idless_stamp: bool = Field(
+        default=False,
+        description="Our server writes its Authentication-Results without an authserv-id, as Exchange Online "
+        "(Microsoft 365, Outlook.com) does: then only the topmost Authentication-Results field counts, only if it "
+        "has no authserv-id and exactly received_above_stamp Received fields sit above it. Leave authserv_id "
+        "unset. The microsoft365 and outlook presets set it; `quinn check` measures the position on recent mail.",
+    )
     unauthenticated: Literal["no_memory", "reject"] = Field(
         default="no_memory",
         description="What to do with mail whose sender is not authenticated: answer it plainly (no memory, no "
@@ -424,6 +440,16 @@ class PolicyConfig(Section):
                 "(authentication is now required by default; see deploy/SECURITY.md)"
             )
         return data
+
+    @model_validator(mode="after")
+    def _one_stamp(self) -> PolicyConfig:
+        # One receiving server stamps the mailbox: an id it writes, or (Exchange Online) none at all.
+        if self.idless_stamp and self.authserv_id:
+            raise ValueError(
+                "policy.idless_stamp = true and policy.authserv_id are both set: a server that writes an "
+                "authserv-id is read by it (remove idless_stamp); Exchange Online writes none (remove authserv_id)"
+            )
+        return self
 
 
 class MemoryConfig(Section):
@@ -713,7 +739,10 @@ class ConsoleConfig(Section):
         default=12.0, gt=0, le=720, description="A login lasts this many hours (sessions also end at restart)."
     )
     login_attempts: int = Field(
-        default=5, ge=1, description="Failed logins allowed per address and per name within login_window_s."
+        default=5,
+        ge=1,
+        description="Failed logins allowed per client address within login_window_s (then the address is refused), "
+        "and per name (then each attempt for it waits its turn, 2 s or more apart: slowed, never locked).",
     )
     login_window_s: float = Field(default=300.0, gt=0, description="The window of login_attempts, in seconds.")
     admins: list[ConsoleAdmin] = Field(

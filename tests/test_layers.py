@@ -23,7 +23,7 @@ import pytest
 QUINN = Path(__file__).resolve().parents[1] / "quinn"
 
 # Small modules every layer may use: they import only each other.
-BASE = {"__init__", "errors", "config", "clock", "faults", "packaged", "logs", "notify", "reload", "sdks",
+BASE = {"__init__", "errors", "config", "clock", "confined", "faults", "packaged", "logs", "notify", "reload", "sdks",
         "hardening", "faces", "lab"}  # fmt: skip
 
 LAYERS: list[set[str]] = [  # bottom first

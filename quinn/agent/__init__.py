@@ -43,6 +43,9 @@ HOMES = {
     "RenderedPrompt": "prompts",
     "packaged_dir": "prompts",
     "TemplateRewrite": "proposals",
+    "CheckedTemplate": "trials",
+    "TemplateTrials": "trials",
+    "TrialsBusy": "trials",
     "Agent": "respond",
     "Answer": "respond",
     "recallable": "respond",
@@ -107,4 +110,7 @@ if TYPE_CHECKING:
     from quinn.agent.state import ALL_STATE_FIELDS as ALL_STATE_FIELDS
     from quinn.agent.state import STATE_FIELDS as STATE_FIELDS
     from quinn.agent.state import user_state as user_state
+    from quinn.agent.trials import CheckedTemplate as CheckedTemplate
+    from quinn.agent.trials import TemplateTrials as TemplateTrials
+    from quinn.agent.trials import TrialsBusy as TrialsBusy
     from quinn.agent.usage import record_usage as record_usage

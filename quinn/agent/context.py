@@ -176,10 +176,11 @@ def attachment_variables(inputs: ReplyInputs) -> list[dict[str, Any]]:
 
 
 def attachments_not_shown(inputs: ReplyInputs) -> int:
-    """How many of the email's attachments the prompt does not list (``attachments_listed``): it says so."""
+    """How many of the email's attachments the prompt does not list (``attachments_listed``, and those the parser
+    only counted past its own limit): it says so."""
     total = max(len(inputs.email.attachments), len(inputs.documents))
     listed = total if inputs.attachments_listed is None else min(total, inputs.attachments_listed)
-    return total - listed
+    return total - listed + inputs.email.attachments_left_out
 
 
 def document_text(document: Extracted, token_budget: int) -> str:

@@ -16,8 +16,14 @@ Sources (each provider's documentation, read for this issue; see deploy/README.m
   devicecode; scopes https://outlook.office.com/IMAP.AccessAsUser.All and .../SMTP.Send, with offline_access for a
   refresh token. Work accounts use the tenant "organizations" (or your tenant id, required for a single-tenant
   app registration), outlook.com accounts "consumers". Exchange Online writes its Authentication-Results without
-  an authserv-id (only ARC-Authentication-Results names mx.microsoft.com), so no preset value can be right:
-  policy.authserv_id stays unset and `quinn check` says what the mail shows.
+  an authserv-id (Microsoft's "Anti-spam message headers" page shows the field so), so the presets set
+  policy.idless_stamp: the topmost field, id-less, at exactly the preset's Received count, read by position alone
+  (quinn/mailbox/authresults.py). The counts come from public raw headers, not from Microsoft's documentation:
+  a Microsoft 365 mailbox had three Received fields above the stamp (the mailbox server's "with HTTPS" hop, a
+  "with Microsoft SMTP Server" hop, and the front door's "via Frontend Transport" hop that received it from the
+  protection server), an outlook.com mailbox two. `quinn check` measures the count on real mail. Not ARC: the
+  ARC-Authentication-Results of mx.microsoft.com is written by every tenant's outbound path too, so the id names
+  Microsoft, not our mailbox's server.
 - Fastmail: imap.fastmail.com:993, smtp.fastmail.com:465; OAuth only for approved partner apps, so an app password.
 - generic: your own Postfix (with OpenDKIM/OpenDMARC milters) delivering through Dovecot LMTP, which puts its own
   Received field on top (lmtp_add_received_header = yes, the default): one Received field above the stamp.
@@ -52,6 +58,7 @@ class MailPreset:
     oauth: dict[str, str | list[str]] = field(default_factory=dict)
     authserv_id: str | None = None
     received_above_stamp: int = 0
+    idless_stamp: bool = False  # Exchange Online: a stamp without an authserv-id, read by position alone
     note: str = ""
 
 
@@ -83,16 +90,21 @@ MAIL_PRESETS: dict[str, MailPreset] = {
         ("smtp.office365.com", 587, "starttls"),
         "oauth2",
         _microsoft("organizations"),
+        received_above_stamp=3,
+        idless_stamp=True,
         note="a single-tenant app registration needs your tenant id in place of 'organizations' in the two "
-        "[oauth] URLs; Exchange Online stamps no authserv-id, so set policy.authserv_id as `quinn check` says "
-        "(deploy/README.md, Microsoft).",
+        "[oauth] URLs; Exchange Online stamps no authserv-id, so trust reads its stamp by position: run "
+        "`quinn check` once mail has arrived (deploy/README.md, Microsoft).",
     ),
     "outlook": MailPreset(
         ("outlook.office365.com", 993, "ssl"),
         ("smtp-mail.outlook.com", 587, "starttls"),
         "oauth2",
         _microsoft("consumers"),
-        note="register the app for personal Microsoft accounts (deploy/README.md, Microsoft).",
+        received_above_stamp=2,
+        idless_stamp=True,
+        note="register the app for personal Microsoft accounts; trust reads Exchange's id-less stamp by position: "
+        "run `quinn check` once mail has arrived (deploy/README.md, Microsoft).",
     ),
     "fastmail": MailPreset(
         ("imap.fastmail.com", 993, "ssl"),
@@ -154,5 +166,7 @@ def preset_values(preset: MailPreset, values: Values, authserv_id_given: bool, c
         out[("oauth", "client_id")] = client_id or "REPLACE-WITH-YOUR-CLIENT-ID"
     if not authserv_id_given and preset.authserv_id is not None:
         out[("policy", "authserv_id")] = preset.authserv_id
+    if not authserv_id_given and preset.idless_stamp:  # an id given says the stamp is not Exchange's
+        out[("policy", "idless_stamp")] = True
     out[("policy", "received_above_stamp")] = preset.received_above_stamp
     return out

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from quinn.agent import learning
+from quinn.confined import ChildFailed
 from quinn.engine.conversation import Conversation
 from quinn.engine.mail import NOT_TRUSTED_PREFIX, MailHandler
 from quinn.engine.parts import Parts
@@ -46,7 +47,6 @@ from quinn.mailbox import (
     SourceMail,
     decide,
     decide_sent,
-    parse_email,
 )
 from quinn.metrics import Metrics
 from quinn.scheduler import holder_is_dead
@@ -126,7 +126,7 @@ class Importer:
             raise AssertionError("an import needs the memory open (Parts.open_memory)")
         done = 0
         try:
-            plan = await asyncio.to_thread(self.plan, source)
+            plan = await self.plan(source)
             report.seen = len(plan)
             for done, item in enumerate(plan, start=1):
                 if dry_run:
@@ -145,18 +145,26 @@ class Importer:
             await self._session_jobs(report)
         return report
 
-    def plan(self, source: MailSource) -> list[Planned]:
+    async def plan(self, source: MailSource) -> list[Planned]:
         """The source's mails, oldest first by their Date (else INTERNALDATE; undated ones last, in source order).
-        Only headers are parsed here; a mail whose header cannot be parsed is quarantined when its turn comes."""
+        Only headers are parsed here, as every mail is (``MailHandler.parse``: a child with a deadline); a mail
+        whose header cannot be parsed is quarantined when its turn comes."""
+        mails = await asyncio.to_thread(lambda: list(source.mails()))
         planned = []
-        for position, mail in enumerate(source.mails()):
-            try:
-                date = parse_email(mail.header or b"\n", internal_date=mail.internal_date).date
-            except QuinnError:
-                date = None
-            planned.append(Planned(mail, date, position))
-            self.progress("listing", len(planned), 0)
+        for position, mail in enumerate(mails):
+            header = await self._parsed(mail.header or b"\n", mail.internal_date)
+            planned.append(Planned(mail, header.date if header is not None else None, position))
+            self.progress("listing", len(planned), len(mails))
         return sorted(planned, key=lambda p: (p.date or _LAST, p.position))
+
+    async def _parsed(self, raw: bytes, internal_date: datetime | None, *, sized: bool = False) -> InboundEmail | None:
+        """``raw`` parsed the daemon's way (``MailHandler.parse``), or None when it cannot be (a reason, or a
+        parse stopped at the deadline)."""
+        try:
+            parsed = await self.handler.parse(raw, internal_date, sized=sized)
+        except ChildFailed:
+            return None
+        return parsed if not isinstance(parsed, str) else None
 
     # -- one mail --------------------------------------------------------------------------------------
 
@@ -188,7 +196,8 @@ class Importer:
         elif outcome != "imported":
             report.reasons[f"{outcome}: {reason}"] += 1
         if outcome == "not trusted":
-            report.untrusted[await asyncio.to_thread(_sender_of, mail)] += 1
+            header = await self._parsed(mail.header or b"\n", mail.internal_date)
+            report.untrusted[(header.sender if header is not None else None) or "?"] += 1
 
     @staticmethod
     def _outcome(state: str, reason: str) -> tuple[str, str]:
@@ -217,14 +226,16 @@ class Importer:
         if before is not None and before.final:
             report.outcomes["already imported" if before.state == "imported" else before.state] += 1
             return
-        limit = self.parts.config.imap.max_message_kb * 1024
+        raw = await asyncio.to_thread(mail.read)
         try:
-            raw = await asyncio.to_thread(mail.read)
-            email = parse_email(raw, internal_date=mail.internal_date, max_bytes=limit)
-        except QuinnError as exc:
+            parsed = await self.handler.parse(raw, mail.internal_date)
+        except ChildFailed as stopped:
+            parsed = f"parsing was stopped ({stopped.message})"
+        if isinstance(parsed, str):
             report.outcomes["quarantined"] += 1
-            report.quarantined.append((mail.where, f"unparseable: {exc.message}", "(dry run: no copy)"))
+            report.quarantined.append((mail.where, f"unparseable: {parsed}", "(dry run: no copy)"))
             return
+        email = parsed
         decision = decide_sent(email, self.rules) if self.sent else decide(email, self.rules, imported=True)
         if decision.action != "handle":
             outcome = "ignored" if decision.action == "ignore" else "rejected"
@@ -282,7 +293,13 @@ class Importer:
         last = claimed[-1].message_id
         interrupted = any(q.interrupted for q in claimed)
         if not (interrupted and await self._db(learning.already_learnt, store.db, user, last)):
-            emails = [parse_email(q.raw, internal_date=q.internal_date) for q in claimed]  # parsed once before
+            parsed = [await self._parsed(q.raw, q.internal_date) for q in claimed]  # parsed once before
+            emails = [e for e in parsed if e is not None]
+            if not emails:  # no longer parses (or the parse was stopped): left queued for a rerun
+                for q in claimed:
+                    await self._db(learning.later, store.db, q.message_id, p.clock.now(), "parsing it again failed")
+                report.learning_deferred += len(claimed)
+                return
             fault_point("before_learn")
             try:
                 outcome = await self.conversation.learn(user, batch_email(emails), template=IMPORT_TEMPLATE,
@@ -339,14 +356,6 @@ def batch_email(emails: list[InboundEmail]) -> InboundEmail:
     texts = [f"[{e.date.date().isoformat() if e.date else 'undated'}]\n{e.text.strip()}" for e in emails]
     text = "\n\n".join(t for t in texts if t.strip())
     return dataclasses.replace(emails[-1], text=text, full_text=text, attachments=())
-
-
-def _sender_of(mail: SourceMail) -> str:
-    """The From address of a mail's header, for the summary's list of senders not vouched for."""
-    try:
-        return parse_email(mail.header or b"\n").sender or "?"
-    except QuinnError:
-        return "?"
 
 
 async def _no_database(*_args: object, **_kwargs: object) -> Any:

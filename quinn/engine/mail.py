@@ -11,6 +11,7 @@ the run loop (which reconnects) and never marks the mail.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
@@ -20,16 +21,18 @@ from typing import Any, TypeVar
 
 from quinn.agent import learning
 from quinn.clock import iso
+from quinn.confined import ChildFailed, ChildLimits, run_confined
 from quinn.engine import states
 from quinn.engine.conversation import Conversation, reply_domains
 from quinn.engine.flight import Flight
 from quinn.engine.parts import Parts
-from quinn.errors import ConfigError, ConnectError, MailParseError, RetryLater
+from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.faults import fault_point
 from quinn.hold import SetupHold
 from quinn.mailbox import (
     HANDED_ON_STATES,
     IMAP_FAILURES,
+    POISON_STRIKES,
     UNVERIFIED_PREFIX,
     Decision,
     Fetched,
@@ -42,7 +45,7 @@ from quinn.mailbox import (
     Rules,
     decide,
     decide_sent,
-    parse_email,
+    parse_or_reason,
     reply_addresses,
     thread_key,
 )
@@ -61,6 +64,11 @@ MAX_ATTEMPTS = 12
 #: The reason an imported mail that may not use memory is left with (`quinn import` counts them by it).
 NOT_TRUSTED_PREFIX = "not imported: "
 VOUCH_HINT = "if you know the sender wrote it, run the import again with --vouch ADDRESS (or --vouch DOMAIN)"
+PARSE_MEMORY_BYTES = 1024 * 1024 * 1024  # address space of a parsing child: far above any mail within max_message_kb
+
+
+class _Struck(Exception):
+    """The try at reading a mail was stopped (its parse killed at the deadline): it stays counted as a strike."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,13 @@ class InHand:
 
     key: MailKey
     state: str
+
+
+def poison_reason(record: MailRecord, timeout_s: float) -> str:
+    """The ledger's reason for a mail quarantined as poison."""
+    last = f"; last: {record.reason}" if record.state == "deferred" and record.reason else ""
+    return (f"poison: {record.strikes} tries at reading it never ended (the daemon was killed meanwhile, or "
+            f"parsing passed {timeout_s:g} s){last}")  # fmt: skip
 
 
 class MailHandler:
@@ -233,10 +248,52 @@ class MailHandler:
             return None
         if record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
             return None
+        if record.strikes >= POISON_STRIKES:
+            await self._finish(mail, "quarantined", poison_reason(record, p.config.imap.parse_timeout_s))
+            return None
         limit_kb = p.config.imap.max_message_kb
         if size > limit_kb * 1024:
             await self._finish(mail, "quarantined", f"too large: {size} bytes > {limit_kb} KiB")
             return None
+        # Everything up to the trust decision reads the sender's bytes: a try at it counts as a strike until it
+        # ends, so a mail the daemon was killed over (or whose parse was killed) is not read forever (issue 30).
+        await self._db(ledger.strike, key)
+        struck = False
+        try:
+            return await self._read(mail, uid, fetch)
+        except _Struck:
+            struck = True
+            return None
+        finally:
+            if not struck:
+                await self._end_try(key)
+
+    async def _end_try(self, key: MailKey) -> None:
+        """The try at reading a mail ended: its strikes are cleared. Without a database the strike stays."""
+        try:
+            await self._db(self._ledger().clear_strikes, key)
+        except Exception as exc:
+            log.warning("mail uid=%s: strike not cleared (%s: %s)", key.uid, exc.__class__.__name__, exc)
+
+    async def parse(self, raw: bytes, internal_date: datetime | None, *, sized: bool = True) -> InboundEmail | str:
+        """The mail parsed in a child process, within ``[imap] parse_timeout_s`` and a memory cap
+        (quinn/confined.py, forked from the fork server), so a mail that is slow to parse never stalls the loop; a
+        string says why it cannot be parsed (``sized``: also when it is over ``max_message_kb``). Raises
+        ``ChildFailed`` when the child was killed at the deadline or died."""
+        c = self.parts.config.imap
+        # The parser has no deadline of its own: parse_timeout_s is the whole of it. The answer holds the
+        # attachments' bytes, so it may be a few times the mail's size.
+        limits = ChildLimits(timeout_s=c.parse_timeout_s, memory_bytes=PARSE_MEMORY_BYTES,
+                             result_bytes=max(64 * 2**20, 4 * len(raw)))  # fmt: skip
+        args = (raw, internal_date, c.max_message_kb * 1024 if sized else None)
+        result: InboundEmail | str = await asyncio.to_thread(run_confined, parse_or_reason, args, limits, "forkserver")
+        return result
+
+    async def _read(self, mail: InHand, uid: int, fetch: Callable[[], Awaitable[Fetched | None]]) -> Ready | None:
+        """Fetch, parse, duplicates, policy: the steps of ``prepare`` that read the sender's bytes."""
+        p = self.parts
+        ledger = self._ledger()
+        key = mail.key
         with self.metrics.stage("fetch"):
             fetched = await fetch()
         if fetched is None:  # expunged since the pass began (by a person, or our own copy filed at once)
@@ -246,11 +303,19 @@ class MailHandler:
         fault_point("after_fetch")
         try:
             with self.metrics.stage("parse"):
-                email = parse_email(fetched.raw, internal_date=fetched.internal_date,
-                                    max_bytes=limit_kb * 1024)  # fmt: skip
-        except MailParseError as exc:
-            await self._finish(mail, "quarantined", f"unparseable: {exc.message}")
+                parsed = await self.parse(fetched.raw, fetched.internal_date)
+        except ChildFailed as stopped:
+            timeout_s = p.config.imap.parse_timeout_s
+            why = (f"parsing took longer than [imap] parse_timeout_s = {timeout_s:g} s" if stopped.kind == "timeout"
+                   else f"the parser {stopped.message}")  # fmt: skip
+            await self._defer(mail, why, p.clock.now(), count_attempt=False)
+            log.warning("mail uid=%s: %s; tried again at the next pass, quarantined after %d such tries", uid, why,
+                        POISON_STRIKES)  # fmt: skip
+            raise _Struck from stopped
+        if isinstance(parsed, str):
+            await self._finish(mail, "quarantined", f"unparseable: {parsed}")
             return None
+        email = parsed
         if await self._is_own_copy(mail, email):
             return None
         earlier = await self._db(ledger.elsewhere, email.message_id, key)
@@ -403,9 +468,20 @@ class MailHandler:
             log.info("mail %s: learnt from before the interruption; not again", message_id)
         else:
             fault_point("before_learn")
-            email = parse_email(queued.raw, internal_date=queued.internal_date)  # it was parsed once already
             try:
+                # Parsed once already (under the size limit of that day): off the loop again.
+                email = await self.parse(queued.raw, queued.internal_date, sized=False)
+                if isinstance(email, str):
+                    raise RetryLater(f"the queued mail no longer parses: {email}")
                 await self.conversation.learn(queued.user_id, email, transient=queued.attempts < MAX_ATTEMPTS)
+            except ChildFailed:
+                delay = min(LLM_RETRY_BASE * 2 ** (queued.attempts - 1), LLM_RETRY_MAX)
+                await self._db(
+                    learning.later, store.db, message_id, p.clock.now() + delay, "parsing it again was stopped"
+                )
+                log.warning("memory extraction for %s deferred (try %d, next in %s): parsing it again was stopped",
+                            message_id, queued.attempts, delay)  # fmt: skip
+                return
             except (RetryLater, ConnectError) as exc:
                 delay = min(LLM_RETRY_BASE * 2 ** (queued.attempts - 1), LLM_RETRY_MAX)
                 await self._db(learning.later, store.db, message_id, p.clock.now() + delay, str(exc))

@@ -34,6 +34,7 @@ HOMES = {
     "MailKey": "ledger",
     "MailLedger": "ledger",
     "MailRecord": "ledger",
+    "POISON_STRIKES": "ledger",
     "Address": "message",
     "Attachment": "message",
     "InboundEmail": "message",
@@ -41,6 +42,7 @@ HOMES = {
     "Outbox": "outbox",
     "html_to_text": "parse",
     "parse_email": "parse",
+    "parse_or_reason": "parse",
     "UNVERIFIED_PREFIX": "policy",
     "MAX_DRAFT_CHARS": "review",
     "DraftText": "review",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.imap import ImapMailbox as ImapMailbox
     from quinn.mailbox.ledger import FINAL_STATES as FINAL_STATES
     from quinn.mailbox.ledger import HANDED_ON_STATES as HANDED_ON_STATES
+    from quinn.mailbox.ledger import POISON_STRIKES as POISON_STRIKES
     from quinn.mailbox.ledger import MailKey as MailKey
     from quinn.mailbox.ledger import MailLedger as MailLedger
     from quinn.mailbox.ledger import MailRecord as MailRecord
@@ -98,6 +101,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.outbox import Outbox as Outbox
     from quinn.mailbox.parse import html_to_text as html_to_text
     from quinn.mailbox.parse import parse_email as parse_email
+    from quinn.mailbox.parse import parse_or_reason as parse_or_reason
     from quinn.mailbox.policy import UNVERIFIED_PREFIX as UNVERIFIED_PREFIX
     from quinn.mailbox.policy import Decision as Decision
     from quinn.mailbox.policy import Rules as Rules

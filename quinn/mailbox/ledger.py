@@ -23,6 +23,9 @@ FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quaranti
 REPLIED_STATES = ("replied", "drafted")
 #: Rows whose mail lives on under another key: the next copy seen with the same Message-ID carries it on.
 HANDED_ON_STATES = ("superseded", "retried")
+#: Tries at reading a mail that never ended (the daemon killed meanwhile, or the parse at its deadline) before
+#: the mail is quarantined as poison instead of read again (issue 30): one kill may be bad luck, three are the mail.
+POISON_STRIKES = 3
 _FINAL_SQL = ", ".join(f"'{state}'" for state in sorted(FINAL_STATES))  # constants, never user text
 
 
@@ -47,6 +50,7 @@ class MailRecord:
     attempts: int
     next_attempt_at: str | None
     moved: bool
+    strikes: int = 0  # tries at reading it that never ended (``MailLedger.strike``)
 
     @property
     def final(self) -> bool:
@@ -78,14 +82,14 @@ class MailLedger:
     def get(self, key: MailKey) -> MailRecord | None:
         """The record for this key, or None when the mail was never seen."""
         row = self.db.query_one(
-            "SELECT message_id, state, reason, user_id, attempts, next_attempt_at, moved FROM mail_state"
+            "SELECT message_id, state, reason, user_id, attempts, next_attempt_at, moved, strikes FROM mail_state"
             " WHERE folder = ? AND uidvalidity = ? AND uid = ?",
             (key.folder, key.uidvalidity, key.uid),
         )
         if row is None:
             return None
-        message_id, state, reason, user_id, attempts, next_at, moved = row
-        return MailRecord(key, message_id, state, reason, user_id, int(attempts), next_at, bool(moved))
+        message_id, state, reason, user_id, attempts, next_at, moved, strikes = row
+        return MailRecord(key, message_id, state, reason, user_id, int(attempts), next_at, bool(moved), int(strikes))
 
     def receive(self, key: MailKey) -> MailRecord:
         """Record a newly seen mail as ``received`` (no-op when already known) and return its record."""
@@ -124,6 +128,23 @@ class MailLedger:
             "UPDATE mail_state SET lease_holder = NULL, lease_until = NULL"
             " WHERE folder = ? AND uidvalidity = ? AND uid = ? AND lease_holder = ?",
             (key.folder, key.uidvalidity, key.uid, holder),
+        )
+
+    def strike(self, key: MailKey) -> int:
+        """A try at reading the mail begins: counted as a strike until ``clear_strikes`` says it ended, so a try
+        the daemon never came back from (killed, frozen) stays counted. Returns the strikes now."""
+        self.db.execute(
+            "UPDATE mail_state SET strikes = strikes + 1 WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+            (key.folder, key.uidvalidity, key.uid),
+        )
+        record = self.get(key)
+        return record.strikes if record else 0
+
+    def clear_strikes(self, key: MailKey) -> None:
+        """The try at reading the mail ended (whatever its outcome): the mail is not poison."""
+        self.db.execute(
+            "UPDATE mail_state SET strikes = 0 WHERE folder = ? AND uidvalidity = ? AND uid = ? AND strikes != 0",
+            (key.folder, key.uidvalidity, key.uid),
         )
 
     def lease_of(self, key: MailKey) -> tuple[str | None, str | None]:

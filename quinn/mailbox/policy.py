@@ -22,7 +22,17 @@ from typing import Literal
 
 from quinn.config import Config
 from quinn.errors import ConfigError
-from quinn.mailbox.authresults import TraceField, failed, read_stamp, stamp_position, topmost_ids, verdict
+from quinn.mailbox.authresults import (
+    Stamp,
+    TraceField,
+    failed,
+    idless_stamp_position,
+    read_idless_stamp,
+    read_stamp,
+    stamp_position,
+    topmost_ids,
+    verdict,
+)
 from quinn.mailbox.identity import (
     PlusAddressing,
     canonical_address,
@@ -67,6 +77,7 @@ class Rules:
     trust: Trust = "authenticated"
     authserv_id: str | None = None  # our receiving server's id in Authentication-Results
     received_above_stamp: int = 0  # Received fields our own servers put above their Authentication-Results
+    idless_stamp: bool = False  # our server (Exchange Online) writes no authserv-id: the topmost field, by position
     unauthenticated: Literal["no_memory", "reject"] = "no_memory"
     answer_failed_senders: bool = False  # answer mail whose sender our server marked fail (see sender_failed)
     plus_addressing: PlusAddressing = "separate"
@@ -82,6 +93,7 @@ class Rules:
         p = config.policy
         return cls(own_address=config.smtp.from_address, allow=tuple(p.allow), aliases=dict(p.aliases),
                    trust=p.trust, authserv_id=p.authserv_id, received_above_stamp=p.received_above_stamp,
+                   idless_stamp=p.idless_stamp,
                    unauthenticated=p.unauthenticated, answer_failed_senders=p.answer_failed_senders,
                    plus_addressing=p.plus_addressing,
                    loop_header=loop_header)  # fmt: skip
@@ -207,7 +219,7 @@ def trust_warnings(rules: Rules) -> list[str]:
             "export and erase that user's memory. Use it only where no outsider can mail Quinn; set "
             'trust = "authenticated" and authserv_id (deploy/SECURITY.md).'
         ]
-    if not rules.authserv_id:
+    if not rules.authserv_id and not rules.idless_stamp:
         return [
             "policy.authserv_id is not set, so no sender can be authenticated: every mail is answered without "
             "memory. Set it to the authserv-id your receiving server writes in Authentication-Results "
@@ -221,9 +233,16 @@ def check_trust(rules: Rules, samples: Sequence[InboundEmail]) -> tuple[bool, st
     warnings = trust_warnings(rules)
     if rules.trust == INSECURE:
         return True, "WARNING " + warnings[0]
+    if rules.idless_stamp:
+        return _check_idless(rules, samples)
     seen = sorted({i for email in samples for i in topmost_ids(trace_of(email))})
     if not rules.authserv_id:
         hint = f"; the newest mail carries Authentication-Results of: {', '.join(seen)}" if seen else ""
+        idless = [p for p in (idless_stamp_position(trace_of(e)) for e in samples) if p is not None]
+        if idless:  # Exchange Online's stamp: no id to suggest, a position instead
+            hint += (f"; {len(idless)} of the {len(samples)} newest mails carry an Authentication-Results without "
+                     f"an authserv-id on top, as Exchange Online writes it: set idless_stamp = true and "
+                     f"received_above_stamp = {max(set(idless), key=idless.count)}")  # fmt: skip
         return False, warnings[0] + hint
     if not samples:
         return True, f"authserv_id {rules.authserv_id}: no mail in the mailbox yet to check the stamp on"
@@ -244,6 +263,30 @@ def check_trust(rules: Rules, samples: Sequence[InboundEmail]) -> tuple[bool, st
     tail = f"; {unstamped} of them without a stamp: is there an unstamped path into the mailbox? ({where})" if (
         unstamped) else ""  # fmt: skip
     return True, f"authserv_id {rules.authserv_id}: {len(stamped)} of the {len(samples)} newest mails stamped{tail}"
+
+
+def _check_idless(rules: Rules, samples: Sequence[InboundEmail]) -> tuple[bool, str]:
+    """``check_trust`` for a server that stamps without an authserv-id (Exchange Online): where is the topmost
+    id-less field on recent mail, and is that exactly where ``received_above_stamp`` says?"""
+    want = rules.received_above_stamp
+    if not samples:
+        return True, f"id-less stamp (Exchange Online) below {want} Received: no mail in the mailbox yet to check"
+    positions = [idless_stamp_position(trace_of(email)) for email in samples]
+    stamped = [p for p in positions if p is not None]
+    where = "; ".join(f"{e.message_id}: {'no id-less stamp on top' if p is None else f'stamp below {p} Received'}"
+                      for e, p in zip(samples, positions, strict=True))  # fmt: skip
+    if not stamped:
+        return False, (f"none of the {len(samples)} newest mails has an Authentication-Results field without an "
+                       "authserv-id on top: nothing will authenticate. Is this mailbox on Exchange Online? "
+                       f"Otherwise set idless_stamp = false and authserv_id ({where})")  # fmt: skip
+    exact = [p for p in stamped if p == want]
+    if not exact:
+        common = max(set(stamped), key=stamped.count)
+        return False, (f"the stamp sits below {common} Received field(s), but policy.received_above_stamp is "
+                       f"{want}: set it to {common} or no mail will authenticate ({where})")  # fmt: skip
+    tail = f"; the others will not authenticate ({where})" if len(exact) < len(positions) else ""
+    return True, (f"id-less stamp (Exchange Online) below {want} Received: {len(exact)} of the {len(samples)} "
+                  f"newest mails stamped there{tail}")  # fmt: skip
 
 
 UNVERIFIED_NOTE = (
@@ -344,21 +387,40 @@ def _allowed(address: str, allow: Sequence[str]) -> bool:
 
 def authenticated(email: InboundEmail, rules: Rules) -> tuple[bool, str]:
     """Whether our own server vouched for the From domain, and why (or why not)."""
-    if not rules.authserv_id:
+    if not rules.authserv_id and not rules.idless_stamp:
         return False, "no authserv_id configured"
     problem = from_problem(email.header_all("From"))
     if problem or email.from_ is None:
         return False, f"no single sender ({problem or 'no From'})"  # RFC 7489 §6.6.1: such mail cannot be aligned
-    stamp = read_stamp(trace_of(email), rules.authserv_id, rules.received_above_stamp)
+    stamp = our_stamp(email, rules)
+    if isinstance(stamp, str):
+        return False, stamp
     return verdict(stamp, canonical_address(email.from_.address).rpartition("@")[2])
 
 
 def sender_failed(email: InboundEmail, rules: Rules) -> str | None:
     """Why our own server marked the From domain as failing its check (``authresults.failed``), or None."""
-    if not rules.authserv_id or email.from_ is None:
+    if (not rules.authserv_id and not rules.idless_stamp) or email.from_ is None:
         return None
-    stamp = read_stamp(trace_of(email), rules.authserv_id, rules.received_above_stamp)
+    stamp = our_stamp(email, rules)
+    if isinstance(stamp, str):
+        return None
     return failed(stamp, canonical_address(email.from_.address).rpartition("@")[2])
+
+
+def our_stamp(email: InboundEmail, rules: Rules) -> Stamp | str:
+    """What our own server stamped on ``email`` (by ``authserv_id``, or Exchange's id-less stamp by position),
+    or why nothing it carries can be our server's."""
+    if not rules.idless_stamp:
+        return read_stamp(trace_of(email), rules.authserv_id or "", rules.received_above_stamp)
+    # Exchange stamps mail from outside only. Mail a user of the tenant submitted (AuthAs Internal, Partner) gets
+    # no stamp, so a topmost field there is the sender's own text. Exchange's header firewall removes
+    # X-MS-Exchange-Organization-* fields a sender wrote, and a sender can only add one, never remove Exchange's:
+    # any value but Anonymous refuses, whatever else the mail says.
+    auth_as = {v.strip().lower() for v in email.header_all("X-MS-Exchange-Organization-AuthAs")}
+    if auth_as - {"anonymous"}:
+        return f"submitted inside the tenant (AuthAs {', '.join(sorted(auth_as))}): Exchange stamps none"
+    return read_idless_stamp(trace_of(email), rules.received_above_stamp)
 
 
 def trace_of(email: InboundEmail) -> tuple[TraceField, ...]:

@@ -57,6 +57,10 @@ class Unsummarized:
     messages: list[tuple[int, str, str, str]]  # (id, from_addr, sent_at, body), oldest first
 
 
+#: Ids asked about per ``IN (...)`` list: far below SQLite's limit on parameters per statement.
+IN_CHUNK = 500
+
+
 def thread_key(email: InboundEmail) -> str:
     """The root Message-ID of the mail's thread: the first References id (RFC 5322 §3.6.4: a References field
     keeps the thread's first message first, also when trimmed), else In-Reply-To, else the mail's own id.
@@ -105,15 +109,19 @@ class Sessions:
         return session_id
 
     def _sessions_of(self, tx: Transaction, ids: tuple[str, ...]) -> list[str]:
-        ids = tuple(i for i in ids if i)
-        if not ids:
-            return []
-        rows = tx.query(
-            "SELECT DISTINCT s.id, s.created_at FROM session_ids x JOIN sessions s ON s.id = x.session_id"
-            f" WHERE x.message_id IN ({','.join('?' * len(ids))}) ORDER BY s.created_at, s.id",
-            ids,
-        )
-        return [r[0] for r in rows]
+        """The sessions any of ``ids`` joined, oldest first; asked ``IN_CHUNK`` ids at a time (SQLite refuses more
+        than 32,766 parameters in one statement, and a mail's ids are the sender's to choose: issue 30)."""
+        wanted = tuple(dict.fromkeys(i for i in ids if i))
+        found: dict[str, str] = {}
+        for start in range(0, len(wanted), IN_CHUNK):
+            chunk = wanted[start : start + IN_CHUNK]
+            rows = tx.query(
+                "SELECT DISTINCT s.id, s.created_at FROM session_ids x JOIN sessions s ON s.id = x.session_id"
+                f" WHERE x.message_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            found.update((str(r[0]), str(r[1])) for r in rows)
+        return sorted(found, key=lambda session: (found[session], session))
 
     @staticmethod
     def _owner(tx: Transaction, session_id: str) -> str | None:

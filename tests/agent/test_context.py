@@ -111,6 +111,11 @@ def test_the_mail_and_its_attachment_list_are_cut_to_the_budget() -> None:
     assert variables["attachments_more"] == 14990
     whole = reply_variables(inputs(email=big, memory_enabled=False))  # no budget given: as before
     assert len(whole["attachments"]) == 15000 and whole["attachments_more"] == 0
+    # Those the parser only counted past its own limit (parse.MAX_ATTACHMENTS) are said too.
+    counted = replace(big, attachments=files[:500], attachments_left_out=14500)
+    assert (
+        reply_variables(inputs(email=counted, memory_enabled=False, attachments_listed=10))["attachments_more"] == 14990
+    )
 
 
 def test_sample_variables_cover_every_template() -> None:

@@ -1,7 +1,8 @@
 """`quinn init --provider gmail|microsoft365|outlook|fastmail|generic` (issue 33): each preset writes a config
 that validates and names the provider's hosts, login method, OAuth endpoints and scopes, and the stamp that makes
 trust work on the first start; a raw Gmail-style and a Postfix+Dovecot-LMTP-style header block authenticate
-with their preset, and `quinn check`'s trust line says when the Received count is wrong."""
+with their preset, so does an Exchange Online one (Microsoft 365, Outlook.com: a stamp without an authserv-id)
+while forged variants do not, and `quinn check`'s trust line says when the Received count is wrong."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from quinn.commands import init
 from quinn.config import Config, load_config
 from quinn.engine import parts
 from quinn.mailbox import check_trust, parse_email
-from quinn.mailbox.policy import authenticated
+from quinn.mailbox.policy import authenticated, decide
 
 MS = "https://login.microsoftonline.com/{}/oauth2/v2.0/"
 OUTLOOK_SCOPES = ["https://outlook.office.com/IMAP.AccessAsUser.All", "https://outlook.office.com/SMTP.Send",
@@ -38,7 +39,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "oauth": {"flow": "loopback", "authorization_url": "https://accounts.google.com/o/oauth2/v2/auth",
                   "token_url": "https://oauth2.googleapis.com/token", "scopes": ["https://mail.google.com/"],
                   "client_secret_env": "QUINN_OAUTH_CLIENT_SECRET", "device_authorization_url": None},
-        "stamp": ("mx.google.com", 2),
+        "stamp": ("mx.google.com", 2, False),
     },
     "microsoft365": {
         "imap": ("outlook.office365.com", 993, "ssl"), "smtp": ("smtp.office365.com", 587, "starttls"),
@@ -46,22 +47,22 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "oauth": {"flow": "device", "device_authorization_url": MS.format("organizations") + "devicecode",
                   "token_url": MS.format("organizations") + "token", "scopes": OUTLOOK_SCOPES,
                   "client_secret_env": None},
-        "stamp": (None, 0),  # Exchange Online stamps no authserv-id: quinn check names what mail shows
+        "stamp": (None, 3, True),  # Exchange Online stamps no authserv-id: its topmost field, by position
     },
     "outlook": {
         "imap": ("outlook.office365.com", 993, "ssl"), "smtp": ("smtp-mail.outlook.com", 587, "starttls"),
         "auth": "oauth2",
         "oauth": {"flow": "device", "device_authorization_url": MS.format("consumers") + "devicecode",
                   "token_url": MS.format("consumers") + "token", "scopes": OUTLOOK_SCOPES},
-        "stamp": (None, 0),
+        "stamp": (None, 2, True),
     },
     "fastmail": {
         "imap": ("imap.fastmail.com", 993, "ssl"), "smtp": ("smtp.fastmail.com", 465, "ssl"), "auth": "password",
-        "oauth": {}, "stamp": (None, 0),
+        "oauth": {}, "stamp": (None, 0, False),
     },
     "generic": {
         "imap": ("imap.example.org", 993, "ssl"), "smtp": ("smtp.example.org", 465, "ssl"), "auth": "password",
-        "oauth": {}, "stamp": (None, 1),
+        "oauth": {}, "stamp": (None, 1, False),
     },
 }  # fmt: skip
 
@@ -84,7 +85,8 @@ def test_each_preset_writes_a_valid_config_naming_the_providers_endpoints(
         assert config.imap.password_env == "QUINN_IMAP_PASSWORD"
     for key, value in expected["oauth"].items():
         assert getattr(config.oauth, key) == value, key
-    assert (config.policy.authserv_id, config.policy.received_above_stamp) == expected["stamp"]
+    policy = config.policy
+    assert (policy.authserv_id, policy.received_above_stamp, policy.idless_stamp) == expected["stamp"]
 
 
 def test_provider_takes_a_mail_providers_name_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,3 +194,114 @@ def test_a_postfix_lmtp_header_block_authenticates_with_the_generic_preset(
     assert authenticated(mail(POSTFIX_LMTP), rules)[0]
     without_preset = rules.__class__(**{**rules.__dict__, "received_above_stamp": 0})  # the default before
     assert not authenticated(mail(POSTFIX_LMTP), without_preset)[0]
+
+
+# A message as Exchange Online's IMAP serves it to a Microsoft 365 mailbox, after a public raw header (2020; names
+# and addresses replaced): three Received fields of Exchange above its Authentication-Results, which has no
+# authserv-id; the front door's Received field below it, then what the sender wrote; Exchange's own
+# X-MS-Exchange-Organization-* fields at the end of the header block.
+EXO = """\
+Received: from MW4PR11MB5887.namprd11.prod.outlook.com (2603:10b6:303:16c::9) by
+ SA1PR11MB8396.namprd11.prod.outlook.com with HTTPS; Mon, 23 Nov 2026 10:14:11 +0000
+Received: from DM6PR02CA0063.namprd02.prod.outlook.com (2603:10b6:5:177::40) by
+ MW4PR11MB5887.namprd11.prod.outlook.com (2603:10b6:303:16c::9) with Microsoft
+ SMTP Server (version=TLS1_2, cipher=TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384) id
+ 15.20.8182.20; Mon, 23 Nov 2026 10:14:10 +0000
+Received: from DS3PEPF000099D4.namprd04.prod.outlook.com
+ (2603:10b6:5:177:cafe::2a) by DM6PR02CA0063.outlook.office365.com
+ (2603:10b6:5:177::40) with Microsoft SMTP Server (version=TLS1_3,
+ cipher=TLS_AES_256_GCM_SHA384) id 15.20.8182.20 via Frontend Transport; Mon,
+ 23 Nov 2026 10:14:10 +0000
+{stamp}Received-SPF: Pass (protection.outlook.com: domain of example.org designates
+ 192.0.2.1 as permitted sender) receiver=protection.outlook.com;
+ client-ip=192.0.2.1; helo=mail.example.org; pr=C
+Received: from mail.example.org (192.0.2.1) by
+ DS3PEPF000099D4.mail.protection.outlook.com (10.167.17.5) with Microsoft SMTP
+ Server (version=TLS1_3, cipher=TLS_AES_256_GCM_SHA384) id 15.20.8182.20 via
+ Frontend Transport; Mon, 23 Nov 2026 10:14:09 +0000
+{forged}Received: by mail.example.org (Postfix, from userid 1000) id 4Zx1; Mon, 23 Nov 2026 10:14:08 +0000 (UTC)
+From: Alice <alice@example.org>
+To: quinn@example.net
+Subject: Lunch
+Message-ID: <x1@example.org>
+Date: Mon, 23 Nov 2026 10:14:08 +0000
+X-MS-Exchange-Organization-AuthSource: DS3PEPF000099D4.namprd04.prod.outlook.com
+X-MS-Exchange-Organization-AuthAs: {auth_as}
+X-Forefront-Antispam-Report: CIP:192.0.2.1;CTRY:;LANG:en;SCL:1;SRV:;IPV:NLI;SFV:NSPM;H:mail.example.org;CAT:NONE;
+
+Lunch on Friday?
+"""
+EXO_STAMP = """\
+Authentication-Results: spf=pass (sender IP is 192.0.2.1)
+ smtp.mailfrom=example.org; dkim=pass (signature was verified)
+ header.d=example.org;dmarc=pass action=none header.from=example.org;compauth=pass
+ reason=100
+"""
+
+
+INSIDE = "submitted inside the tenant (AuthAs {}): Exchange stamps none"
+
+
+def exo(stamp: str = EXO_STAMP, forged: str = "", auth_as: str = "Anonymous") -> Any:
+    return mail(EXO.format(stamp=stamp, forged=forged, auth_as=auth_as))
+
+
+def test_an_exchange_online_header_block_authenticates_with_the_microsoft365_preset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = init_with(tmp_path, monkeypatch, "--mail-provider", "microsoft365", "--provider", "ollama",
+                       address="quinn@example.net")  # fmt: skip
+    rules = parts.rules(config)
+    assert authenticated(exo(), rules) == (True, "dmarc=pass header.from=example.org")
+    ok, detail = check_trust(rules, [exo()])
+    assert ok and "1 of the 1 newest mails stamped there" in detail
+    failed = EXO_STAMP.replace("dmarc=pass", "dmarc=fail")
+    forged = EXO_STAMP  # what the sender writes itself: a passing id-less stamp, below Exchange's front door
+    refused = {
+        "dmarc=fail": exo(failed),
+        "compauth=fail": exo(EXO_STAMP.replace("compauth=pass", "compauth=fail")),
+        "sender's stamp below Exchange's": exo(failed, forged),
+        "sender's stamp, Exchange's missing": exo("", forged),
+        "submitted inside the tenant": exo("", "", auth_as="Internal"),
+        "inside the tenant, with a stamp on top": exo(EXO_STAMP, "", auth_as="Internal"),
+        "a second AuthAs the sender added": exo(EXO_STAMP, "X-MS-Exchange-Organization-AuthAs: Anonymous\n",
+                                                auth_as="Internal"),
+    }  # fmt: skip
+    # Exchange's dmarc=fail is also what keeps Quinn from answering a forged From at all (no backscatter).
+    assert decide(exo(failed, forged), rules).reason.startswith("sender failed authentication (dmarc=fail)")
+    assert decide(exo("", forged, auth_as="Internal"), rules).action == "handle"  # a colleague: no verdict
+    reasons = {case: authenticated(email, rules) for case, email in refused.items()}
+    assert reasons == {
+        "dmarc=fail": (False, "dmarc=fail"),
+        "compauth=fail": (False, "compauth=fail"),
+        "sender's stamp below Exchange's": (False, "dmarc=fail"),
+        "sender's stamp, Exchange's missing": (
+            False,
+            "no Authentication-Results from our server (the topmost "
+            "field sits below 4 Received field(s), not 3 "
+            "(policy.received_above_stamp))",
+        ),
+        "submitted inside the tenant": (False, INSIDE.format("internal")),
+        "inside the tenant, with a stamp on top": (False, INSIDE.format("internal")),
+        "a second AuthAs the sender added": (False, INSIDE.format("anonymous, internal")),
+    }
+
+
+def test_quinn_check_measures_the_exchange_stamp_and_says_when_the_preset_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = init_with(tmp_path, monkeypatch, "--mail-provider", "outlook", "--provider", "ollama",
+                       address="quinn@outlook.com")  # fmt: skip
+    rules = parts.rules(config)
+    assert (rules.idless_stamp, rules.received_above_stamp) == (True, 2)
+    assert not authenticated(exo(), rules)[0]  # three Received above, not two: fails closed
+    ok, detail = check_trust(rules, [exo(), exo()])
+    assert not ok and "set it to 3" in detail
+    fixed = rules.__class__(**{**rules.__dict__, "received_above_stamp": 3})
+    assert authenticated(exo(), fixed)[0] and check_trust(fixed, [exo()])[0]
+    ok, detail = check_trust(fixed, [exo(""), exo("")])  # mail without Exchange's stamp on top
+    assert not ok and "nothing will authenticate" in detail
+    # Without the preset, the check points at the setting instead of suggesting an id.
+    plain = rules.__class__(**{**rules.__dict__, "idless_stamp": False})
+    ok, detail = check_trust(plain, [exo()])
+    assert not ok and "set idless_stamp = true and received_above_stamp = 3" in detail

@@ -106,17 +106,43 @@ def test_admins_hashes_are_redacted_from_logs(tmp_path):
 
 
 def test_login_limiter_window_slides():
-    from quinn.console.auth import LoginLimiter
+    from quinn.console.auth import Attempt, LoginLimiter
 
     now = [1000.0]
     limiter = LoginLimiter(attempts=2, window_s=60, clock=lambda: now[0])
-    limiter.failed("address:a", "name:x")
-    assert limiter.wait_s("address:a") == 0
+
+    def fail(address: str, name: str) -> None:
+        attempt = limiter.take(address, name)
+        assert isinstance(attempt, Attempt)
+        limiter.done(attempt, failed=True)
+
+    fail("address:a", "name:x")
     now[0] += 10
-    limiter.failed("address:a", "name:y")
-    assert limiter.wait_s("address:a") == 50 and limiter.wait_s("name:x") == 0 and limiter.wait_s("address:b") == 0
+    fail("address:a", "name:y")
+    assert limiter.take("address:a", "name:z") == 50  # seconds until the first failure leaves the window
+    assert isinstance(limiter.take("address:b", "name:x"), Attempt)
     now[0] += 50
-    assert limiter.wait_s("address:a") == 0  # the first failure left the window
+    assert isinstance(limiter.take("address:a", "name:z"), Attempt)  # the first failure left the window
+
+
+def test_login_limiter_counts_attempts_in_flight_and_slows_a_name_never_locks_it():
+    from quinn.console.auth import NAME_DELAY_S, Attempt, LoginLimiter
+
+    now = [1000.0]
+    limiter = LoginLimiter(attempts=3, window_s=300, clock=lambda: now[0])
+    taken = [limiter.take("address:a", "name:root") for _ in range(5)]  # five at once, none checked yet
+    assert [isinstance(t, Attempt) for t in taken] == [True, True, True, False, False]
+    for attempt in taken[:3]:
+        assert isinstance(attempt, Attempt)
+        limiter.done(attempt, failed=True)
+    assert not isinstance(limiter.take("address:a", "name:root"), Attempt)  # the stranger's address: refused
+    first = limiter.take("address:b", "name:root")  # the admin elsewhere: slowed, not locked
+    second = limiter.take("address:c", "name:root")
+    assert isinstance(first, Attempt) and first.delay_s == NAME_DELAY_S
+    assert isinstance(second, Attempt) and second.delay_s == 2 * NAME_DELAY_S  # one slot after the other
+    limiter.done(first, failed=False)  # a dropped request counts as no attempt
+    ok = limiter.take("address:b", "name:other")
+    assert isinstance(ok, Attempt) and ok.delay_s == 0
 
 
 def test_without_the_extra_the_console_names_it(world, monkeypatch):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.agent import audit_log, proposals, reply_trace
+from quinn.agent import TemplateTrials, audit_log, proposals, reply_trace
 from quinn.agent.consent import opt_out
 from quinn.agent.llm import Usage
 from quinn.agent.prompts import PromptStore
@@ -83,8 +83,12 @@ def seed(world: World, admin_dir: Path) -> dict[str, str]:
     prompts = PromptStore(admin_dir, samples=sample_variables)
     default_version, default_text = prompts.text_of("reply")
     proposals.keep_version(db, default_version, "reply", default_text, now - timedelta(days=9))
-    first = proposals.save(db, prompts, "reply", EXTEND.replace("MARK", "Example"), now - timedelta(days=3))
-    saved = proposals.save(db, prompts, "reply", EXTEND.replace("MARK", "Example Ltd, Lisbon"), now - timedelta(days=1))
+    trials = TemplateTrials()
+    first = proposals.save(
+        db, prompts, trials.check("reply", EXTEND.replace("MARK", "Example")), now - timedelta(days=3)
+    )
+    saved = proposals.save(db, prompts, trials.check("reply", EXTEND.replace("MARK", "Example Ltd, Lisbon")),
+                           now - timedelta(days=1))  # fmt: skip
     for old, new, days, why in ((default_version, first, 3, "sign as the company"), (first, saved, 1, "full name")):
         audit_log.record(db, "root", "save template", "template reply", detail=f"{old} -> {new}; {why}",
                          now=now - timedelta(days=days))  # fmt: skip

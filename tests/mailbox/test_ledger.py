@@ -280,3 +280,17 @@ def test_settling_leaves_a_mail_another_daemon_is_filing(db: Database) -> None:
     ledger.set(third, "replied", "ok")  # B crashed after moving it, before saying so; restarted as A
     assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == "nobody") == 0
     assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == B) == 1  # no waiting
+
+
+def test_strikes_count_tries_that_never_ended_and_a_try_that_ends_clears_them(db: Database) -> None:
+    """Issue 30: a try at reading a mail is a strike until it ends; kills leave them counted, per mail."""
+    ledger = MailLedger(db)
+    key, other = MailKey("INBOX", 7, 1), MailKey("INBOX", 7, 2)
+    ledger.receive(key)
+    ledger.receive(other)
+    assert ledger.get(key).strikes == 0  # type: ignore[union-attr]
+    assert ledger.strike(key) == 1
+    assert ledger.strike(key) == 2  # the daemon was killed during the first try
+    assert ledger.get(other).strikes == 0  # type: ignore[union-attr]
+    ledger.clear_strikes(key)
+    assert ledger.get(key).strikes == 0  # type: ignore[union-attr]

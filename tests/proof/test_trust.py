@@ -387,3 +387,76 @@ def test_cc_colleague_never_gets_private_memory_or_her_earlier_thread(lab):
     [request] = [r for r in lab.model_saw(token) if r.purpose != EXTRACT]
     assert f"code word {lab.marker[lab.alice]} private" not in request.text  # the personal memory is withheld
     assert lab.passport not in request.text  # her one-to-one thread is not shown with carol on the mail
+
+
+# Exchange Online (Microsoft 365) as its IMAP serves a mail: three Received fields of its own on top, then its
+# Authentication-Results without an authserv-id, then its front door's Received field; Exchange's
+# X-MS-Exchange-Organization-* fields at the end of the header (public raw headers; tests/commands/test_presets.py).
+EXO_TOP = (
+    "Received: from MW4PR11MB5887.namprd11.prod.outlook.com (2603:10b6:303:16c::9) by"
+    " SA1PR11MB8396.namprd11.prod.outlook.com with HTTPS; Mon, 23 Nov 2026 10:00:03 +0000\r\n"
+    "Received: from DM6PR02CA0063.namprd02.prod.outlook.com (2603:10b6:5:177::40) by"
+    " MW4PR11MB5887.namprd11.prod.outlook.com with Microsoft SMTP Server id 15.20.8182.20;"
+    " Mon, 23 Nov 2026 10:00:02 +0000\r\n"
+    "Received: from DS3PEPF000099D4.namprd04.prod.outlook.com (2603:10b6:5:177:cafe::2a) by"
+    " DM6PR02CA0063.outlook.office365.com with Microsoft SMTP Server id 15.20.8182.20 via Frontend Transport;"
+    " Mon, 23 Nov 2026 10:00:02 +0000\r\n"
+)
+EXO_DOOR = ("Received: from mail.example.test (192.0.2.1) by DS3PEPF000099D4.mail.protection.outlook.com"
+            " (10.167.17.5) with Microsoft SMTP Server id 15.20.8182.20 via Frontend Transport;"
+            " Mon, 23 Nov 2026 10:00:01 +0000\r\n")  # fmt: skip
+
+
+def exchange_online(raw: bytes, dmarc: str | None, auth_as: str = "Anonymous") -> bytes:
+    """``raw`` as Exchange Online stores it: stamped with ``dmarc`` for the From domain (None: not stamped,
+    as for mail submitted inside the tenant)."""
+    head, _, body = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n").partition(b"\r\n\r\n")
+    domain = re.search(rb"^From: .*@([\w.-]+)", head, re.M | re.I).group(1).decode()  # type: ignore[union-attr]
+    stamp = (f"Authentication-Results: spf=pass (sender IP is 192.0.2.1) smtp.mailfrom={domain}; dkim=none"
+             f" (message not signed) header.d=none;dmarc={dmarc} action=none header.from={domain};compauth="
+             f"{'pass reason=100' if dmarc == 'pass' else 'fail reason=000'}\r\n") if dmarc else ""  # fmt: skip
+    tail = f"\r\nX-MS-Exchange-Organization-AuthAs: {auth_as}\r\n\r\n"
+    return (EXO_TOP + stamp + EXO_DOOR).encode() + head + tail.encode() + body
+
+
+def test_exchange_online_stamp_through_the_daemon(mail_lab, lab_config, llm_server, quinn_daemon):
+    """The microsoft365 preset's trust (policy.idless_stamp) in `quinn run`: alice's own mail is authenticated;
+    mallory's mail with alice's From and a passing id-less stamp of its own below Exchange's dmarc=fail is not
+    answered at all (no backscatter, issue 30); a colleague's mail submitted inside the tenant with such a stamp
+    is answered without memory."""
+    from tests.lab.mails import ledger, plain_model
+
+    llm_server.responder = plain_model
+    # The comment names authserv_id so that lab_config adds none: Exchange Online writes no id.
+    policy = ('[embeddings]\nbackend = "none"\n\n[policy]\n# no authserv_id: the stamp is read by position\n'
+              "idless_stamp = true\nreceived_above_stamp = 3\n")  # fmt: skip
+    config = lab_config(extra=policy)
+    daemon = quinn_daemon(config)
+    daemon.wait_for_log("quinn started", timeout_s=90)
+    alice, quinn = mail_lab.new_user("alice"), config.address
+    own_stamp = (("Authentication-Results", f"dmarc=pass action=none header.from={alice.split('@')[1]}"),)
+    mails = {
+        "<own@x.test>": exchange_online(message(alice, "Own", "Hi", to=quinn), "pass"),
+        "<forged@x.test>": exchange_online(message(alice, "Forged", "Hi", to=quinn, headers=own_stamp), "fail"),
+        "<inside@x.test>": exchange_online(message(alice, "Inside", "Hi", to=quinn, headers=own_stamp), None,
+                                           auth_as="Internal"),
+    }  # fmt: skip
+    for message_id, raw in mails.items():
+        raw = re.sub(rb"Message-ID: <[^>]+>", f"Message-ID: {message_id}".encode(), raw)
+        mail_lab.dovecot.append(quinn, raw)
+
+    def settled() -> bool:
+        rows = ledger(config.db_path)
+        return all(rows.get(m, {}).get("state") in ("replied", "rejected") for m in mails)
+
+    wait_for(settled, "all three decided", timeout_s=90, log=daemon.log)
+    assert daemon.terminate() == 0
+    rows = ledger(config.db_path)
+    domain = alice.split("@")[1]
+    assert {m: (rows[m]["state"], rows[m]["reason"], rows[m]["user_id"]) for m in mails} == {
+        "<own@x.test>": ("replied", f"authenticated: dmarc=pass header.from={domain}", alice),
+        "<forged@x.test>": ("rejected", "sender failed authentication (dmarc=fail): not answered, a reply would go "
+                            "to a forged address (policy.answer_failed_senders)", None),
+        "<inside@x.test>": ("replied", "sender not authenticated: submitted inside the tenant (AuthAs internal): "
+                            "Exchange stamps none", None),
+    }  # fmt: skip

@@ -214,8 +214,8 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
         mail_lab.smtp.send(alice, config.address, bees_mail(alice, config.address))
         [reply] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
         assert b"Noted, Alice." in reply
-        # The attached PDF was read in the child process (spawned under the same filter, which refuses its
-        # setrlimit) and reached the reply prompt.
+        # The attached PDF was read in the child process (spawned under the same filter, which lets it cap itself
+        # through prlimit64) and reached the reply prompt.
         assert any("[doc:hive.pdf p.1]\nHive log: the queen was marked blue in May." in r.text
                    for r in llm_server.requests)  # fmt: skip
         wait_for(lambda: "extraction for" in log_path.read_text(), "the extraction", 120, log=log_path.read_text)
