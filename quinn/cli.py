@@ -20,6 +20,7 @@ from quinn.commands import (
     database,
     demo,
     evaluate,
+    importing,
     init,
     jobs,
     kb,
@@ -39,8 +40,8 @@ from quinn.sdks import skip_unused
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
 GROUPS: list[Any] = [
-    init, ask, demo, mail, users, sessions, memory, kb, prompts, evaluate, jobs, database, configuration, console_group,
-    auth,
+    init, ask, demo, mail, importing, users, sessions, memory, kb, prompts, evaluate, jobs, database, configuration,
+    console_group, auth,
 ]  # fmt: skip
 DEFAULT_CONFIG = "quinn.toml"
 

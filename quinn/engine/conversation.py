@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from quinn.agent import (
@@ -125,13 +126,39 @@ class Conversation:
         # Nothing of a purged person may be written again (not even to a queue: its bytes would outlive the vacuum).
         return Replied(state, not receipt and template not in NO_LEARNING_TEMPLATES)
 
-    async def join_session(self, email: InboundEmail, decision: Decision, user: str) -> str:
-        """Join the mail to its session and store it there (memory mail only); returns the session id."""
+    async def take_in(self, email: InboundEmail, decision: Decision) -> str:
+        """`quinn import`: the reply's path up to the answer, for a trusted sender's mail of an archive: the
+        session (dated by the mail, so an old thread is an old, quiet session), the stored message, its recall
+        passages and its files. Nothing is answered. Returns the session id."""
+        assert decision.user_id is not None
+        session_id = await self.join_session(email, decision, decision.user_id, now=email.date)
+        await self._documents(email, decision.user_id, session_id)
+        return session_id
+
+    async def take_in_sent(self, email: InboundEmail, decision: Decision) -> str:
+        """`quinn import --sent`: a mail the operator's side sent, kept as the outbound side of the recipient's
+        conversation (its thread, and recall unless they opted out); never learnt from. Returns the session id."""
+        p = self.parts
+        assert p.store is not None and decision.user_id is not None
+        user = decision.user_id
+        sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
+        session_id = await self._db(sessions.assign, email, user, email.date, by_subject=True)
+        recipients = [a.address for a in (*email.to, *email.cc)]
+        await self._db(sessions.store_outbound, session_id, user, email.message_id, email.in_reply_to or "",
+                       email.subject, email.sender or "", recipients, email.text, sent_at=email.date)  # fmt: skip
+        if await self._recallable(email, user):
+            await self._db(index_message, p.store, user, email.message_id, "out")
+        return session_id
+
+    async def join_session(self, email: InboundEmail, decision: Decision, user: str, *,
+                           now: datetime | None = None) -> str:  # fmt: skip
+        """Join the mail to its session and store it there (memory mail only); returns the session id. ``now``:
+        the session's time (an imported mail's own date; else the clock's)."""
         p = self.parts
         assert p.store is not None
         sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
         # Joining a thread by its subject alone needs our server's word that the sender is the user.
-        session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
+        session_id = await self._db(sessions.assign, email, user, now, by_subject=decision.authenticated)
         await self._db(sessions.store_inbound, session_id, user, email)
         if await self._recallable(email, user):  # conversation recall: the mail is searchable from now on
             await self._db(index_message, p.store, user, email.message_id, "in")

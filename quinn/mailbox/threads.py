@@ -174,16 +174,17 @@ class Sessions:
 
     def store_outbound(
         self, session_id: str, user_id: str, message_id: str, in_reply_to: str, subject: str, from_addr: str,
-        to_addrs: list[str], body: str,
+        to_addrs: list[str], body: str, *, sent_at: datetime | None = None,
     ) -> None:  # fmt: skip
-        """Keep our reply in the conversation store (idempotent on Message-ID)."""
+        """Keep our reply in the conversation store (idempotent on Message-ID); ``sent_at``: an imported sent
+        mail's own date (default now)."""
         now = iso(utcnow())
         self.db.execute(
             "INSERT OR IGNORE INTO messages (session_id, user_id, direction, message_id, in_reply_to, subject,"
             " from_addr, to_addrs, sent_at, body, full_text, created_at)"
             " VALUES (?, ?, 'out', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_id, user_id, message_id, in_reply_to, subject, from_addr, json.dumps(to_addrs), now, body,
-             body, now),
+            (session_id, user_id, message_id, in_reply_to, subject, from_addr, json.dumps(to_addrs),
+             iso(sent_at) or now, body, body, now),
         )  # fmt: skip
 
     def thread(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
@@ -244,6 +245,13 @@ class Sessions:
     def message_ids(self, session_id: str) -> list[str]:
         """The Message-IDs that join mail to the session (``session_ids``: theirs and our replies')."""
         return [r[0] for r in self.db.query("SELECT message_id FROM session_ids WHERE session_id = ?", (session_id,))]
+
+    def placed(self, message_id: str) -> tuple[str, str, int] | None:
+        """Where a stored inbound mail sits: its session (after any merge), its date and the length of its own
+        text; None when it is not stored (`quinn import` batches learning by thread with it)."""
+        row = self.db.query_one("SELECT session_id, sent_at, length(body) FROM messages WHERE message_id = ?"
+                                " AND direction = 'in' ORDER BY id LIMIT 1", (message_id,))  # fmt: skip
+        return None if row is None else (str(row[0]), str(row[1]), int(row[2] or 0))
 
     def user_of(self, session_id: str) -> str | None:
         """The user the session belongs to, or None when there is no such session."""
