@@ -129,6 +129,7 @@ class Demo:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
+        self.verdict: Any = None  # the model check's (quinn.agent.model_check)
 
     def __enter__(self) -> Demo:
         try:
@@ -160,8 +161,8 @@ class Demo:
         path.write_text(self.config_text(), encoding="utf-8")
         self.config = load_config(path, env={**os.environ, PASSWORD_ENV: dovecot.password})
         setup_logging(self.config.log_level, secrets=secret_values(self.config))
-        try:  # fail now, not after the first mail's retries
-            asyncio.run(parts.llm(self.config).check())
+        try:  # fail now, not after the first mail's retries; and say whether the model can do the job
+            self.verdict = asyncio.run(self._check_model())
         except ConnectError as exc:
             raise ConnectError(exc.message, "is the model's server running and --base-url right? (Ollama: "
                                "`ollama serve`, then `ollama pull MODEL`)") from None  # fmt: skip
@@ -173,6 +174,14 @@ class Demo:
             self._raise_failure()
             if time.monotonic() > deadline:
                 raise ConnectError(f"Quinn did not start within {READY_TIMEOUT_S:.0f} s", "run again with --verbose")
+
+    async def _check_model(self) -> Any:
+        from quinn.agent import check_model
+
+        assert self.config is not None
+        llm = parts.llm(self.config)
+        await llm.check()
+        return await check_model(llm)
 
     def config_text(self) -> str:
         """quinn.toml for the demo: the packaged example with the demo mailbox, the model and trust filled in."""
@@ -277,6 +286,7 @@ def demo_command(args: argparse.Namespace, config: None) -> int:
     say = print if not args.json else (lambda *a, **k: print(*a, **k, file=sys.stderr))
     say(f"starting a throwaway mailbox on 127.0.0.1 and Quinn on it (model {llm[('llm', 'model')]})...")
     with Demo(llm, args.keep, args.verbose) as demo:
+        say(("model check passed: " if demo.verdict.passed else "model check: ") + demo.verdict.line())
         say(f"you are {YOU}, Quinn is {QUINN}; the demo's quinn.toml is {demo.folder / 'quinn.toml'}")
         say(f"a mail client may join in: IMAP 127.0.0.1:{demo.dovecot.port}, SMTP 127.0.0.1:{demo.smtp.port}, "
             f"no TLS, any @{DEMO_DOMAIN} user, password {demo.dovecot.password}")  # fmt: skip

@@ -169,7 +169,7 @@ def test_the_installed_quinn_inits_checks_asks_and_starts(
     _, times["init"] = timed(quinn, "init", "-c", config, *init_flags(address, dovecot, smtp_lab, llm_server,
                                                                       tmp_path), env=env)  # fmt: skip
     checked, times["check"] = timed(quinn, "check", "-c", config, env=env)
-    assert [line.split()[1] for line in checked.stdout.splitlines()] == ["ok"] * 7, checked.stdout
+    assert [line.split()[1] for line in checked.stdout.splitlines()] == ["ok"] * 8, checked.stdout
     _, times["ask (learns)"] = timed(quinn, "ask", "-c", config, "--as", "alice@example.org",
                                      "I live in Lisbon and work as a nurse at the city hospital.", env=env)  # fmt: skip
     asked, times["ask (recalls)"] = timed(quinn, "ask", "-c", config, "--as", "alice@example.org", "--json",
