@@ -164,6 +164,17 @@ class Sessions:
             ),
         )  # fmt: skip
 
+    def withdraw(self, session_id: str, message_id: str) -> None:
+        """Take an inbound message back out (``quinn ask`` when no reply came): the message, its passages (a
+        trigger), its id, and the session when nothing else is left in it."""
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM messages WHERE session_id = ? AND message_id = ? AND direction = 'in'",
+                       (session_id, message_id))  # fmt: skip
+            tx.execute("DELETE FROM session_ids WHERE message_id = ?", (message_id,))
+            if not tx.query("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (session_id,)):
+                tx.execute("DELETE FROM session_ids WHERE session_id = ?", (session_id,))
+                tx.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
     def store_outbound(
         self, session_id: str, user_id: str, message_id: str, in_reply_to: str, subject: str, from_addr: str,
         to_addrs: list[str], body: str,
