@@ -249,7 +249,8 @@ async def check(config: Config) -> int:
         tokens = sum(1 for admin in admins.values() if isinstance(admin.credential, Token))
         where = f"http://{config.console.host}:{config.console.port}/"
         checked = "every password hash parses" + (f", {tokens} by token, each long enough" if tokens else "")
-        return f"{len(admins)} admins ({readers} read-only), {checked}; served on {where}"
+        count = f"{len(admins)} admin" + ("" if len(admins) == 1 else "s")
+        return f"{count} ({readers} read-only), {checked}; served on {where}"
 
     await probe("imap", imap)
     await probe("trust", trust)

@@ -79,5 +79,9 @@ def test_init_asks_for_what_the_flags_leave_out(tmp_path: Path) -> None:
 def test_init_refuses_answers_that_make_no_config(tmp_path: Path) -> None:
     made = quinn("init", "-c", str(tmp_path / "q.toml"), "--non-interactive", "--address", "quinn@example.test",
                  "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:1/v1")  # fmt: skip
-    assert made.returncode == 2 and "needs Model" in made.stderr  # no model named for a generic server
+    assert made.returncode == 2 and "needs --model" in made.stderr  # no model named for a generic server
     assert not (tmp_path / "q.toml").exists()
+    # Every missing flag at once, named as a flag, before any server is probed (issue 34).
+    made = quinn("init", "-c", str(tmp_path / "q.toml"), "--non-interactive", "--provider", "openai-compatible")
+    assert made.returncode == 2 and "needs --address and --model and --base-url" in made.stderr, made.stderr
+    assert "not reachable" not in made.stdout and not (tmp_path / "q.toml").exists()
