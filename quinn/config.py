@@ -803,7 +803,8 @@ def resolve_secrets(config: Config, env: Mapping[str, str], sections: Collection
         raise ConfigError(
             f"{len(variables)} environment variables are not set: "
             + ", ".join(f"{var} (named by {key})" for key, var in missing),
-            "export " + " ".join(f"{var}=..." for var in variables)
+            "export "
+            + " ".join(f"{var}=..." for var in variables)
             + " (or put them in the service's EnvironmentFile, or credentials of those names)",
         )
 

@@ -133,5 +133,6 @@ def enable_console(args: argparse.Namespace, config: None) -> int:
         raise
     print(f"the console is on in {path}, with {args.role} {name}; the admin's password hash goes in {password_env}:")
     print(f"  {password_env}=$(quinn console hash-password)   (or a credential file named {password_env})")
-    print("then `pip install 'quinn-mail[console]'` if not done, and restart quinn run; quinn check tests it")
+    print(f"then, if not done yet, {Path(sys.prefix) / 'bin' / 'pip'} install 'quinn-mail[console]'; restart quinn "
+          "run; quinn check tests it all")  # fmt: skip
     return 0

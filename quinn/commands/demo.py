@@ -105,12 +105,19 @@ def llm_settings(args: argparse.Namespace) -> dict[tuple[str, str], str | int | 
     return llm_values(provider, model, args.base_url, args.api_key_env)
 
 
+def extra_hint(extra: str) -> str:
+    """How to add an extra to the venv Quinn runs from: its own pip (Quinn is not on the public index, but an
+    installed quinn-mail satisfies the name and pip fetches only the extra's packages)."""
+    pip = Path(sys.prefix) / "bin" / "pip"
+    return f"{pip} install 'quinn-mail[{extra}]' (or pip install '.[{extra}]' in Quinn's source folder)"
+
+
 def check_installed() -> None:
     """Dovecot and aiosmtpd are not among Quinn's dependencies: say how to get them."""
     from quinn.lab.dovecot import dovecot_available, dovecot_binaries
 
     if importlib.util.find_spec("aiosmtpd") is None:
-        raise ConfigError("quinn demo needs aiosmtpd, its local SMTP server", "pip install 'quinn-mail[demo]'")
+        raise ConfigError("quinn demo needs aiosmtpd, its local SMTP server", extra_hint("demo"))
     if not dovecot_available():
         raise ConfigError(DOVECOT_HINT, f"looked for {' and '.join(dovecot_binaries())} "
                           "($QUINN_DOVECOT_BIN and $QUINN_DOVEADM_BIN name others)")  # fmt: skip
