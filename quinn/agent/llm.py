@@ -275,12 +275,13 @@ class LLM:
         )
         llm.register_provider(provider, f"{prefix}/")
 
-    def _model(self, background: bool) -> llm.Model:
+    def _model(self, background: bool, max_tokens: int | None = None) -> llm.Model:
         params: dict[str, Any] = {}
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
-        if self.config.max_output_tokens is not None:
-            params["max_tokens"] = self.config.max_output_tokens
+        bounds = [n for n in (self.config.max_output_tokens, max_tokens) if n is not None]
+        if bounds:
+            params["max_tokens"] = min(bounds)
         return llm.Model(self.background_model_id if background else self.model_id, **params)
 
     @staticmethod
@@ -520,12 +521,12 @@ class LLM:
             raise ConnectError(f"{self.where} did not answer: {exc.__class__.__name__}: {exc}", hint) from exc
         return self.where
 
-    async def probe(self, system: str, user: str, *, background: bool = False) -> str:
-        """One plain call and its raw text, nothing retried or repaired: the model check (``quinn.agent.
-        model_check``) judges what the model writes on its own."""
+    async def probe(self, system: str, user: str, *, max_tokens: int = 300) -> str:
+        """One plain call to the main model and its raw text, nothing retried or repaired, at most ``max_tokens``
+        long: the model check (``quinn.agent.model_check``) judges what the model writes on its own."""
         token = _PURPOSE.set("model-check")
         try:
-            response = await self._model(background).call_async(self._messages(system, user))
+            response = await self._model(False, max_tokens).call_async(self._messages(system, user))
         except (llm.Error, *TRANSPORT_ERRORS) as exc:
             raise _translate(exc, self.model_id) from exc
         finally:
