@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -163,6 +164,19 @@ class Sessions:
                 iso(utcnow()),
             ),
         )  # fmt: skip
+
+    def subjects(self, user_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+        """The subjects of the user's inbound mails among ``message_ids`` (the console names a reply by the mail
+        it answers, not by its Message-ID)."""
+        wanted = sorted(set(message_ids))[:500]
+        if not wanted:
+            return {}
+        rows = self.db.query(
+            f"SELECT message_id, subject FROM messages WHERE user_id = ? AND direction = 'in'"
+            f" AND message_id IN ({','.join('?' * len(wanted))})",
+            (user_id, *wanted),
+        )
+        return {row[0]: row[1] or "" for row in rows}
 
     def withdraw(self, session_id: str, message_id: str) -> None:
         """Take an inbound message back out (``quinn ask`` when no reply came): the message, its passages (a
