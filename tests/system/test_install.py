@@ -231,8 +231,12 @@ class Terminal:
 
     def answer(self, question: str, text: str) -> None:
         """Wait for ``question`` (the last line on screen), then type ``text`` and Enter."""
-        wait_for(lambda: self.screen().rstrip().splitlines()[-1].startswith(question), f"{question!r} asked", 60,
-                 interval_s=0.1, log=self.screen)  # fmt: skip
+
+        def asked() -> bool:
+            lines = self.screen().rstrip().splitlines()
+            return bool(lines) and lines[-1].startswith(question)
+
+        wait_for(asked, f"{question!r} asked", 60, interval_s=0.1, log=self.screen)
         if text:
             run(*self.tmux, "send-keys", "-l", text)
         run(*self.tmux, "send-keys", "Enter")
