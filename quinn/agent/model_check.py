@@ -38,7 +38,9 @@ EXTRACT_SYSTEM = (
 )
 # What a model writes about its reply instead of the reply, or instead of answering (seen with 1.5B models).
 _SCAFFOLDING = re.compile(r"</?[a-z_]+/?>|^(sure|certainly|okay|of course)\b[^\n]{0,40}\b(here|reply)\b", re.I | re.M)
-_REFUSAL = re.compile(r"^\W*(i'?m|i am) sorry,? (but )?i (can(no|')t|am unable|'m unable)", re.I)
+_REFUSAL = re.compile(r"^\W*(i['’]?m|i am) sorry,? (but )?i (can(no|['’])t|am unable|['’]?m unable)", re.I | re.M)
+# A reply that greets Quinn was written as the sender, not to them (seen with a 0.5B model: "Dear Quinn, ...").
+_ROLE_SWAP = re.compile(r"\A\W*(dear|hi|hello|hey)\s+quinn\b", re.I)
 
 
 @dataclass
@@ -73,6 +75,8 @@ def judge_reply(text: str, mail: str) -> str | None:
         return "sends the mail back"
     if _REFUSAL.search(body):
         return "refuses to answer"
+    if _ROLE_SWAP.search(body):
+        return "writes as the sender, to Quinn"
     if _SCAFFOLDING.search(body):
         return "writes about the reply or tags instead of the reply"
     return None
