@@ -78,7 +78,7 @@ def judge_reply(text: str, mail: str) -> str | None:
     if _ROLE_SWAP.search(body):
         return "writes as the sender, to Quinn"
     if _SCAFFOLDING.search(body):
-        return "writes about the reply or tags instead of the reply"
+        return "a chatbot's preamble or tags, not a mail"
     return None
 
 

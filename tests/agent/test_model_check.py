@@ -46,8 +46,8 @@ async def test_a_model_that_sends_the_mail_back_is_too_small(llm_server: Scripte
         ("I'm sorry, but I can't help with that.", "refuses to answer"),
         ("Dear Sam,\n\nI’m sorry, but I can’t assist with that.", "refuses to answer"),
         ("Dear Quinn,\n\nThanks for the tips on Porto!", "writes as the sender, to Quinn"),
-        ("Sure, here's the reply body:\n\nTry a risotto.", "writes about the reply or tags instead of the reply"),
-        ("<tools/>\nTry a risotto.", "writes about the reply or tags instead of the reply"),
+        ("Sure, here's the reply body:\n\nTry a risotto.", "a chatbot's preamble or tags, not a mail"),
+        ("<tools/>\nTry a risotto.", "a chatbot's preamble or tags, not a mail"),
         ("Hi Sam, a mushroom risotto is easy to cook for four, and vegetarian.", None),
     ],
 )
