@@ -223,11 +223,14 @@ class Conversation:
         if template == "reply" and await self._recallable(email, user):
             await self._db(index_message, p.store, user, reply.message_id, "out")
 
-    async def ask(self, email: InboundEmail) -> Asked:
+    async def ask(self, email: InboundEmail, on_reply: Callable[[Answer, list[Memory]], object] | None = None) -> Asked:
         """``quinn ask``: one message from the operator's terminal, answered on the daemon's path for a trusted
         user (session, memory, the reply template and tools, extraction), without IMAP or SMTP: nothing is sent.
 
         The From address is the user: the terminal is the operator's, so it is trusted by construction.
+        ``on_reply(answer, memories used)`` runs once the reply exists, before the extraction that may take
+        minutes on a small local model (issue 34). When no reply comes (the model is down), the message is taken
+        back out of its session, as if never asked: a retry starts clean.
         """
         p = self.parts
         assert p.agent is not None and p.store is not None and email.from_ is not None
@@ -236,15 +239,21 @@ class Conversation:
         decision = Decision("handle", "asked from the terminal", user_id=user, authenticated=True, use_memory=True,
                             sender=user, rate_key=user)  # fmt: skip
         session_id = await self.join_session(email, decision, user)
-        thread, summary = await self._db(self._thread, email, user, session_id)
-        documents = await self._documents(email, user, session_id)
-        answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
+        try:
+            thread, summary = await self._db(self._thread, email, user, session_id)
+            documents = await self._documents(email, user, session_id)
+            answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
+        except BaseException:
+            await self._db(Sessions(p.store.db).withdraw, session_id, email.message_id)
+            raise
         if not answer.purged:
             await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
+        used = await self._db(self._memories, user, answer.shown)
+        if on_reply is not None:
+            on_reply(answer, used)
         outcome = None if answer.purged else await self.learn(user, email, template=answer.template)
         learnt = [*outcome.created, *outcome.updated] if outcome is not None else []
-        return Asked(user, answer, await self._db(self._memories, user, answer.shown),
-                     await self._db(self._memories, user, learnt))  # fmt: skip
+        return Asked(user, answer, used, await self._db(self._memories, user, learnt))
 
     def _memories(self, user: str, ids: Sequence[int]) -> list[Memory]:
         """The user's memories of ``ids``, in that order (runs on the DB thread)."""

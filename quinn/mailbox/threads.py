@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -171,6 +172,30 @@ class Sessions:
                 iso(utcnow()),
             ),
         )  # fmt: skip
+
+    def subjects(self, user_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+        """The subjects of the user's inbound mails among ``message_ids`` (the console names a reply by the mail
+        it answers, not by its Message-ID)."""
+        wanted = sorted(set(message_ids))[:500]
+        if not wanted:
+            return {}
+        rows = self.db.query(
+            f"SELECT message_id, subject FROM messages WHERE user_id = ? AND direction = 'in'"
+            f" AND message_id IN ({','.join('?' * len(wanted))})",
+            (user_id, *wanted),
+        )
+        return {row[0]: row[1] or "" for row in rows}
+
+    def withdraw(self, session_id: str, message_id: str) -> None:
+        """Take an inbound message back out (``quinn ask`` when no reply came): the message, its passages (a
+        trigger), its id, and the session when nothing else is left in it."""
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM messages WHERE session_id = ? AND message_id = ? AND direction = 'in'",
+                       (session_id, message_id))  # fmt: skip
+            tx.execute("DELETE FROM session_ids WHERE message_id = ?", (message_id,))
+            if not tx.query("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (session_id,)):
+                tx.execute("DELETE FROM session_ids WHERE session_id = ?", (session_id,))
+                tx.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     def store_outbound(
         self, session_id: str, user_id: str, message_id: str, in_reply_to: str, subject: str, from_addr: str,
