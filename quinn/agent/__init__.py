@@ -38,6 +38,9 @@ HOMES = {
     "PromptTooLong": "llm",
     "Usage": "llm",
     "NO_LEARNING_TEMPLATES": "memory_mail",
+    "TOO_SMALL": "model_check",
+    "ModelVerdict": "model_check",
+    "check_model": "model_check",
     "PURGE_DONE_TEMPLATE": "memory_mail",
     "SUFFIX": "prompts",
     "TEMPLATE_NAMES": "prompts",
@@ -45,6 +48,9 @@ HOMES = {
     "RenderedPrompt": "prompts",
     "packaged_dir": "prompts",
     "TemplateRewrite": "proposals",
+    "CheckedTemplate": "trials",
+    "TemplateTrials": "trials",
+    "TrialsBusy": "trials",
     "Agent": "respond",
     "Answer": "respond",
     "recallable": "respond",
@@ -91,6 +97,9 @@ if TYPE_CHECKING:
     from quinn.agent.llm import Usage as Usage
     from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES as NO_LEARNING_TEMPLATES
     from quinn.agent.memory_mail import PURGE_DONE_TEMPLATE as PURGE_DONE_TEMPLATE
+    from quinn.agent.model_check import TOO_SMALL as TOO_SMALL
+    from quinn.agent.model_check import ModelVerdict as ModelVerdict
+    from quinn.agent.model_check import check_model as check_model
     from quinn.agent.prompts import SUFFIX as SUFFIX
     from quinn.agent.prompts import TEMPLATE_NAMES as TEMPLATE_NAMES
     from quinn.agent.prompts import PromptStore as PromptStore
@@ -111,4 +120,7 @@ if TYPE_CHECKING:
     from quinn.agent.state import ALL_STATE_FIELDS as ALL_STATE_FIELDS
     from quinn.agent.state import STATE_FIELDS as STATE_FIELDS
     from quinn.agent.state import user_state as user_state
+    from quinn.agent.trials import CheckedTemplate as CheckedTemplate
+    from quinn.agent.trials import TemplateTrials as TemplateTrials
+    from quinn.agent.trials import TrialsBusy as TrialsBusy
     from quinn.agent.usage import record_usage as record_usage

@@ -58,6 +58,8 @@ class ReplyInputs:
     actions: Sequence[str] = ()
     documents: Sequence[Extracted] = ()  # the email's attachments as read (issue 18); () when none were read
     document_tokens: int = 2000  # their text's share of the prompt, all files together
+    mail_tokens: int | None = None  # the new mail's text in the prompt, at most ([budget], by trust; None: all)
+    attachments_listed: int | None = None  # attachments listed, at most ([budget], by trust; None: all)
 
 
 def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> list[str]:
@@ -135,11 +137,12 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
         "state": state if inputs.memory_enabled and private_ok else "",
         "thread": [{"sender": m.sender, "date": m.date, "body": m.body} for m in inputs.thread],
         "thread_summary": inputs.thread_summary or "",
-        "email": email_variables(email),
+        "email": email_variables(email, inputs.mail_tokens),
         "others_on_thread": not private_ok,
         "domains": list(inputs.domains),
         "actions": list(inputs.actions),
         "attachments": attachment_variables(inputs),
+        "attachments_more": attachments_not_shown(inputs),
     }
 
 
@@ -152,13 +155,15 @@ def attachment_variables(inputs: ReplyInputs) -> list[dict[str, Any]]:
     """The email's attachments as template data: name, kind, size, and the text within the budget (each
     section led by its citation, ``[doc:NAME p.3]``), or why the file could not be read. Attachments that were
     not read at all (memory off) are listed by name with the reason. Names and text are the sender's data."""
+    listed = inputs.attachments_listed
     if not inputs.documents:
         return [{"name": a.filename, "type": a.content_type, "size": _size(a.size), "text": "", "notes": [],
-                 "error": UNREAD_UNVERIFIED} for a in inputs.email.attachments]  # fmt: skip
-    readable = [d for d in inputs.documents if d.error is None and d.sections]
+                 "error": UNREAD_UNVERIFIED} for a in inputs.email.attachments[:listed]]  # fmt: skip
+    documents = list(inputs.documents)[:listed]
+    readable = [d for d in documents if d.error is None and d.sections]
     share = inputs.document_tokens // max(len(readable), 1)
     files = []
-    for document in inputs.documents:
+    for document in documents:
         text, notes = "", list(document.notes)
         if document.error is None and document.sections:
             text = document_text(document, share)
@@ -168,6 +173,14 @@ def attachment_variables(inputs: ReplyInputs) -> list[dict[str, Any]]:
                       document.content_type, "size": _size(document.size), "text": text, "notes": notes,
                       "error": document.error or ""})  # fmt: skip
     return files
+
+
+def attachments_not_shown(inputs: ReplyInputs) -> int:
+    """How many of the email's attachments the prompt does not list (``attachments_listed``, and those the parser
+    only counted past its own limit): it says so."""
+    total = max(len(inputs.email.attachments), len(inputs.documents))
+    listed = total if inputs.attachments_listed is None else min(total, inputs.attachments_listed)
+    return total - listed + inputs.email.attachments_left_out
 
 
 def document_text(document: Extracted, token_budget: int) -> str:
@@ -228,16 +241,29 @@ def passage_block(hits: Sequence[PassageHit], token_budget: int) -> str:
     return "\n".join(lines)
 
 
-def email_variables(email: InboundEmail) -> dict[str, Any]:
-    """The email as template data."""
+def email_variables(email: InboundEmail, mail_tokens: int | None = None) -> dict[str, Any]:
+    """The email as template data; its text cut at ``mail_tokens`` (``cut_text``) when given."""
+    text = email.text or email.full_text
     return {
         "sender": str(email.from_) if email.from_ else "",
         "subject": email.subject,
         "date": email.date.isoformat() if email.date else "",
-        "text": email.text or email.full_text,
+        "text": text if mail_tokens is None else cut_text(text, mail_tokens),
         "to": [str(a) for a in email.to],
         "cc": [str(a) for a in email.cc],
     }
+
+
+def cut_text(text: str, token_budget: int) -> str:
+    """``text`` within ``token_budget`` tokens (``estimate_tokens``): cut at a word near the limit, with a line
+    saying how much was left out (issue 30: a 2.9 MB mail must not become a 3 MB prompt)."""
+    room = token_budget * 4
+    if len(text) <= room:
+        return text
+    room -= 80  # the note
+    cut = text.rfind(" ", room - 200, room)
+    kept = text[: cut if cut > 0 else room].rstrip()
+    return f"{kept}\n(the email goes on for {len(text) - len(kept)} more characters, not shown here)"
 
 
 def estimate_tokens(text: str) -> int:

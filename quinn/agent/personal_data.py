@@ -291,6 +291,17 @@ MAP: tuple[Holder, ...] = (
         see="the mail ledger on the console",
     ),
     Holder(
+        "outbound_domains",
+        "quinn.mailbox.ledger",
+        {"domain": "ids", "sent_at": "ids"},
+        forget="-",
+        stop="-",
+        export="-",
+        purge="- (recipient domains and times for the outbound caps, no person's words; gone after a day)",
+        retention="deleted after a day",
+        see="-",
+    ),
+    Holder(
         "outbox",
         "quinn.mailbox.outbox",
         {
@@ -550,7 +561,7 @@ MAP: tuple[Holder, ...] = (
         "-",
         "-",
         "-",
-        "kept: figures and review ids only, never a review's words (migration 0021 dropped older copies)",
+        "kept: figures and review ids only, never a review's words (migration 0023 dropped older copies)",
         "kept",
         "the console's Jobs page",
     ),

@@ -19,7 +19,15 @@ from typing import Any
 from mirascope import llm as mirascope_llm
 
 from quinn.agent import confirm, consent, digest, forgetting, known, memory_mail, proposals, reply_trace
-from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
+from quinn.agent.context import (
+    ReplyInputs,
+    ThreadMessage,
+    cut_text,
+    estimate_tokens,
+    others_on_thread,
+    reply_variables,
+    visible,
+)
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
 from quinn.agent.gate import sensory_gate
@@ -143,12 +151,14 @@ class Agent:
     def reply_inputs(
         self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage] = (),
         summary: str | None = None, actions: Sequence[str] = (), *, touch: bool = True,
-        session_id: str | None = None, documents: Sequence[Extracted] = (),
+        session_id: str | None = None, documents: Sequence[Extracted] = (), authenticated: bool | None = None,
     ) -> ReplyInputs:  # fmt: skip
         """Persona, profile, domains and retrieved memories for ``email`` (runs on the DB thread), with its
         attachments as read (``documents``).
 
         ``touch`` counts the retrieval as an access (strengthening the memories); a preview passes False.
+        ``authenticated``: whether the sender is trusted, which picks the ``[budget]`` the mail's text and its
+        attachment list are cut to (None: as ``use_memory``).
         """
         store = self.store
         c = self.config
@@ -179,6 +189,8 @@ class Agent:
             hits=hits, passages=passages, thread=list(thread), thread_summary=summary,
             token_budget=c.memory.token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
             documents=list(documents), document_tokens=c.documents.prompt_tokens,
+            mail_tokens=self.budget(use_memory if authenticated is None else authenticated)[0],
+            attachments_listed=self.budget(use_memory if authenticated is None else authenticated)[1],
         )  # fmt: skip
         if use_memory and touch:
             # Use is what reached the prompt: the profile shown and the hits that survived the domain, privacy
@@ -190,15 +202,23 @@ class Agent:
                 record_retrievals(store.db, session_id, shown, utcnow())
         return inputs
 
+    def budget(self, authenticated: bool) -> tuple[int, int, int]:
+        """(mail tokens, attachments listed, request tokens) of ``[budget]`` for a sender of this trust."""
+        b = self.config.budget
+        if authenticated:
+            return b.mail_tokens, b.attachments_listed, b.request_tokens
+        return b.mail_tokens_unauthenticated, b.attachments_listed_unauthenticated, b.request_tokens_unauthenticated
+
     # -- 2 and 3. the answer ---------------------------------------------------------------------------
 
     async def answer(
         self, email: InboundEmail, user: str, use_memory: bool, *, thread: Sequence[ThreadMessage] = (),
         summary: str | None = None, session_id: str | None = None, withheld: str | None = None,
-        documents: Sequence[Extracted] = (),
+        documents: Sequence[Extracted] = (), authenticated: bool | None = None,
     ) -> Answer:  # fmt: skip
         """The reply to ``email``: memory commands first, then the model (with memory tools when memory is on).
         ``documents``: the mail's attachments as read (quinn/documents), shown to the model with the mail.
+        ``authenticated``: the sender is trusted (None: as ``use_memory``); it picks the prompt's ``[budget]``.
 
         Without memory (``use_memory`` false: the sender is not trusted, or the reply goes to someone else),
         memory commands are refused and the reply says why (``withheld``), without a model call for them.
@@ -206,8 +226,9 @@ class Agent:
         waits (``RetryLater``) with the reason, as for a model that is down.
         """
         try:
+            trusted = use_memory if authenticated is None else authenticated
             if not use_memory:
-                return await self._without_memory(email, user, thread, summary, withheld)
+                return await self._without_memory(email, user, thread, summary, withheld, trusted)
             return await self._answer(email, user, thread, summary, session_id, documents)
         except TemplateError as exc:
             raise RetryLater(f"prompt template cannot render: {exc.message}", exc.hint) from exc
@@ -216,15 +237,16 @@ class Agent:
 
     async def _without_memory(
         self, email: InboundEmail, user: str, thread: Sequence[ThreadMessage], summary: str | None,
-        withheld: str | None,
+        withheld: str | None, authenticated: bool = False,
     ) -> Answer:  # fmt: skip
         why = withheld or "This email may not use your memory."
         if memory_mail.parse_requests(email.text) or confirm.codes_in(f"{email.subject}\n{email.full_text}"):
             log.info("mail %s: memory command refused: %s", email.message_id, why)
             return Answer(memory_mail.refused(why), memory_mail.REFUSED_TEMPLATE, "", private=True)
         with self.stage("retrieve"):
-            inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
-        answer = await self._model_reply(inputs, None, _Work())
+            inputs = await self._db(self.reply_inputs, email, user, False, thread, summary,
+                                    authenticated=authenticated)  # fmt: skip
+        answer = await self._model_reply(inputs, None, _Work(), self.budget(authenticated)[2])
         note = f"\n\n---\n{withheld}" if withheld else ""
         return Answer(answer.body + note, answer.template, answer.prompt_version, answer.usage, trace=answer.trace)
 
@@ -271,7 +293,7 @@ class Agent:
             grounding=Grounding.of([email.text, *(d.text for d in documents if not d.error)],
                                    [user, email.from_.name if email.from_ else ""]),  # what they sent
         )  # fmt: skip
-        return await self._model_reply(inputs, deps, work)
+        return await self._model_reply(inputs, deps, work, self.budget(True)[2])
 
     def _carry_out(
         self, email: InboundEmail, user: str, requests: Sequence[memory_mail.MemoryRequest], private_ok: bool
@@ -364,15 +386,17 @@ class Agent:
         log.info("mail %s: a confirmation code that is not valid (expired, used or another user's)", email.message_id)
         return Answer(memory_mail.CONFIRM_FAILED, memory_mail.CONFIRM_FAILED_TEMPLATE, "", private=True)
 
-    async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
-        """The model's reply. A prompt too long for the model's context (``PromptTooLong``) is asked again with the
-        thread, the memory budget and the files' share cut to what the server's figures allow, up to
-        ``REPLY_TRIES`` times in all; not once a tool ran (its change is made: the mail waits instead, as for any
-        ``RetryLater``). The mail's own text is never cut: a mail too long for the model waits and, past its tries,
-        is quarantined with the reason."""
+    async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work,
+                           request_tokens: int) -> Answer:  # fmt: skip
+        """The model's reply. A prompt too long for the model's context (``PromptTooLong``), or over the
+        ``request_tokens`` of the sender's ``[budget]`` (then it is not sent at all), is asked again with the
+        thread, the memory budget and the files' share cut to fit, up to ``REPLY_TRIES`` times in all; not once a
+        tool ran (its change is made: the mail waits instead, as for any ``RetryLater``). The mail's own text was
+        cut to the budget's ``mail_tokens`` already: a request that still does not fit is never sent, and the mail
+        waits and, past its tries, is quarantined with the reason."""
         for attempt in range(1, REPLY_TRIES + 1):
             try:
-                return await self._model_reply_once(inputs, deps, work)
+                return await self._model_reply_once(inputs, deps, work, request_tokens)
             except PromptTooLong as exc:
                 if attempt == REPLY_TRIES or (deps is not None and deps.calls):
                     raise
@@ -388,7 +412,8 @@ class Agent:
                          inputs.document_tokens)  # fmt: skip
         raise AssertionError("unreachable: the last try returns or raises")
 
-    async def _model_reply_once(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
+    async def _model_reply_once(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work,
+                                request_tokens: int) -> Answer:  # fmt: skip
         with self.stage("render"):
             variables = reply_variables(inputs)
             rendered = self.prompts.render("reply", variables)
@@ -397,6 +422,11 @@ class Agent:
             bare = self.prompts.render("reply", reply_variables(dataclasses.replace(
                 inputs, persona=(), profile=(), hits=(), passages=(), state={}, thread=(), thread_summary=None,
                 domains=(), actions=(), documents=())))  # fmt: skip
+        needed = estimate_tokens(f"{rendered.system}\n{rendered.user}")
+        if needed > request_tokens:  # never sent: a stranger's mail must not buy a big model bill (issue 30)
+            raise PromptTooLong(f"the reply prompt needs about {needed} tokens, more than the {request_tokens} "
+                                "of [budget] request_tokens for this sender: not sent", request_tokens,
+                                needed)  # fmt: skip
         await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
             echo_of = (bare.user,) if self.config.llm.hold_copies else None
@@ -477,6 +507,9 @@ class Agent:
                 await self._learnt(email, reply_trace.COMMANDS_ONLY)
                 return None
             email = dataclasses.replace(email, text=text)
+        # What reaches the extraction prompt is cut as the reply's is ([budget] mail_tokens: learning is for
+        # authenticated senders only); the memories are grounded in what the model saw.
+        email = dataclasses.replace(email, text=cut_text(email.text, self.config.budget.mail_tokens))
         decision = sensory_gate(email.text)
         log.info("mail %s: sensory gate: %s", email.message_id, decision)
         if not decision.passed:

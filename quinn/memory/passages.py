@@ -365,6 +365,9 @@ def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) 
     return sorted({r[0] for r in rows if r[0]})
 
 
+_JSON_LIST = "(SELECT value FROM json_each(?))"  # a list of ids, any length, as one parameter
+
+
 def passage_filter(
     user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = (),
     documents_only: bool = False, knowledge: bool = False,
@@ -378,13 +381,14 @@ def passage_filter(
     owner = f"(p.user_id = ? OR (p.user_id = ? AND {IN_SCOPE}))" if knowledge else "p.user_id = ?"
     clauses = [owner, "p.document_id IS NOT NULL"] if documents_only else [owner]
     params: list[Any] = [user, KNOWLEDGE_OWNER, user_domain(user or "")] if knowledge else [user]
+    # Id lists go in as one JSON parameter each: what memory retracted grows with the user's history, and SQLite
+    # refuses more than 32,766 parameters in one statement (issue 30).
     if exclude_message_ids:
-        clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
-        params += list(exclude_message_ids)
+        clauses.append(f"p.message_id NOT IN {_JSON_LIST}")
+        params.append(json.dumps(list(exclude_message_ids)))
     if retracted:
-        marks = ",".join("?" * len(retracted))
-        clauses.append(f"p.message_id NOT IN ({marks}) AND coalesce(p.in_reply_to, '') NOT IN ({marks})")
-        params += [*retracted, *retracted]
+        clauses.append(f"p.message_id NOT IN {_JSON_LIST} AND coalesce(p.in_reply_to, '') NOT IN {_JSON_LIST}")
+        params += [json.dumps(list(retracted))] * 2
     if others:
         seen = (
             "NOT EXISTS (SELECT 1 FROM json_each(?) o WHERE o.value NOT IN (SELECT value FROM json_each(p.audience)))"
@@ -481,13 +485,11 @@ def _left_out(db: Database, user: str, exclude_message_ids: Sequence[str], retra
         return np.zeros(0, dtype=np.int64)
     # Two lookups by index (an OR of the two columns scanned every row of the user, vectors included: 26 ms).
     # "+user_id": not by the user's index, which the planner would otherwise prefer (and read every row of).
-    sql = f"SELECT id FROM passages WHERE message_id IN ({','.join('?' * len(messages))}) AND +user_id = ?"
-    params: list[Any] = [*messages, user]
+    sql = f"SELECT id FROM passages WHERE message_id IN {_JSON_LIST} AND +user_id = ?"
+    params: list[Any] = [json.dumps(messages), user]
     if retracted:
-        sql += (
-            f" UNION SELECT id FROM passages WHERE in_reply_to IN ({','.join('?' * len(retracted))}) AND +user_id = ?"
-        )
-        params += [*retracted, user]
+        sql += f" UNION SELECT id FROM passages WHERE in_reply_to IN {_JSON_LIST} AND +user_id = ?"
+        params += [json.dumps(list(retracted)), user]
     rows = db.query(sql, params)
     return np.asarray([r[0] for r in rows], dtype=np.int64)
 

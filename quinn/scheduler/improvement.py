@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from quinn.agent import TemplateRewrite, proposals, sample_variables
+from quinn.agent import TemplateRewrite, TrialsBusy, proposals
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.scheduler.context import JobContext
@@ -102,7 +102,13 @@ async def propose(ctx: JobContext, stats: PromptVersionStats) -> None:
         ctx.item_failed(f"proposal for {stats.prompt_version}", exc)
         return
     await ctx.record_usage(usage, None)
-    problem = proposals.checked(name, rewrite.source, sample_variables())
+    # The model wrote it (steered by reviews of people's mail): rendered only in a child process with limits,
+    # awaited here, so the loop keeps running and the job's own timeout can fire (agent/trials.py).
+    try:
+        problem = await ctx.trials.problem_async(name, rewrite.source)
+    except TrialsBusy as exc:
+        ctx.item_failed(f"proposal for {stats.prompt_version}", RetryLater(exc.message))
+        return
     if problem is not None:
         log.info("improvement: the rewrite of %s was discarded: %s", stats.prompt_version, problem)
         ctx.counts.details.setdefault("discarded", []).append({"version": stats.prompt_version, "why": problem})

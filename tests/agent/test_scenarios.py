@@ -314,8 +314,9 @@ async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_
     _mid, raw = build_mail(alice, quinn.address, "Again", "Where did we leave off with my plans?")
     mail_lab.smtp.send("mallory@evil.test", [quinn.address], raw)
     await quinn.process()
-    forged = brain.prompt("Where did we leave off")
-    assert "Recent context with this person" not in forged and "kitchen" not in forged.lower()
+    # Not answered at all since issue 30 (no backscatter): none of it reaches a prompt, and the mail is kept.
+    assert not brain.prompts("Where did we leave off")
+    assert quinn.query("SELECT state FROM mail_state WHERE message_id = ?", (_mid,)) == [("rejected",)]
 
 
 async def test_the_profile_keeps_what_matters_when_more_than_fits(make_quinn, mail_lab, brain: Brain) -> None:

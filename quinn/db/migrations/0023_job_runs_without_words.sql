@@ -1,4 +1,4 @@
--- Quinn schema, version 21 (issue 35): the improvement job's run log keeps figures and review ids, never a
+-- Quinn schema, version 23 (issue 35): the improvement job's run log keeps figures and review ids, never a
 -- review's words. Runs logged before kept each version's latest suggestions in job_runs.counts, where a purge
 -- of the person they came from could not reach them; they are dropped here (the suggestions themselves stay in
 -- conversation_summaries, whose owner purges them).
