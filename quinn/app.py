@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from quinn.agent import LLM, TEMPLATE_NAMES, Agent, PromptStore
+from quinn.agent import LLM, TEMPLATE_NAMES, Agent, Answer, PromptStore
 from quinn.clock import Clock
 from quinn.config import Config
 from quinn.db import Database
@@ -40,7 +40,7 @@ from quinn.mailbox import (
     MailLedger,
     trust_warnings,
 )
-from quinn.memory import MemoryStore
+from quinn.memory import Memory, MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan
 from quinn.scheduler import JobRunner
@@ -242,9 +242,9 @@ class Quinn:
         """Take one message as far as it can go now (``MailHandler.handle``)."""
         await self.mail.handle(uid, size)
 
-    async def ask(self, email: InboundEmail) -> Asked:
+    async def ask(self, email: InboundEmail, on_reply: Callable[[Answer, list[Memory]], object] | None = None) -> Asked:
         """``quinn ask``: one message answered on the daemon's path, nothing sent (``Conversation.ask``)."""
-        return await self.conversation.ask(email)
+        return await self.conversation.ask(email, on_reply)
 
     def reload(self, new: Config | None = None) -> ReloadPlan:
         """SIGHUP: apply the reloadable part of ``new`` (default: the current config) and re-read the templates.

@@ -988,17 +988,36 @@ def read_secret(var: str, env: Mapping[str, str]) -> str | None:
 
 
 def resolve_secrets(config: Config, env: Mapping[str, str], sections: Collection[str] | None = None) -> None:
-    """Read every ``*_env`` key's secret (see ``read_secret``); a named but missing secret is a ``ConfigError``."""
+    """Read every ``*_env`` key's secret (see ``read_secret``); named but missing secrets are one ``ConfigError``
+    that lists them all (issue 34: one missing variable per run was found)."""
+    missing: list[tuple[str, str]] = []  # (key, variable)
     for name in SECTIONS:
         if sections is not None and name not in sections:
             continue
         section: Section = getattr(config, name)
-        _resolve_section(section, name, env)
+        missing += _resolve_section(section, name, env)
         for where, table in section.tables():  # arrays of tables inside the section: [[console.admins]]
-            _resolve_section(table, f"{name}.{where}", env)
+            missing += _resolve_section(table, f"{name}.{where}", env)
+    if len(missing) == 1:
+        [(key, var)] = missing
+        raise ConfigError(
+            f"{key} names the environment variable {var}, which is not set",
+            f"export {var}=... (or put it in the service's EnvironmentFile, or a credential named {var})",
+        )
+    if missing:
+        variables = list(dict.fromkeys(var for _key, var in missing))
+        raise ConfigError(
+            f"{len(variables)} environment variables are not set: "
+            + ", ".join(f"{var} (named by {key})" for key, var in missing),
+            "export "
+            + " ".join(f"{var}=..." for var in variables)
+            + " (or put them in the service's EnvironmentFile, or credentials of those names)",
+        )
 
 
-def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> None:
+def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Read the section's secrets; returns the (key, variable) of those not set."""
+    missing = []
     for field_name in type(section).model_fields:
         if not field_name.endswith("_env"):
             continue
@@ -1007,8 +1026,7 @@ def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> No
             continue
         value = read_secret(var, env)
         if not value:
-            raise ConfigError(
-                f"{where}.{field_name} names the environment variable {var}, which is not set",
-                f"export {var}=... (or put it in the service's EnvironmentFile, or a credential named {var})",
-            )
+            missing.append((f"{where}.{field_name}", var))
+            continue
         section._secrets[field_name.removesuffix("_env")] = SecretStr(value)
+    return missing

@@ -17,8 +17,9 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from quinn.config import SECTIONS, Config
 
@@ -176,3 +177,47 @@ def set_level(level: str) -> None:
     root.setLevel(level)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+class _Counter(logging.Handler):
+    """Counts the records it is handed (the warnings kept off an interactive terminal)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+def quiet_terminal(log_file: Path | None) -> Callable[[], str | None]:
+    """Keep WARNINGs off the terminal of an interactive command (``quinn ask``, ``quinn demo`` without
+    ``--verbose``): the stderr handler shows ERRORs only; every record it would have shown goes to ``log_file``
+    (same redaction). Returns a function that says, once the command is done, how many were kept off and where.
+    Issue 34: the model's fallback warnings mixed into the chat on every run."""
+    root = logging.getLogger()
+    terminal = [h for h in root.handlers if isinstance(h, logging.StreamHandler) and h.stream in (sys.stderr,)]
+    counter = _Counter(logging.WARNING)
+    for handler in terminal:
+        handler.setLevel(logging.ERROR)
+        for flt in handler.filters:
+            counter.addFilter(flt)
+    root.addHandler(counter)
+    if log_file is not None:
+        try:
+            file_handler = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        except OSError:
+            log_file = None
+        else:
+            file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            for flt in terminal[0].filters if terminal else (RedactingFilter(),):
+                file_handler.addFilter(flt)
+            root.addHandler(file_handler)
+
+    def summary() -> str | None:
+        if not counter.count:
+            return None
+        where = f"in {log_file}" if log_file is not None else "not kept"
+        return f"{counter.count} warning(s) {where}; --verbose shows them here"
+
+    return summary

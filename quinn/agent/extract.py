@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from quinn.agent import updates
 from quinn.agent.context import email_variables
 from quinn.agent.domains import DomainDetector
+from quinn.agent.facts import facts
 from quinn.agent.grounding import Grounding, grounded
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
@@ -32,7 +33,7 @@ from quinn.agent.tools import scope_for
 from quinn.clock import iso
 from quinn.errors import StoreError
 from quinn.mailbox import InboundEmail
-from quinn.memory import Memory, MemoryStore, NewMemory, find_similar
+from quinn.memory import Memory, MemoryStore, NewMemory, asked_to_keep, find_similar, mask
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ async def extract_memories(
     grounding = Grounding.of([email.text], [user_id, email.from_.name if email.from_ else ""])
     applied = await run_db(apply_extraction, store, user_id, extraction, source=source, valid_from=email.date,
                            reason=f"by {email.message_id} ({rendered.version})", sent=email.date,
-                           grounding=grounding)  # fmt: skip
+                           grounding=grounding, keep_secrets=asked_to_keep(email.text))  # fmt: skip
     log.info("extraction for %s: %d new, %d updated, %d not in their words (%s)", user_id, len(applied.created),
              len(applied.updated), applied.ungrounded, rendered.version)  # fmt: skip
     return ExtractionOutcome(applied.created, applied.updated, usage)
@@ -206,6 +207,7 @@ def metadata_for(memory: ExtractedMemory, source: dict[str, Any]) -> dict[str, A
 def apply_extraction(
     store: MemoryStore, user_id: str, extraction: Extraction, *, source: dict[str, Any], valid_from: datetime | str,
     reason: str, sent: datetime | None = None, restate: bool = True, grounding: Grounding | None = None,
+    keep_secrets: bool = False,
 ) -> Applied:  # fmt: skip
     """Store what an extraction found, whoever extracted it (the per-mail call, the session review).
 
@@ -229,6 +231,8 @@ def apply_extraction(
         return memory.content if memory is not None else ""
 
     extraction, ungrounded = own_words_only(user_id, extraction, grounding, replaced)
+    if not keep_secrets:  # issue 35: a secret is kept only when the person asked (``keep_secrets``), then private
+        extraction = masked(extraction)
     extraction = keyed_updates(extraction, store.get_all(user_id, limit=KEYED_ROWS))
     changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
     for change, kind in changes:
@@ -243,7 +247,10 @@ def apply_extraction(
             log.info("extraction: cannot update memory %s: %s", change.id, exc)
             skipped += 1
     fresh: list[NewMemory] = []
-    for memory in distinct(store, extraction.new):
+    # One fact per memory (agent/facts.py): what the model merged is split, so a later forget or update
+    # touches one fact.
+    split = [memory.model_copy(update={"content": fact}) for memory in extraction.new for fact in facts(memory.content)]
+    for memory in distinct(store, split):
         similar = find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY)
         if similar:
             known = similar[0].memory
@@ -265,6 +272,18 @@ def apply_extraction(
         created = store.add_many(fresh)
     updated += close_completed(store, user_id, extraction.completed, valid_from, f"reported done {reason}")
     return Applied(created, updated, skipped, ungrounded)
+
+
+def masked(extraction: Extraction) -> Extraction:
+    """``extraction`` with every secret's value masked (`quinn.memory.sensitive.mask`): credentials, one-time
+    codes, card and account numbers, government ids."""
+
+    def hide(items: list[Any]) -> list[Any]:  # what held a secret stays private (withheld from shared threads)
+        return [m.model_copy(update={"content": mask(m.content), "private": True}) if mask(m.content) != m.content
+                else m for m in items]  # fmt: skip
+
+    return extraction.model_copy(update={"new": hide(extraction.new), "updated": hide(extraction.updated),
+                                         "contradicted": hide(extraction.contradicted)})  # fmt: skip
 
 
 def own_words_only(

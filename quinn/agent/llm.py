@@ -277,12 +277,13 @@ class LLM:
         )
         llm.register_provider(provider, f"{prefix}/")
 
-    def _model(self, background: bool) -> llm.Model:
+    def _model(self, background: bool, max_tokens: int | None = None) -> llm.Model:
         params: dict[str, Any] = {}
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
-        if self.config.max_output_tokens is not None:
-            params["max_tokens"] = self.config.max_output_tokens
+        bounds = [n for n in (self.config.max_output_tokens, max_tokens) if n is not None]
+        if bounds:
+            params["max_tokens"] = min(bounds)
         return llm.Model(self.background_model_id if background else self.model_id, **params)
 
     @staticmethod
@@ -531,13 +532,42 @@ class LLM:
         except _InvalidAnswer as exc:
             raise RetryLater(f"model {model.model_id} gave no valid {format.__name__} twice: {exc}") from exc
 
+    @property
+    def where(self) -> str:
+        """The main model and, for a server of the operator's, its URL: what an error names."""
+        return f"{self.model_id} at {self.config.base_url}" if self.config.base_url else self.model_id
+
+    def format_mode(self, model_id: str | None = None) -> str:
+        """The structured-output mode the model's server takes (so far): a compatible server's, or "native"."""
+        model_id = model_id or self.background_model_id
+        if model_id not in self._compatible:
+            return "native"
+        return str(self._modes(model_id)[0])
+
     async def check(self) -> str:
-        """One tiny request to the main model, for ``quinn check``; returns the model id."""
+        """One tiny request to the main model, for ``quinn check``; returns the model id and where it is."""
         try:
             await self._model(False).call_async(self._messages("Answer with OK.", "ping"))
         except (llm.Error, *TRANSPORT_ERRORS) as exc:
-            raise ConnectError(f"LLM {self.model_id}: {_translate(exc, self.model_id)}") from exc
-        return self.model_id
+            translated = _translate(exc, self.model_id)
+            if isinstance(translated, ConfigError):
+                raise translated from exc
+            hint = "is the model's server running, and llm.base_url right?" if self.config.base_url else \
+                "is the provider reachable from here?"  # fmt: skip
+            raise ConnectError(f"{self.where} did not answer: {exc.__class__.__name__}: {exc}", hint) from exc
+        return self.where
+
+    async def probe(self, system: str, user: str, *, max_tokens: int = 300) -> str:
+        """One plain call to the main model and its raw text, nothing retried or repaired, at most ``max_tokens``
+        long: the model check (``quinn.agent.model_check``) judges what the model writes on its own."""
+        token = _PURPOSE.set("model-check")
+        try:
+            response = await self._model(False, max_tokens).call_async(self._messages(system, user))
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
+            raise _translate(exc, self.model_id) from exc
+        finally:
+            _PURPOSE.reset(token)
+        return response.text().strip()
 
 
 class _InvalidAnswer(ValueError):

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from quinn.agent.prompts import SUFFIX, TEMPLATE_NAMES, PromptStore
 from quinn.agent.trials import CheckedTemplate
 from quinn.clock import iso
-from quinn.db import Database
+from quinn.db import Database, Transaction
 from quinn.errors import ConfigError
 
 MIN_SUGGESTIONS = 3  # reviews with a suggestion before a version gets a proposal
@@ -91,11 +91,20 @@ def add(db: Database, name: str, base_version: str, source: str, rationale: str,
 
 
 def listing(db: Database, status: str | None = None) -> list[Proposal]:
-    """Proposals, newest first (``status`` narrows them)."""
+    """Proposals, newest first (``status`` narrows them). The evidence keeps the reviews by id; their suggestions
+    are read from ``conversation_summaries`` while the reviews exist (a purge or retention removes them)."""
     where, params = ("WHERE status = ?", (status,)) if status else ("", ())
     rows = db.query("SELECT id, name, base_version, source, rationale, evidence, status, created_at, decided_at"
                     f" FROM prompt_proposals {where} ORDER BY id DESC", params)  # fmt: skip
-    return [Proposal(int(r[0]), r[1], r[2], r[3], r[4], json.loads(r[5] or "{}"), r[6], r[7], r[8]) for r in rows]
+    found = [Proposal(int(r[0]), r[1], r[2], r[3], r[4], json.loads(r[5] or "{}"), r[6], r[7], r[8]) for r in rows]
+    for proposal in found:
+        reviews = [int(i) for i in proposal.evidence.get("reviews", [])]
+        if reviews and "suggestions" not in proposal.evidence:
+            marks = ", ".join("?" * len(reviews))
+            sql = f"SELECT id, improvement_suggestion FROM conversation_summaries WHERE id IN ({marks})"
+            kept: dict[int, str] = dict(db.query(sql, reviews))
+            proposal.evidence["suggestions"] = [kept[i] for i in reviews if i in kept]
+    return found
 
 
 def get(db: Database, proposal_id: int) -> Proposal:
@@ -227,3 +236,30 @@ def text_diff(old: str, new: str, old_name: str, new_name: str) -> str:
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                  fromfile=old_name, tofile=new_name)  # fmt: skip
     return "".join(lines)
+
+
+def purge_user(tx: Transaction, user: str) -> dict[str, int]:
+    """A purge's part of the proposals (issue 35): a proposal drawn from the person's conversation reviews (by
+    review id, or for proposals written before ids were kept, by a suggestion's text) loses what came of their
+    words. A pending one is deleted; a decided one keeps its decision and loses its rewrite and rationale (an
+    accepted text lives on as the admin's template, ``prompt_versions``). Runs before ``state.purge_user``
+    deletes the reviews."""
+    rows = tx.query("SELECT id, improvement_suggestion FROM conversation_summaries WHERE user_id = ?", (user,))
+    ids, words = {int(r[0]) for r in rows}, {str(r[1]) for r in rows if r[1]}
+    if not ids:
+        return {"prompt_proposals": 0}
+    changed = 0
+    for proposal_id, status, evidence_text in tx.query("SELECT id, status, evidence FROM prompt_proposals"):
+        evidence = json.loads(evidence_text or "{}")
+        drawn = ids & {int(i) for i in evidence.get("reviews", [])} or words & set(evidence.get("suggestions", []))
+        if not drawn:
+            continue
+        changed += 1
+        if status == "pending":
+            tx.execute("DELETE FROM prompt_proposals WHERE id = ?", (proposal_id,))
+            continue
+        evidence["reviews"] = [i for i in evidence.get("reviews", []) if int(i) not in ids]
+        evidence.pop("suggestions", None)
+        tx.execute("UPDATE prompt_proposals SET source = '', rationale = '', evidence = ? WHERE id = ?",
+                   (json.dumps(evidence), proposal_id))  # fmt: skip
+    return {"prompt_proposals": changed}

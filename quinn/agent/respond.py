@@ -18,7 +18,7 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, digest, memory_mail, proposals, reply_trace
+from quinn.agent import confirm, consent, digest, forgetting, known, memory_mail, proposals, reply_trace
 from quinn.agent.context import (
     ReplyInputs,
     ThreadMessage,
@@ -46,12 +46,14 @@ from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox import InboundEmail
 from quinn.memory import (
     MemoryStore,
+    asked_to_keep,
     earlier_versions,
     hybrid_search,
     linked_hits,
     record_retrievals,
     search_passages,
     user_passages,
+    versions_of,
     whole_history,
 )
 
@@ -101,6 +103,7 @@ class _Work:
     actions: list[str] = field(default_factory=list)
     changes: list[MemoryChange] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)  # where else a forget took the fact out (issue 35)
     opted_out: bool = False  # the person asked not to be remembered (consent.py): read what is known, store nothing
 
 
@@ -283,7 +286,7 @@ class Agent:
         if "export" in kinds:
             log.info("mail %s: %s asks for an export; asking for confirmation", email.message_id, user)
             code = await self._db(confirm.issue, self.store.db, user, "export", email.message_id, utcnow())
-            body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes)
+            body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes, work.elsewhere)
             return Answer(body, memory_mail.EXPORT_CONFIRM_TEMPLATE, "", changes=tuple(work.changes), private=True)
         if "digest" in kinds:
             return await self._digest(email, user, private_ok, work)
@@ -295,6 +298,7 @@ class Agent:
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
+            keep_secrets=asked_to_keep(email.text),
             grounding=Grounding.of([email.text, *(d.text for d in documents if not d.error)],
                                    [user, email.from_.name if email.from_ else ""]),  # what they sent
         )  # fmt: skip
@@ -327,13 +331,22 @@ class Agent:
                 work.changes.append(change)
                 work.actions.append(f"Saved, as asked: {change.content} [memory:{change.memory_id}]")
             elif request.kind == "forget":
-                forgotten = memory_mail.forget(self.store, user, request.argument, private_ok)
-                if forgotten is None:
+                forgot = memory_mail.forget(self.store, user, request.argument, private_ok)
+                if forgot is None:
                     work.actions.append(f'Asked to forget "{request.argument}", but no memory clearly matches it: '
                                         "nothing was forgotten; ask which memory they mean.")  # fmt: skip
-                else:
-                    work.changes.append(forgotten)
-                    work.actions.append(f"Forgotten, as asked: {forgotten.content} [memory:{forgotten.memory_id}]")
+                    continue
+                work.changes += forgot.changes
+                for change in forgot.changes:
+                    if change.action == "forgotten":
+                        work.actions.append(f"Forgotten, as asked: {change.content} [memory:{change.memory_id}]")
+                    else:
+                        work.actions.append(f"Rewritten without it, the rest kept: {change.content} "
+                                            f"[memory:{change.memory_id}]")  # fmt: skip
+                if forgot.elsewhere:
+                    where = forgetting.described(forgot.elsewhere)
+                    work.actions.append(f"Also taken out of: {where}.")
+                    work.elsewhere.append(where)
         return work
 
     def _correct_digest(
@@ -370,7 +383,11 @@ class Agent:
             memories = visible(every, not others)
             held = await self._db(user_passages, self.store.db, user)
             seen = [p for p in held if p.seen_by(others)]  # as in prompts: only what those on the mail saw
-            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen))
+            # Everything else that shapes replies (issue 35), with no one else on the mail: it is not sorted private.
+            found = {} if others else await self._db(known.shaping, self.store, user)
+            versions = await self._db(versions_of, self.store.db, user)
+            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen),
+                                           shaping=found, versions=versions)  # fmt: skip
             files = (Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json", "application/json", data),)
             log.info("mail %s: export confirmed: %d memories", email.message_id, len(memories))
             return Answer(memory_mail.export_sent(len(memories)), memory_mail.EXPORT_DONE_TEMPLATE, "",
@@ -433,7 +450,11 @@ class Agent:
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx,
                                              echo_of=echo_of, recalled=recalled)  # fmt: skip
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
-        body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
+        body = (
+            result.text
+            + memory_mail.changes_footer(changes, work.elsewhere)
+            + (consent.FOOTER if work.opted_out else "")
+        )
         prompt = f"{rendered.system}\n{rendered.user}"
         shown = tuple(int(i) for i in MEMORY_CITATION.findall(prompt))
         trace = trace_of(inputs, variables, prompt, deps.calls if deps is not None else ())
@@ -456,12 +477,16 @@ class Agent:
         groups = memory_mail.digest_groups(memories)
         rendered = self.prompts.render("digest", {"user": {"address": user}, "groups": groups,
                                                   "others_on_thread": not private_ok})  # fmt: skip
+        # What else shapes replies (issue 35), with no one else on the mail (it is not sorted private).
+        shaping = known.described(await self._db(known.shaping, self.store, user)) if private_ok else ""
+        also = f"\n\nAlso shaping my replies:\n{shaping}" if shaping else ""
         if not groups:
-            body = "I don't remember anything about you yet."
-            return Answer(body + memory_mail.changes_footer(work.changes), "digest", rendered.version, None,
-                          tuple(work.attachments), tuple(work.changes), private=True)  # fmt: skip
+            body = "I don't remember anything about you yet." + also
+            body += memory_mail.changes_footer(work.changes, work.elsewhere)
+            return Answer(body, "digest", rendered.version, None, tuple(work.attachments), tuple(work.changes),
+                          private=True)  # fmt: skip
         result = await self.llm.text(rendered.system, rendered.user, purpose="digest")
-        body = result.text + memory_mail.changes_footer(work.changes)
+        body = result.text + also + memory_mail.changes_footer(work.changes, work.elsewhere)
         return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes),
                       private=True)  # fmt: skip
 

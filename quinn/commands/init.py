@@ -67,7 +67,8 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
         p.add_argument(f"--{proto}-port", type=int, help=f"{proto.upper()} port (default: from --{proto}-tls)")
         p.add_argument(f"--{proto}-tls", choices=("ssl", "starttls", "none"),
                        help=f"transport security (default {default_tls}, or the mail provider's)")  # fmt: skip
-        p.add_argument(f"--{proto}-user", help=f'{proto.upper()} login (default: --address; "" for no SMTP login)')
+        p.add_argument(f"--{proto}-user", help=f"{proto.upper()} login (default: --address"
+                       + ('; "" for no SMTP login)' if proto == "smtp" else ")"))  # fmt: skip
     p.add_argument("--password-env", default=DEFAULT_PASSWORD_ENV,
                    help="the environment variable holding the mail password (IMAP and SMTP)")  # fmt: skip
     p.add_argument("--provider", choices=sorted(PROVIDERS) + sorted(MAIL_PRESETS), default="openai",
@@ -184,6 +185,8 @@ def init_command(args: argparse.Namespace, config: None) -> int:
     if path.exists() and not args.force:
         raise ConfigError(f"{path} exists; quinn init leaves it alone", "pass --force to overwrite it, or -c NEW_PATH")
     ask = Asker(not args.non_interactive)
+    if args.non_interactive:
+        missing_flags(args)  # all of them at once, before any server is probed
     address = ask("Quinn's mail address (a mailbox of its own: Quinn moves mail out of its inbox)", args.address)
     if "@" not in address:
         raise ConfigError(f"{address!r} is not a mail address", "give Quinn's address, e.g. quinn@example.org")
@@ -245,6 +248,21 @@ def init_command(args: argparse.Namespace, config: None) -> int:
         print(f"first: {first}sign in: quinn auth login -c {path}")
     print(f"next: {exports + ' ' if exports else ''}quinn check -c {path}")
     return 0
+
+
+def missing_flags(args: argparse.Namespace) -> None:
+    """``--non-interactive``: the flags that have no default and were not given, named together (issue 34)."""
+    provider = PROVIDERS.get(args.provider)
+    needed = {
+        "--address": not args.address,
+        "--model": provider is not None and not (args.model or provider.model),
+        "--base-url": args.provider == "openai-compatible" and not args.base_url,
+    }
+    missing = [flag for flag, lacking in needed.items() if lacking]
+    if missing:
+        raise ConfigError(f"quinn init --non-interactive needs {' and '.join(missing)}",
+                          f"e.g. quinn init --non-interactive {' '.join(f'{f} ...' for f in missing)}; "
+                          "quinn init --help lists every flag")  # fmt: skip
 
 
 def check_loads(text: str, path: Path) -> None:

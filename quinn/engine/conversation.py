@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from quinn.agent import (
@@ -125,13 +126,39 @@ class Conversation:
         # Nothing of a purged person may be written again (not even to a queue: its bytes would outlive the vacuum).
         return Replied(state, not receipt and template not in NO_LEARNING_TEMPLATES)
 
-    async def join_session(self, email: InboundEmail, decision: Decision, user: str) -> str:
-        """Join the mail to its session and store it there (memory mail only); returns the session id."""
+    async def take_in(self, email: InboundEmail, decision: Decision) -> str:
+        """`quinn import`: the reply's path up to the answer, for a trusted sender's mail of an archive: the
+        session (dated by the mail, so an old thread is an old, quiet session), the stored message, its recall
+        passages and its files. Nothing is answered. Returns the session id."""
+        assert decision.user_id is not None
+        session_id = await self.join_session(email, decision, decision.user_id, now=email.date)
+        await self._documents(email, decision.user_id, session_id)
+        return session_id
+
+    async def take_in_sent(self, email: InboundEmail, decision: Decision) -> str:
+        """`quinn import --sent`: a mail the operator's side sent, kept as the outbound side of the recipient's
+        conversation (its thread, and recall unless they opted out); never learnt from. Returns the session id."""
+        p = self.parts
+        assert p.store is not None and decision.user_id is not None
+        user = decision.user_id
+        sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
+        session_id = await self._db(sessions.assign, email, user, email.date, by_subject=True)
+        recipients = [a.address for a in (*email.to, *email.cc)]
+        await self._db(sessions.store_outbound, session_id, user, email.message_id, email.in_reply_to or "",
+                       email.subject, email.sender or "", recipients, email.text, sent_at=email.date)  # fmt: skip
+        if await self._recallable(email, user):
+            await self._db(index_message, p.store, user, email.message_id, "out")
+        return session_id
+
+    async def join_session(self, email: InboundEmail, decision: Decision, user: str, *,
+                           now: datetime | None = None) -> str:  # fmt: skip
+        """Join the mail to its session and store it there (memory mail only); returns the session id. ``now``:
+        the session's time (an imported mail's own date; else the clock's)."""
         p = self.parts
         assert p.store is not None
         sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
         # Joining a thread by its subject alone needs our server's word that the sender is the user.
-        session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
+        session_id = await self._db(sessions.assign, email, user, now, by_subject=decision.authenticated)
         await self._db(sessions.store_inbound, session_id, user, email)
         if await self._recallable(email, user):  # conversation recall: the mail is searchable from now on
             await self._db(index_message, p.store, user, email.message_id, "in")
@@ -196,11 +223,14 @@ class Conversation:
         if template == "reply" and await self._recallable(email, user):
             await self._db(index_message, p.store, user, reply.message_id, "out")
 
-    async def ask(self, email: InboundEmail) -> Asked:
+    async def ask(self, email: InboundEmail, on_reply: Callable[[Answer, list[Memory]], object] | None = None) -> Asked:
         """``quinn ask``: one message from the operator's terminal, answered on the daemon's path for a trusted
         user (session, memory, the reply template and tools, extraction), without IMAP or SMTP: nothing is sent.
 
         The From address is the user: the terminal is the operator's, so it is trusted by construction.
+        ``on_reply(answer, memories used)`` runs once the reply exists, before the extraction that may take
+        minutes on a small local model (issue 34). When no reply comes (the model is down), the message is taken
+        back out of its session, as if never asked: a retry starts clean.
         """
         p = self.parts
         assert p.agent is not None and p.store is not None and email.from_ is not None
@@ -209,15 +239,21 @@ class Conversation:
         decision = Decision("handle", "asked from the terminal", user_id=user, authenticated=True, use_memory=True,
                             sender=user, rate_key=user)  # fmt: skip
         session_id = await self.join_session(email, decision, user)
-        thread, summary = await self._db(self._thread, email, user, session_id)
-        documents = await self._documents(email, user, session_id)
-        answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
+        try:
+            thread, summary = await self._db(self._thread, email, user, session_id)
+            documents = await self._documents(email, user, session_id)
+            answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
+        except BaseException:
+            await self._db(Sessions(p.store.db).withdraw, session_id, email.message_id)
+            raise
         if not answer.purged:
             await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
+        used = await self._db(self._memories, user, answer.shown)
+        if on_reply is not None:
+            on_reply(answer, used)
         outcome = None if answer.purged else await self.learn(user, email, template=answer.template)
         learnt = [*outcome.created, *outcome.updated] if outcome is not None else []
-        return Asked(user, answer, await self._db(self._memories, user, answer.shown),
-                     await self._db(self._memories, user, learnt))  # fmt: skip
+        return Asked(user, answer, used, await self._db(self._memories, user, learnt))
 
     def _memories(self, user: str, ids: Sequence[int]) -> list[Memory]:
         """The user's memories of ``ids``, in that order (runs on the DB thread)."""
@@ -233,7 +269,9 @@ class Conversation:
         assert db is not None
         Outbox(db).forget_delivered(receipt_id)
         MailLedger(db).unlink(confirmation_id)
-        db.vacuum()
+        if not db.vacuum():
+            log.warning("after a purge receipt: a reader of the database file kept the deleted rows' bytes in it; "
+                        "run `quinn database vacuum` once it is done")  # fmt: skip
 
     def _thread(self, email: InboundEmail, user: str, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
         """The thread buffer and rolling summary of the mail's session (runs on the DB thread).

@@ -35,13 +35,16 @@ from quinn.mailbox import (
     POISON_STRIKES,
     UNVERIFIED_PREFIX,
     Decision,
+    Fetched,
     ImapLoginRejected,
     InboundEmail,
     MailKey,
     MailLedger,
     MailRecord,
     Outbox,
+    Rules,
     decide,
+    decide_sent,
     parse_or_reason,
     reply_addresses,
     thread_key,
@@ -58,6 +61,9 @@ IMAP_OR_LOGIN: tuple[type[BaseException], ...] = (*IMAP_FAILURES, ImapLoginRejec
 LLM_RETRY_BASE = timedelta(minutes=1)
 LLM_RETRY_MAX = timedelta(hours=1)
 MAX_ATTEMPTS = 12
+#: The reason an imported mail that may not use memory is left with (`quinn import` counts them by it).
+NOT_TRUSTED_PREFIX = "not imported: "
+VOUCH_HINT = "if you know the sender wrote it, run the import again with --vouch ADDRESS (or --vouch DOMAIN)"
 PARSE_MEMORY_BYTES = 1024 * 1024 * 1024  # address space of a parsing child: far above any mail within max_message_kb
 
 
@@ -95,10 +101,22 @@ def poison_reason(record: MailRecord, timeout_s: float) -> str:
 
 
 class MailHandler:
-    """Takes mails along the state machine; ``release_held`` is set when held mail may be tried again."""
+    """Takes mails along the state machine; ``release_held`` is set when held mail may be tried again.
+
+    ``replying=False`` is `quinn import` (quinn/engine/importing.py): the same path for mail of an archive, minus
+    the reply. The mail is read from its source, not fetched from the watched folder (``prepare_key``); it need
+    not be addressed to Quinn (``decide(imported=True)``) and may be trusted by the operator's word
+    (``Rules.vouched``); a trusted sender's mail is taken in (session, stored, recall passages, files) and queued
+    for learning, and ends ``imported``; nothing is sent, no rate cap counts it, and nothing is filed away (the
+    source is never changed). Mail that may not use memory stays ``received`` with the reason: a rerun that
+    vouches for its sender takes it in."""
 
     def __init__(self, parts: Parts, conversation: Conversation, hold: SetupHold, metrics: Metrics,
-                 run_db: Callable[..., Awaitable[Any]], run_imap: Callable[..., Awaitable[Any]]) -> None:  # fmt: skip
+                 run_db: Callable[..., Awaitable[Any]], run_imap: Callable[..., Awaitable[Any]], *,
+                 replying: bool = True, rules: Rules | None = None, sent: bool = False) -> None:  # fmt: skip
+        self.replying = replying
+        self.sent = sent  # `quinn import --sent`: a Sent folder, kept as the outbound side (decide_sent)
+        self._rules = rules  # the import's rules (vouched senders); None: the parts' own, read at each mail
         self.parts = parts
         self.conversation = conversation
         self.hold = hold
@@ -148,7 +166,7 @@ class MailHandler:
 
         flight.start((f"thread:{ready.thread}", f"sender:{ready.sender}"), answer)
 
-    async def _guarded(self, uid: int, step: Awaitable[R]) -> R | None:
+    async def _guarded(self, uid: int | MailKey, step: Awaitable[R]) -> R | None:
         """Run one step of a mail: an IMAP failure goes up (the run loop reconnects); anything else unforeseen
         (a bug) defers this mail with backoff, and the others go on."""
         try:
@@ -156,7 +174,7 @@ class MailHandler:
         except IMAP_OR_LOGIN:
             raise
         except Exception as exc:
-            log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
+            log.exception("mail uid=%s: unexpected %s", getattr(uid, "uid", uid), exc.__class__.__name__)
             await self.retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
             return None
 
@@ -167,14 +185,22 @@ class MailHandler:
             await self.answer(ready)
         await self._release(uid)
 
-    async def _release(self, uid: int) -> None:
+    async def handle_key(self, key: MailKey, size: int, fetch: Callable[[], Awaitable[Fetched | None]]) -> None:
+        """``handle`` for a mail read by ``fetch`` (`quinn import`'s source): a bug defers it with backoff."""
+        ready = await self._guarded(key, self.prepare_key(key, size, fetch))
+        if ready is not None:
+            await self._guarded(key, self.answer(ready))
+        await self._release(key)
+
+    async def _release(self, uid: int | MailKey) -> None:
         """Give back the lease on a mail this daemon is done with for now (finished, deferred, held, skipped, or
         failed by a bug): another daemon may take it up when it is due. Without a database (a failure of its own,
         on the way up) the lease simply runs out."""
+        key = uid if isinstance(uid, MailKey) else self.key(uid)
         try:
-            await self._db(self._ledger().release_lease, self.key(uid), self.holder)
+            await self._db(self._ledger().release_lease, key, self.holder)
         except Exception as exc:
-            log.warning("mail uid=%s: lease not released (%s: %s); it runs out after [service] mail_lease_s", uid,
+            log.warning("mail uid=%s: lease not released (%s: %s); it runs out after [service] mail_lease_s", key.uid,
                         exc.__class__.__name__, exc)  # fmt: skip
 
     async def _claim(self, key: MailKey) -> MailRecord | None:
@@ -196,9 +222,15 @@ class MailHandler:
     async def prepare(self, uid: int, size: int) -> Ready | None:
         """Everything before the answer (no model call): ledger, size, fetch, parse, duplicates, policy. Returns
         the mail to answer, or None when it is finished, filed, or not due."""
+        return await self.prepare_key(self.key(uid), size, lambda: self._imap(self.parts.mailbox.fetch, uid))
+
+    async def prepare_key(
+        self, key: MailKey, size: int, fetch: Callable[[], Awaitable[Fetched | None]]
+    ) -> Ready | None:
+        """``prepare`` for the mail of ``key``, read by ``fetch`` (the watched folder's, or an import source's)."""
         p = self.parts
         ledger = self._ledger()
-        key = self.key(uid)
+        uid = key.uid
         record = await self._db(ledger.receive, key)
         if (record.final and record.moved) or record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
             return None  # done with, its mail lives on under another key, or it is not due yet
@@ -228,7 +260,7 @@ class MailHandler:
         await self._db(ledger.strike, key)
         struck = False
         try:
-            return await self._read(mail, uid)
+            return await self._read(mail, uid, fetch)
         except _Struck:
             struck = True
             return None
@@ -257,13 +289,13 @@ class MailHandler:
         result: InboundEmail | str = await asyncio.to_thread(run_confined, parse_or_reason, args, limits, "forkserver")
         return result
 
-    async def _read(self, mail: InHand, uid: int) -> Ready | None:
+    async def _read(self, mail: InHand, uid: int, fetch: Callable[[], Awaitable[Fetched | None]]) -> Ready | None:
         """Fetch, parse, duplicates, policy: the steps of ``prepare`` that read the sender's bytes."""
         p = self.parts
         ledger = self._ledger()
         key = mail.key
         with self.metrics.stage("fetch"):
-            fetched = await self._imap(p.mailbox.fetch, uid)
+            fetched = await fetch()
         if fetched is None:  # expunged since the pass began (by a person, or our own copy filed at once)
             await self._move(mail, "ignored", "gone from the folder before it was read")
             await self._db(ledger.mark_moved, key)
@@ -303,7 +335,8 @@ class MailHandler:
                 return None
         elif earlier is not None:
             return None  # another live copy of this mail is in progress; this one waits for its outcome
-        decision = decide(email, p.rules)
+        rules = self._rules or p.rules
+        decision = decide_sent(email, rules) if self.sent else decide(email, rules, imported=not self.replying)
         log.info("mail uid=%s id=%s from=%s: %s (%s)", uid, email.message_id, email.sender, decision.action,
                  decision.reason)  # fmt: skip
         if decision.action != "handle":
@@ -318,6 +351,9 @@ class MailHandler:
     async def answer(self, ready: Ready) -> None:
         """The mail is to be answered: rate caps, the setup hold, the reply, then learning. Mails sharing a
         thread or a sender go through here one after another (``quinn.engine.flight``)."""
+        if not self.replying:
+            await self.take_in(ready)
+            return
         p = self.parts
         mail, email, decision, thread = ready.mail, ready.email, ready.decision, ready.thread
         assert decision.rate_key is not None
@@ -351,7 +387,7 @@ class MailHandler:
         try:
             replied = await self.conversation.reply(email, decision)
         except RetryLater as exc:
-            await self.retry_later(mail.key.uid, exc.message)
+            await self.retry_later(mail.key, exc.message)
             return
         except ConnectError as exc:  # a permanent SMTP rejection: the operator must look
             await self._finish(mail, "failed", exc.message)
@@ -371,6 +407,32 @@ class MailHandler:
         self.handled += 1
         if learn:
             await self.learn_queued(email.message_id)
+
+    async def take_in(self, ready: Ready) -> None:
+        """`quinn import`'s end of the path: a trusted sender's mail is stored (session, recall passages, files)
+        and queued for learning (learnt per thread by the importer), then ``imported``; mail that may not use
+        memory is left ``received`` with the reason and a hint."""
+        mail, email, decision = ready.mail, ready.email, ready.decision
+        if not decision.use_memory or decision.user_id is None:
+            why = f"{NOT_TRUSTED_PREFIX}{decision.reason}; {VOUCH_HINT}"
+            await self._db(self._ledger().set, mail.key, mail.state, why, message_id=email.message_id)
+            log.info("mail %s id=%s: not imported: %s", mail.key.uid, email.message_id, decision.reason)
+            return
+        ids = {"message_id": email.message_id, "user_id": decision.user_id, "thread_key": ready.thread,
+               "sender_key": decision.rate_key}  # fmt: skip
+        await self._move(mail, "handling", decision.reason, **ids)
+        if self.sent:  # the operator's side's words: threads and recall, never learnt as the recipient's
+            await self.conversation.take_in_sent(email, decision)
+            await self._finish(mail, "imported", decision.reason)
+            self.handled += 1
+            return
+        await self.conversation.take_in(email, decision)
+        fault_point("after_store")
+        assert self.parts.store is not None
+        await self._db(learning.put, self.parts.store.db, email.message_id, decision.user_id, ready.raw,
+                       ready.internal_date)  # fmt: skip
+        await self._finish(mail, "imported", decision.reason)
+        self.handled += 1
 
     def planned_domains(self, email: InboundEmail, decision: Decision) -> set[str]:
         """The domains the reply to ``email`` will touch (``reply_domains``), known before the model is asked:
@@ -437,9 +499,9 @@ class MailHandler:
         for message_id in await self._db(learning.waiting, store.db):
             await self.learn_queued(message_id)
 
-    async def retry_later(self, uid: int, reason: str) -> None:
+    async def retry_later(self, uid: int | MailKey, reason: str) -> None:
         """A transient failure: the mail is tried again with backoff, and fails after ``MAX_ATTEMPTS``."""
-        key = self.key(uid)
+        key = uid if isinstance(uid, MailKey) else self.key(uid)
         record = await self._db(self._ledger().receive, key)
         if record.final:  # it failed after its outcome was recorded: the next pass only files it away
             return
@@ -450,7 +512,7 @@ class MailHandler:
             return
         delay = min(LLM_RETRY_BASE * 2 ** (attempts - 1), LLM_RETRY_MAX)
         await self._defer(mail, reason, self.parts.clock.now() + delay)
-        log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", uid, attempts, delay, reason)
+        log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", key.uid, attempts, delay, reason)
 
     async def _hold(self, mail: InHand, ids: dict[str, str | None]) -> None:
         """Defer a mail, without counting an attempt, until the setup error of ``self.hold`` is fixed."""
@@ -501,6 +563,9 @@ class MailHandler:
                          answered: bool | None = None) -> None:  # fmt: skip
         """Flag and move a finished mail: quarantine for the operator, our reply copies to the sent folder,
         the rest to the processed folder. \\Answered when it was answered (RFC 3501 §2.3.2)."""
+        if not self.replying:  # an import source is only read: nothing to flag or move
+            await self._db(self._ledger().mark_moved, key)
+            return
         c = self.parts.config.imap
         if folder is None:
             own_copy = state == "ignored" and reason == "copy of our own reply"

@@ -24,6 +24,7 @@ HOMES = {
     "Delivery": "delivery",
     "canonical_address": "identity",
     "user_for": "identity",
+    "Fetched": "imap",
     "IMAP_FAILURES": "imap",
     "HostUnknown": "imap",
     "ImapLoginRejected": "imap",
@@ -51,6 +52,7 @@ HOMES = {
     "Rules": "policy",
     "check_trust": "policy",
     "decide": "policy",
+    "decide_sent": "policy",
     "trust_warnings": "policy",
     "LOOP_HEADER": "smtp",
     "Reply": "smtp",
@@ -59,6 +61,10 @@ HOMES = {
     "html_alternative": "smtp",
     "reply_addresses": "smtp",
     "reply_message_id": "smtp",
+    "IMPORT_PREFIX": "sources",
+    "MailSource": "sources",
+    "SourceMail": "sources",
+    "open_source": "sources",
     "Sessions": "threads",
     "thread_key": "threads",
 }
@@ -78,6 +84,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.identity import canonical_address as canonical_address
     from quinn.mailbox.identity import user_for as user_for
     from quinn.mailbox.imap import IMAP_FAILURES as IMAP_FAILURES
+    from quinn.mailbox.imap import Fetched as Fetched
     from quinn.mailbox.imap import HostUnknown as HostUnknown
     from quinn.mailbox.imap import ImapLoginRejected as ImapLoginRejected
     from quinn.mailbox.imap import ImapMailbox as ImapMailbox
@@ -100,6 +107,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.policy import Rules as Rules
     from quinn.mailbox.policy import check_trust as check_trust
     from quinn.mailbox.policy import decide as decide
+    from quinn.mailbox.policy import decide_sent as decide_sent
     from quinn.mailbox.policy import trust_warnings as trust_warnings
     from quinn.mailbox.review import MAX_DRAFT_CHARS as MAX_DRAFT_CHARS
     from quinn.mailbox.review import DraftText as DraftText
@@ -112,5 +120,9 @@ if TYPE_CHECKING:
     from quinn.mailbox.smtp import html_alternative as html_alternative
     from quinn.mailbox.smtp import reply_addresses as reply_addresses
     from quinn.mailbox.smtp import reply_message_id as reply_message_id
+    from quinn.mailbox.sources import IMPORT_PREFIX as IMPORT_PREFIX
+    from quinn.mailbox.sources import MailSource as MailSource
+    from quinn.mailbox.sources import SourceMail as SourceMail
+    from quinn.mailbox.sources import open_source as open_source
     from quinn.mailbox.threads import Sessions as Sessions
     from quinn.mailbox.threads import thread_key as thread_key

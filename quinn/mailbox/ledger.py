@@ -18,7 +18,8 @@ from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
 from quinn.mailbox.policy import UNVERIFIED_PREFIX
 
-FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed"})
+#: ``imported``: taken in by `quinn import` (stored, threaded, queued for learning) and never answered.
+FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed", "imported"})
 REPLIED_STATES = ("replied", "drafted")
 #: Rows whose mail lives on under another key: the next copy seen with the same Message-ID carries it on.
 HANDED_ON_STATES = ("superseded", "retried")
@@ -351,6 +352,13 @@ class MailLedger:
                 until = max(oldest + timedelta(hours=1), now + timedelta(seconds=1))
                 return f"rate cap: {count} replies to this {what} in the last hour (cap {cap})", until
         return None
+
+    def message_ids(self, folder: str, state: str) -> list[str]:
+        """The Message-IDs of the mails of ``folder`` in ``state`` (`quinn import`: what it imported from a
+        source), in the order they were first seen."""
+        rows = self.db.query("SELECT message_id FROM mail_state WHERE folder = ? AND state = ?"
+                             " AND message_id IS NOT NULL ORDER BY received_at, rowid", (folder, state))  # fmt: skip
+        return [row[0] for row in rows]
 
     def outbound_cap_reached(
         self, domains: Iterable[str], *, per_domain: int, per_hour: int, unverified: bool, per_unverified: int,

@@ -83,6 +83,9 @@ class Rules:
     plus_addressing: PlusAddressing = "separate"
     loop_header: str = "X-Quinn-Loop"
     own_message_id_domain: str | None = None  # None: recognise only Quinn's own "<quinn.…@own domain>" ids
+    # `quinn import --vouch`: senders (addresses or bare domains) the operator vouches for in an archive, trusted
+    # as if our server had authenticated them. Empty for live mail: only an import may vouch.
+    vouched: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config, loop_header: str) -> Rules:
@@ -140,13 +143,16 @@ def reply_subject(subject: str) -> str:
     return f"Re: {' '.join(_PREFIX.sub('', subject).split())}".rstrip()
 
 
-def decide(email: InboundEmail, rules: Rules) -> Decision:
-    """Handle, ignore or reject one email; the reason is short enough for one log line."""
+def decide(email: InboundEmail, rules: Rules, *, imported: bool = False) -> Decision:
+    """Handle, ignore or reject one email; the reason is short enough for one log line.
+
+    ``imported`` (`quinn import`): the mail comes from an archive the operator chose (a backlog, an old support
+    address), so it need not be addressed to Quinn; every other rule holds as for live mail."""
     reason = _ours(email, rules) or _never_reply(email)
     if reason:
         return Decision("ignore", reason)
     own = rules.own_address
-    if not any(same_mailbox(a.address, own) for a in (*email.to, *email.cc)):
+    if not imported and not any(same_mailbox(a.address, own) for a in (*email.to, *email.cc)):
         return Decision("ignore", "not addressed to quinn")
     problem = from_problem(email.header_all("From"))
     if problem:  # RFC 5322 §3.6: one From field with one mailbox; anything else names no single sender
@@ -157,6 +163,8 @@ def decide(email: InboundEmail, rules: Rules) -> Decision:
     if not _allowed(sender, rules.allow) and not _allowed(user, rules.allow):
         return Decision("reject", f"not allowed: {sender}")
     ok, why = authenticated(email, rules)
+    if not ok and rules.vouched and (_allowed(sender, rules.vouched) or _allowed(user, rules.vouched)):
+        ok, why = True, f"vouched for by the operator at import ({why})"
     if name_poses_as_address(email.from_.name, sender):
         why += f"; the display name poses as another address, bound to {sender}"
     trusted = ok or rules.trust == INSECURE
@@ -180,6 +188,27 @@ def decide(email: InboundEmail, rules: Rules) -> Decision:
                         use_memory=False, sender=sender, withheld=foreign_reply_to_note(foreign),
                         rate_key=user)  # fmt: skip
     return Decision("handle", reason, user, ok, use_memory=True, sender=sender, rate_key=user)
+
+
+def decide_sent(email: InboundEmail, rules: Rules) -> Decision:
+    """`quinn import --sent`: a mail the operator's side sent (a Sent folder), kept as the outbound side of its
+    first To recipient's conversation. The operator vouches for the folder by naming it so; the text is theirs,
+    not the recipient's, so it joins the recipient's threads and recall and is never learnt as their words. Mail
+    an auto-responder sent, to a robot, or to someone the allowlist does not admit is not kept."""
+    reason = _never_reply(email)
+    if reason:
+        return Decision("ignore", reason)
+    own = rules.own_address
+    recipients = [canonical_address(a.address) for a in email.to if not same_mailbox(a.address, own)]
+    if not recipients:
+        return Decision("ignore", "sent mail without a recipient")
+    if _ROBOT_LOCAL.search(recipients[0].rpartition("@")[0]):
+        return Decision("ignore", f"sent to an automated address: {recipients[0]}")
+    user = user_for(recipients[0], rules.aliases, rules.plus_addressing)
+    if not _allowed(recipients[0], rules.allow) and not _allowed(user, rules.allow):
+        return Decision("reject", f"not allowed: {recipients[0]}")
+    return Decision("handle", f"sent to {user}: the outbound side of their conversation (--sent)", user, True,
+                    use_memory=True, sender=user, rate_key=user)  # fmt: skip
 
 
 def trust_warnings(rules: Rules) -> list[str]:

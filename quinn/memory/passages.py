@@ -34,6 +34,7 @@ from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
 from quinn.memory.lexical import CANDIDATES, idf, owned, query_terms, within_budget
 from quinn.memory.models import iso, utcnow
 from quinn.memory.search import CHUNK_WEIGHT_DECAY, VECTOR_WEIGHT, query_chunks
+from quinn.memory.sensitive import mask
 
 if TYPE_CHECKING:
     from quinn.memory.store import MemoryStore
@@ -210,6 +211,8 @@ def write_passages(
     file when ``document_id`` is given), numbered after the message's passages so far; returns how many."""
     if not pieces:
         return 0
+    if user != KNOWLEDGE_OWNER:  # a person's secrets never become recall (issue 35); the admin's files stay whole
+        pieces = [(ref, mask(content)) for ref, content in pieces]
     embedder = store.embedder
     vectors = embedder.embed([embedded_text(message.subject, content) for _ref, content in pieces]) \
         if embedder is not None else None  # fmt: skip
@@ -592,3 +595,30 @@ def passages_by_id(db: Database, ids: Sequence[int]) -> dict[int, Passage]:
     marks = ", ".join("?" * len(wanted))
     rows = db.query(f"SELECT {PASSAGE_COLUMNS} FROM passages p WHERE p.id IN ({marks})", wanted)
     return {passage.id: passage for passage in map(Passage.from_row, rows)}
+
+
+PASSAGE_COPY = ("user_id, message_row, message_id, in_reply_to, direction, sent_at, position, audience, created_at,"
+                " document_id, document, ref")  # fmt: skip
+
+
+def rewrite_passages(db: Database, user_id: str, rewrite: Callable[[str], str | None]) -> int:
+    """A forget's part of recall (issue 35): each of the user's passages whose subject or text ``rewrite``
+    changes (it returns None for a text it leaves alone) is replaced by one without the forgotten fact, with no
+    vector (found by full-text until `quinn memory reembed`), so the fact stays out of recall and of the export.
+    Passages are never updated in place (the vector caches rely on it): the old row is deleted and the new one
+    inserted at its place in the message, so backfill never indexes the message again. Returns how many."""
+    user = normalise_user(user_id)
+    rows = db.query("SELECT id, subject, content FROM passages WHERE user_id = ?", (user,))
+    changed = 0
+    with db.transaction() as tx:
+        for passage_id, subject, content in rows:
+            new_subject, new_content = rewrite(subject or ""), rewrite(content or "")
+            if new_subject is None and new_content is None:
+                continue
+            old = tx.query(f"SELECT {PASSAGE_COPY} FROM passages WHERE id = ?", (passage_id,))[0]
+            tx.execute("DELETE FROM passages WHERE id = ?", (passage_id,))
+            tx.execute(f"INSERT INTO passages ({PASSAGE_COPY}, subject, content) VALUES ({', '.join('?' * 14)})",
+                       (*old, subject if new_subject is None else new_subject,
+                        content if new_content is None else new_content))  # fmt: skip
+            changed += 1
+    return changed

@@ -303,7 +303,8 @@ async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_
 
     alice, carol = mail_lab.new_user("alice"), mail_lab.new_user("carol")
     quinn = await make_quinn("[scheduler]\nstartup_delay_s = 3600\nsession_close_after_min = 0.01\n")
-    await quinn.send(alice, "Kitchen", "We are planning the kitchen renovation; the tiler comes on Friday.", date=DAY0)
+    await quinn.send(alice, "Kitchen", "We are planning the kitchen renovation; the tiler comes on Friday. Keep your "
+                     "answers short, with dates first, please.", date=DAY0)  # fmt: skip
     quinn.replies(alice, 1)
     review = {
         "summary": "Alice is renovating her kitchen; the tiler was booked for Friday.",

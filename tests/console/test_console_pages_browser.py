@@ -190,6 +190,10 @@ def test_every_page_renders_for_both_roles(world, seeded, browser):
         for page, path in seeded.pages.items():
             driver.get(url + path)
             shown_fine(driver, url + path, HEADINGS[page])
+            # No page scrolls sideways at 1200 px (issue 34: the person page did, with a reply's Message-ID).
+            wide = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            scroll_width, client_width = driver.execute_script(wide)
+            assert scroll_width <= client_width, f"{page}: {scroll_width} px wide in a {client_width} px window"
             if folder and name == "root":
                 if page == "prompt":  # the editor, below the variables
                     driver.execute_script("scrollTo(0, document.getElementById('source').offsetTop - 110)")

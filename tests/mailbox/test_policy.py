@@ -16,6 +16,7 @@ from quinn.mailbox.policy import (
     Rules,
     authenticated,
     decide,
+    decide_sent,
     normalise_subject,
     reply_subject,
     sender_failed,
@@ -210,6 +211,40 @@ def test_not_addressed_to_quinn() -> None:
     assert decide(mail(to=("bob@example.com",)), RULES) == Decision("ignore", "not addressed to quinn")
     assert decide(mail(to=("bob@example.com",), cc=(QUINN,)), RULES).action == "handle"
     assert decide(mail(to=("quinn+work@quinn.test",)), RULES).action == "handle"
+
+
+def test_an_imported_mail_need_not_be_addressed_to_quinn_but_every_other_rule_holds() -> None:
+    """`quinn import`: an archive of another address (issue 32); robots, lists and our own mail stay ignored."""
+    elsewhere = mail(to=("support@old.example.com",), headers=ar(f"{OURS}; dmarc=pass header.from=example.com"))
+    assert decide(elsewhere, RULES, imported=True).use_memory
+    listed = mail(to=("support@old.example.com",), headers={"List-Id": "<news.example.com>"})
+    assert decide(listed, RULES, imported=True) == Decision("ignore", "list mail: List-Id")
+    assert decide(mail(sender=QUINN, to=("bob@example.com",)), RULES, imported=True).action == "ignore"
+
+
+def test_the_operator_vouches_for_an_archive_sender_and_no_one_else() -> None:
+    """``Rules.vouched`` (`quinn import --vouch`): an address or a bare domain, trusted as if authenticated."""
+    unstamped = mail(sender="alice@example.com")
+    assert not decide(unstamped, RULES).trusted
+    for vouched in (("alice@example.com",), ("example.com",), ("@EXAMPLE.com",)):
+        decision = decide(unstamped, replace(RULES, vouched=vouched), imported=True)
+        assert decision.trusted and decision.use_memory and "vouched for by the operator" in decision.reason
+    other = decide(mail(sender="mallory@evil.test"), replace(RULES, vouched=("example.com",)), imported=True)
+    assert not other.trusted and not other.use_memory
+    allowed = replace(RULES, vouched=("evil.test",), allow=("example.com",))
+    assert decide(mail(sender="mallory@evil.test"), allowed, imported=True).action == "reject"  # allow still holds
+
+
+def test_a_sent_mail_belongs_to_its_first_recipient_and_robots_lists_and_strangers_are_not_kept() -> None:
+    """`quinn import --sent` (``decide_sent``): the operator's own sent mail, kept for the person it went to."""
+    sent = mail(sender="support@old.example.com", to=("Bob@Example.com", "carol@example.com"))
+    decision = decide_sent(sent, RULES)
+    assert decision.action == "handle" and decision.user_id == "bob@example.com" and decision.use_memory
+    assert decide_sent(mail(to=("no-reply@shop.test",)), RULES).action == "ignore"
+    assert decide_sent(mail(to=(QUINN,)), RULES) == Decision("ignore", "sent mail without a recipient")
+    assert decide_sent(mail(to=("bob@example.com",), headers={"Auto-Submitted": "auto-replied"}), RULES).action == (
+        "ignore")  # fmt: skip
+    assert decide_sent(mail(to=("eve@elsewhere.test",)), replace(RULES, allow=("example.com",))).action == "reject"
 
 
 def test_allowlist() -> None:
