@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from quinn.agent import state
 from quinn.mailbox import Sessions
-from quinn.memory import MemoryStore, content_words, forget_in_graph, rewrite_passages
+from quinn.memory import MemoryStore, content_words, forget_in_graph, retire_earlier, rewrite_passages
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _CLAUSE = re.compile(r"\s*[,;]\s*(?:and\s+|but\s+)?|\s+(?:and|but)\s+", re.IGNORECASE)
@@ -120,19 +120,22 @@ WHERE = {
     "sessions": ("thread summary", "thread summaries"),
     "passages": ("passage of past mail", "passages of past mail"),
     "graph": ("link between people and places", "links between people and places"),
+    "earlier": ("earlier value", "earlier values"),
 }
 
 
 def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: list[int]) -> dict[str, int]:
     """Take the fact out of everything written from it besides memories (runs on the DB thread): the user's
-    short-term state and conversation reviews, thread summaries, passages of past mail, and the graph (the
-    relations of ``memory_ids``, the forgotten memories, and the entities it names). Returns what changed where."""
+    short-term state and conversation reviews, thread summaries, passages of past mail, the graph (the
+    relations of ``memory_ids``, the forgotten memories, and the entities it names), and the earlier values recall
+    shows beside current memories (issue 32). Returns what changed where."""
     if forgetting.empty:
         return {}
     done = state.rewrite_mentions(store.db, user_id, forgetting.rewrite)
     done["sessions"] = Sessions(store.db).rewrite_summaries(user_id, forgetting.rewrite)
     done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite)
     done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
+    done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)
     return {where: n for where, n in done.items() if n}
 
 

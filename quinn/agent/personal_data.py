@@ -99,7 +99,8 @@ MAP: tuple[Holder, ...] = (
             "content_format": "ids",
         },
         forget="every current memory that mentions the fact: one holding other facts gets a new version without it, "
-        "one holding nothing else ends (active 0, kept in history)",
+        "one holding nothing else ends (active 0, kept in history); replaced versions that mention it, shown as "
+        '"earlier" values beside current ones, end too',
         stop="nothing new from extraction, tools, remember, summaries (job or on request), session close, "
         "reflection or consolidation",
         # secrets (credentials, card and account numbers, government ids) are masked unless the person asked

@@ -6,7 +6,7 @@ own. Loaded whole: every command that opens the store needs most of it anyway.
 
 from quinn.memory import expiry, people
 from quinn.memory.clusters import current_with_vectors, similar_groups
-from quinn.memory.earlier import earlier_versions
+from quinn.memory.earlier import earlier_versions, retire_earlier
 from quinn.memory.embed import Embedder, embedder_for
 from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
 from quinn.memory.graph import Relation, forget_in_graph, graph_of, linked_hits, save_graph
@@ -89,6 +89,7 @@ __all__ = [
     "query_chunks",
     "record_retrievals",
     "reembed",
+    "retire_earlier",
     "rewrite_passages",
     "save_graph",
     "search_passages",

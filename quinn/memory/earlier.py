@@ -3,7 +3,7 @@ about the past has its answer and the old value is never mistaken for the curren
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from quinn.db import Database
 from quinn.memory.models import MEMORY_COLUMNS, Memory
@@ -31,3 +31,17 @@ def earlier_versions(db: Database, memories: Sequence[Memory]) -> dict[int, Memo
             if old.root_id == new.root_id and old.user_id == new.user_id and old.version == new.version - 1:
                 found[new.id] = old
     return found
+
+
+def retire_earlier(db: Database, user_id: str, mentions: Callable[[str], bool]) -> int:
+    """A forget reaches the earlier values too: replaced versions of ``user_id``'s memories whose text
+    ``mentions`` the fact are made inactive (kept in history, out of every read), so "earlier: X" never brings a
+    forgotten value back. Returns how many."""
+    rows = db.query(
+        "SELECT id, content FROM memories WHERE user_id = ? AND superseded_by IS NOT NULL AND active = 1", [user_id]
+    )
+    ids = [int(row[0]) for row in rows if mentions(str(row[1]))]
+    for start in range(0, len(ids), INSERT_CHUNK):
+        chunk = ids[start : start + INSERT_CHUNK]
+        db.execute(f"UPDATE memories SET active = 0 WHERE id IN ({marks(chunk)})", chunk)
+    return len(ids)

@@ -50,3 +50,22 @@ def test_the_whole_history_is_handed_oldest_first_only_when_it_fits_and_only_wha
     store.forget(cat, user_id=ALICE)
     assert "<b@x>" not in [p.message_id for p in whole_history(store.db, ALICE, 10_000) or []]
     assert whole_history(store.db, "carol@example.org", 10_000) is None
+
+
+def test_a_forget_reaches_a_value_that_survives_only_as_the_earlier_version(store: MemoryStore) -> None:
+    """ "Forget that I lived in Lisbon" after a move: Lisbon is no current memory, only Porto's earlier value, which
+    recall shows as "earlier: … (until DATE)". The forget must reach it, or the forgotten value comes back there."""
+    from quinn.agent.forgetting import Forgetting, reach
+
+    lisbon = store.add(ALICE, "Alice lives in Lisbon.", valid_from="2026-01-01T00:00:00+00:00")
+    porto = store.update(lisbon, "Alice moved to Porto.", user_id=ALICE, valid_from="2026-05-01T08:00:00+00:00")
+    bob_lisbon = store.add(BOB, "Bob lives in Lisbon.")
+    bob_porto = store.update(bob_lisbon, "Bob moved to Porto.", user_id=BOB)
+    [current] = store.get_all(ALICE)
+    assert earlier_versions(store.db, [current])[porto].content == "Alice lives in Lisbon."
+    done = reach(store, ALICE, Forgetting.of("that I lived in Lisbon"), [])
+    assert done.get("earlier") == 1
+    assert earlier_versions(store.db, store.get_all(ALICE)) == {}
+    assert [m.content for m in store.get_all(ALICE)] == ["Alice moved to Porto."]  # the current value stays
+    # Bob's earlier value is his, untouched.
+    assert earlier_versions(store.db, store.get_all(BOB))[bob_porto].content == "Bob lives in Lisbon."
