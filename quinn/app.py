@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from quinn.agent import LLM, TEMPLATE_NAMES, Agent, PromptStore
+from quinn.agent import LLM, TEMPLATE_NAMES, Agent, Answer, PromptStore
 from quinn.clock import Clock
 from quinn.config import Config
 from quinn.db import Database
@@ -40,7 +40,7 @@ from quinn.mailbox import (
     MailLedger,
     trust_warnings,
 )
-from quinn.memory import MemoryStore
+from quinn.memory import Memory, MemoryStore
 from quinn.metrics import Metrics
 from quinn.reload import ReloadPlan
 from quinn.scheduler import JobRunner
@@ -99,6 +99,12 @@ class Quinn:
             raise  # a typo in the config, not an outage: quinn run exits with it (systemd retries later)
         except ConnectError as exc:
             log.error("%s; will keep trying", exc)
+        except ImapLoginRejected as exc:
+            if c.imap.auth != "oauth2":
+                raise
+            # A token is fixed by `quinn auth login` while the daemon runs (it re-reads the token file), so a
+            # refused or missing token holds mail as a refused login does while running, instead of exiting.
+            log.error("%s; mail waits, and the login is tried again every %.0fs", exc, c.imap.login_retry_s)
         await self.open_memory()
         await self.parts.start_scheduler()
         self.parts.connect_delivery(self._db, self._imap)
@@ -158,8 +164,9 @@ class Quinn:
                     await self._imap(self.mailbox.wait, await self._wait_s(), self._stop)
                 except ImapLoginRejected as exc:
                     delay = login_backoff.next_delay()
-                    log.error("IMAP login rejected while running (%s); the server may be changing passwords, "
-                              "trying again in %.0fs", exc, delay)  # fmt: skip
+                    log.error("IMAP login rejected while running (%s); %s, trying again in %.0fs", exc,
+                              "mail waits until then" if c.auth == "oauth2" else "the server may be changing passwords",
+                              delay)  # fmt: skip
                     await self._sleep(delay)
                 except IMAP_FAILURES as exc:
                     await self._imap(self.mailbox.close)
@@ -235,9 +242,9 @@ class Quinn:
         """Take one message as far as it can go now (``MailHandler.handle``)."""
         await self.mail.handle(uid, size)
 
-    async def ask(self, email: InboundEmail) -> Asked:
+    async def ask(self, email: InboundEmail, on_reply: Callable[[Answer, list[Memory]], object] | None = None) -> Asked:
         """``quinn ask``: one message answered on the daemon's path, nothing sent (``Conversation.ask``)."""
-        return await self.conversation.ask(email)
+        return await self.conversation.ask(email, on_reply)
 
     def reload(self, new: Config | None = None) -> ReloadPlan:
         """SIGHUP: apply the reloadable part of ``new`` (default: the current config) and re-read the templates.

@@ -15,10 +15,12 @@ from typing import Any
 from quinn import __version__
 from quinn.commands import (
     ask,
+    auth,
     configuration,
     database,
     demo,
     evaluate,
+    importing,
     init,
     jobs,
     kb,
@@ -38,7 +40,8 @@ from quinn.sdks import skip_unused
 log = logging.getLogger("quinn")
 # Command-group modules from quinn.commands, each with register(subparsers, with_config).
 GROUPS: list[Any] = [
-    init, ask, demo, mail, users, sessions, memory, kb, prompts, evaluate, jobs, database, configuration, console_group,
+    init, ask, demo, mail, importing, users, sessions, memory, kb, prompts, evaluate, jobs, database, configuration,
+    console_group, auth,
 ]  # fmt: skip
 DEFAULT_CONFIG = "quinn.toml"
 
@@ -124,6 +127,11 @@ async def check(config: Config) -> int:
     headers: list[bytes] = []
     folder: dict[str, Any] = {}  # what the backlog check needs: uidvalidity, uidnext, uids
 
+    async def oauth() -> str:
+        from quinn.oauth import check_tokens
+
+        return await asyncio.to_thread(check_tokens, config)
+
     async def imap() -> str:
         mailbox = parts.mailbox(config)
         await asyncio.to_thread(lambda: mailbox.connect(create_folders=False))  # check changes nothing
@@ -161,8 +169,25 @@ async def check(config: Config) -> int:
         await parts.sender(config).check()
         return f"{config.smtp.host}:{config.smtp.port} ({config.smtp.tls})"
 
+    poor: set[str] = set()  # parts that work but badly: reported, not failed
+    client: list[Any] = []  # the model client, once it answered: the model check below probes it
+
     async def model() -> str:
-        return await parts.llm(config).check()
+        llm = parts.llm(config)
+        where = await llm.check()
+        client.append(llm)
+        return where
+
+    async def model_fit() -> str:
+        # Issue 34: a model that cannot do the job, found out here rather than by its replies. A poor verdict
+        # does not fail the check: the model works, and the operator may run it anyway.
+        from quinn.agent import check_model
+
+        verdict = await check_model(client[0])
+        if not verdict.passed:
+            poor.add("model")
+            return verdict.line() + ' (README, "Model providers": the sizes that pass)'
+        return verdict.line()
 
     async def database() -> str:
         url = config.database.url
@@ -232,19 +257,24 @@ async def check(config: Config) -> int:
         tokens = sum(1 for admin in admins.values() if isinstance(admin.credential, Token))
         where = f"http://{config.console.host}:{config.console.port}/"
         checked = "every password hash parses" + (f", {tokens} by token, each long enough" if tokens else "")
-        return f"{len(admins)} admins ({readers} read-only), {checked}; served on {where}"
+        count = f"{len(admins)} admin" + ("" if len(admins) == 1 else "s")
+        return f"{count} ({readers} read-only), {checked}; served on {where}"
 
+    if "oauth2" in (config.imap.auth, config.smtp.auth):
+        await probe("oauth", oauth)
     await probe("imap", imap)
     await probe("trust", trust)
     await probe("smtp", smtp)
     await probe("llm", model)
+    if client:
+        await probe("model", model_fit)
     await probe("database", database)
     await probe("backlog", backlog)
     await probe("embeddings", embeddings)
     if config.console.enabled:
         await probe("console", admin_console)
     for name, ok, detail in results:
-        print(f"{name:9} {'ok' if ok else 'FAILED'}  {detail}")
+        print(f"{name:9} {'POOR' if name in poor else 'ok' if ok else 'FAILED'}  {detail}")
     return 0 if all(ok for _n, ok, _d in results) else 1
 
 

@@ -31,6 +31,10 @@ from pydantic import (
 from quinn.errors import ConfigError
 
 TlsMode = Literal["none", "starttls", "ssl"]
+AuthMode = Literal["password", "oauth2"]
+# Issue 32: the share of the model's context (llm.context_tokens, within budget.request_tokens) that memory may fill
+# when [memory] token_budget is not set: 4k tokens of context give about 1,200 of memory, 32k about 7,200.
+MEMORY_CONTEXT_SHARE = 0.3
 CREDENTIAL_PREFIX = "quinn_"  # deploy/quinn.service: LoadCredential=quinn:/etc/quinn/credentials
 
 
@@ -61,13 +65,22 @@ class ImapConfig(Section):
 
     host: str = Field(description="IMAP server host name.")
     port: int = Field(default=993, ge=1, le=65535, description="IMAP server port (993 for ssl, 143 otherwise).")
-    username: str = Field(description="IMAP login name.")
-    password_env: str = Field(description="Name of the environment variable holding the IMAP password.")
+    username: str = Field(description='IMAP login name (with auth = "oauth2": the account the token is for).')
+    auth: AuthMode = Field(
+        default="password",
+        description='How Quinn logs in: "password" (password_env), or "oauth2" (SASL XOAUTH2/OAUTHBEARER with a '
+        "token from `quinn auth login`; see [oauth]).",
+    )
+    password_env: str | None = Field(
+        default=None, description='Name of the environment variable holding the IMAP password (auth = "password").'
+    )
     tls: TlsMode = Field(default="ssl", description="Transport security: none, starttls or ssl.")
     folder: str = Field(default="INBOX", description="Folder Quinn watches for new mail.")
     processed_folder: str = Field(default="Quinn/Processed", description="Handled mail is moved here.")
     quarantine_folder: str = Field(
-        default="Quinn/Quarantine", description="Mail that cannot be parsed or is too large is moved here."
+        default="Quinn/Quarantine",
+        description="Mail that cannot be parsed, is too large or is poison (read three times without an end) is "
+        "moved here.",
     )
     drafts_folder: str = Field(default="Drafts", description="Where replies go when reply_mode is draft.")
     sent_folder: str = Field(
@@ -100,11 +113,26 @@ class ImapConfig(Section):
     max_message_kb: int = Field(
         default=10240, gt=0, description="Mail larger than this (RFC822.SIZE, in KiB) is quarantined unread."
     )
+    parse_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds a mail's parsing may take (in a child process, killed past it). Such a try counts "
+        "as a strike, as does one the daemon was killed during; the third strike quarantines the mail as poison.",
+    )
     backlog: Literal["skip", "answer"] = Field(
         default="skip",
         description="Mail already in the folder when Quinn first watched it: skip leaves it there untouched, answer "
         "answers it too (once; `quinn run --backlog` does the same for one run).",
     )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _password_or_token(self) -> ImapConfig:
+        if self.auth == "password" and self.password_env is None:
+            raise ValueError('auth = "password" needs password_env (or set auth = "oauth2" and an [oauth] section)')
+        if self.auth == "oauth2" and self.password_env is not None:
+            raise ValueError('auth = "oauth2" logs in with a token: remove password_env')
+        return self
 
 
 class SmtpConfig(Section):
@@ -113,6 +141,11 @@ class SmtpConfig(Section):
     host: str = Field(description="SMTP server host name.")
     port: int = Field(default=465, ge=1, le=65535, description="SMTP port (465 for ssl, 587 for starttls).")
     username: str | None = Field(default=None, description="SMTP login name; leave out for no AUTH.")
+    auth: AuthMode = Field(
+        default="password",
+        description='How Quinn logs in when username is set: "password" (password_env), or "oauth2" (SASL '
+        "XOAUTH2/OAUTHBEARER with the token of [oauth]).",
+    )
     password_env: str | None = Field(
         default=None, description="Name of the environment variable holding the SMTP password."
     )
@@ -150,6 +183,59 @@ class SmtpConfig(Section):
             raise ValueError("must be an email address like quinn@example.org")
         return value.strip().lower()
 
+    @model_validator(mode="after")
+    def _token_needs_account(self) -> SmtpConfig:
+        if self.auth == "oauth2" and (self.username is None or self.password_env is not None):
+            raise ValueError('auth = "oauth2" needs username (the account the token is for) and no password_env')
+        return self
+
+
+class OAuthConfig(Section):
+    """OAuth 2.0 for IMAP and SMTP (auth = "oauth2"): where tokens come from and where they are kept.
+
+    `quinn init --provider gmail|microsoft365|outlook` fills the endpoints; `quinn auth login` gets the first token.
+    """
+
+    flow: Literal["device", "loopback", "client_credentials"] = Field(
+        default="device",
+        description="How `quinn auth login` gets consent: device (RFC 8628: a URL and a code to type in any "
+        "browser; works over ssh) or loopback (RFC 8252: a browser on this machine, or an ssh tunnel, comes back "
+        "to 127.0.0.1; Google allows no mail scope in the device flow); client_credentials: no person signs in, "
+        "the app's own secret gets each token (RFC 6749 §4.4; Microsoft's IMAP.AccessAsApp for a shared mailbox).",
+    )
+    device_authorization_url: str | None = Field(
+        default=None, description="The provider's device authorization endpoint (flow = device)."
+    )
+    authorization_url: str | None = Field(
+        default=None, description="The provider's authorization endpoint (flow = loopback)."
+    )
+    token_url: str | None = Field(default=None, description="The provider's token endpoint.")
+    client_id: str | None = Field(default=None, description="The client (application) id of your app registration.")
+    client_secret_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable (or credential) holding the client secret, when the "
+        "provider issues one (Google's desktop clients do); none for public clients.",
+    )
+    scopes: list[str] = Field(default_factory=list, description='Scopes asked for, e.g. ["https://mail.google.com/"].')
+    mechanism: Literal["xoauth2", "oauthbearer"] = Field(
+        default="xoauth2",
+        description="SASL mechanism: xoauth2 (Google, Microsoft, Dovecot) or oauthbearer (RFC 7628).",
+    )
+    token_file: Path = Field(
+        default=Path("oauth-token.json"),
+        description="Where the tokens are kept (mode 0600, written by `quinn auth login` and by each refresh); "
+        "relative to this file. Never put a token in this TOML.",
+    )
+    refresh_token_env: str | None = Field(
+        default=None,
+        description="Name of an environment variable or systemd credential holding a refresh token, used while "
+        "token_file holds none (a first start under LoadCredential=).",
+    )
+    refresh_before_s: float = Field(
+        default=300.0, ge=0, description="An access token is renewed this many seconds before it expires."
+    )
+    timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one request to the provider, in seconds.")
+
 
 class LlmConfig(Section):
     """The language model, named as a Mirascope "provider/model" string."""
@@ -180,6 +266,11 @@ class LlmConfig(Section):
     max_output_tokens: int | None = Field(
         default=None, gt=0, description="Cap on the tokens of one model answer (the provider's own default when unset)."
     )
+    context_tokens: int | None = Field(
+        default=None, gt=0,
+        description="The model's context window in tokens, when known: a request that would not fit (its estimate "
+        "plus max_output_tokens) is never sent. Unset: learnt from the server's first refusal of a long prompt.",
+    )  # fmt: skip
     price_input_per_mtok: float | None = Field(
         default=None, ge=0,
         description="What a million input tokens of model cost, in the currency of your bill; with "
@@ -286,11 +377,24 @@ class PolicyConfig(Section):
         "(0: the stamp is on top). A field with our id further down was written by the sender and is ignored; "
         "`quinn check` measures it on a recent mail.",
     )  # fmt: skip
+    idless_stamp: bool = Field(
+        default=False,
+        description="Our server writes its Authentication-Results without an authserv-id, as Exchange Online "
+        "(Microsoft 365, Outlook.com) does: then only the topmost Authentication-Results field counts, only if it "
+        "has no authserv-id and exactly received_above_stamp Received fields sit above it. Leave authserv_id "
+        "unset. The microsoft365 and outlook presets set it; `quinn check` measures the position on recent mail.",
+    )
     unauthenticated: Literal["no_memory", "reject"] = Field(
         default="no_memory",
         description="What to do with mail whose sender is not authenticated: answer it plainly (no memory, no "
         "tools, only to the From address, under its own rate cap), or not at all.",
     )
+    answer_failed_senders: bool = Field(
+        default=False,
+        description="Answer (plainly, as above) mail whose sender our server's check failed: dmarc=fail, or, "
+        "without a DMARC result, an SPF fail for the From domain. Off: such mail is rejected unanswered, as its "
+        "From is most likely forged and a reply would go to the forged address (backscatter).",
+    )  # fmt: skip
     plus_addressing: Literal["separate", "base"] = Field(
         default="separate",
         description='"separate": alice+news@x is another user than alice@x; "base": both are alice@x.',
@@ -301,6 +405,24 @@ class PolicyConfig(Section):
     max_replies_per_thread_per_hour: int = Field(
         default=10, ge=1, description="Rate cap per thread (stops reply ping-pong); mail over it waits."
     )
+    max_recipients_per_reply: int = Field(
+        default=5, ge=1, le=100,
+        description="Addresses one reply goes to, at most (To and Cc); Reply-To and Cc addresses beyond it get "
+        "nothing, and the reply says how many.",
+    )  # fmt: skip
+    max_replies_per_domain_per_hour: int = Field(
+        default=60, ge=1,
+        description="Rate cap per domain: a reply counts for the sender's domain and for each domain it goes to "
+        "(an attacker has unlimited addresses, not unlimited domains); mail over it waits.",
+    )  # fmt: skip
+    max_replies_per_hour: int = Field(
+        default=200, ge=1, description="Rate cap on all replies together; mail over it waits."
+    )
+    max_unauthenticated_replies_per_hour: int = Field(
+        default=20, ge=1,
+        description="Rate cap on all replies to senders nobody vouched for, together; mail over it waits. To "
+        'answer none of them, set unauthenticated = "reject".',
+    )  # fmt: skip
     subject_window_days: float = Field(
         default=14.0, gt=0, description="Mail without thread ids joins a session with the same subject this recent."
     )
@@ -322,13 +444,26 @@ class PolicyConfig(Section):
             )
         return data
 
+    @model_validator(mode="after")
+    def _one_stamp(self) -> PolicyConfig:
+        # One receiving server stamps the mailbox: an id it writes, or (Exchange Online) none at all.
+        if self.idless_stamp and self.authserv_id:
+            raise ValueError(
+                "policy.idless_stamp = true and policy.authserv_id are both set: a server that writes an "
+                "authserv-id is read by it (remove idless_stamp); Exchange Online writes none (remove authserv_id)"
+            )
+        return self
+
 
 class MemoryConfig(Section):
     """How much memory goes into a prompt."""
 
     token_budget: int = Field(
-        default=1200, ge=0, description="Tokens of memory (profile and retrieved memories) per prompt, at most."
-    )
+        default=1200, ge=0,
+        description="Tokens of memory (profile, retrieved memories, past mail) per prompt, at most. Unset with "
+        "llm.context_tokens set: a share of the model's context (within budget.request_tokens), so a small and a "
+        "large model each get what fits; unset without it: 1200.",
+    )  # fmt: skip
     search_k: int = Field(default=10, ge=1, le=100, description="Memories retrieved per email before budgeting.")
     domain_min_similarity: float = Field(
         default=0.35, ge=0, le=1,
@@ -361,6 +496,45 @@ class DocumentsConfig(Section):
         default=2000, ge=0,
         description="Tokens of the new mail's attachments' text in the reply prompt; the rest is found by search.",
     )  # fmt: skip
+
+
+class BudgetConfig(Section):
+    """What one reply prompt may carry, by trust (issue 30): a stranger's mail cannot buy a big model bill."""
+
+    request_tokens: int = Field(
+        default=24000, ge=1000,
+        description="The whole reply request for an authenticated sender (instructions, memories, thread, files, "
+        "the mail), estimated at four characters a token. The thread, memories and files are cut to fit; a "
+        "request still larger (or larger than llm.context_tokens) is never sent and the mail waits.",
+    )  # fmt: skip
+    request_tokens_unauthenticated: int = Field(
+        default=4000, ge=500, description="The same for a sender nobody vouched for."
+    )
+    mail_tokens: int = Field(
+        default=8000, ge=100,
+        description="The new mail's text in a prompt (the reply's and the extraction's), authenticated sender; "
+        "the rest is cut and the prompt says so.",
+    )  # fmt: skip
+    mail_tokens_unauthenticated: int = Field(
+        default=1500, ge=100, description="The new mail's text in the prompt for a sender nobody vouched for."
+    )
+    attachments_listed: int = Field(
+        default=30, ge=0,
+        description='Attached files listed (and read) per mail, authenticated sender; the prompt says "(N more '
+        'attachments not shown)" for the rest.',
+    )  # fmt: skip
+    attachments_listed_unauthenticated: int = Field(
+        default=10, ge=0, description="Attached files listed (by name: never read) for a sender nobody vouched for."
+    )
+
+    @model_validator(mode="after")
+    def _mail_fits(self) -> BudgetConfig:
+        for side in ("", "_unauthenticated"):
+            mail, request = getattr(self, f"mail_tokens{side}"), getattr(self, f"request_tokens{side}")
+            if mail * 2 > request:
+                raise ValueError(f"mail_tokens{side} ({mail}) must be at most half of request_tokens{side} "
+                                 f"({request}): the instructions and the rest of the prompt need room too")  # fmt: skip
+        return self
 
 
 class DomainConfig(Section):
@@ -571,7 +745,10 @@ class ConsoleConfig(Section):
         default=12.0, gt=0, le=720, description="A login lasts this many hours (sessions also end at restart)."
     )
     login_attempts: int = Field(
-        default=5, ge=1, description="Failed logins allowed per address and per name within login_window_s."
+        default=5,
+        ge=1,
+        description="Failed logins allowed per client address within login_window_s (then the address is refused), "
+        "and per name (then each attempt for it waits its turn, 2 s or more apart: slowed, never locked).",
     )
     login_window_s: float = Field(default=300.0, gt=0, description="The window of login_attempts, in seconds.")
     admins: list[ConsoleAdmin] = Field(
@@ -635,8 +812,10 @@ class Config(BaseModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     documents: DocumentsConfig = Field(default_factory=DocumentsConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    oauth: OAuthConfig = Field(default_factory=OAuthConfig)
     domains: list[DomainConfig] = Field(default_factory=list, description="Subject areas, as [[domains]] tables.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
@@ -647,6 +826,31 @@ class Config(BaseModel):
     log_format: Literal["text", "json"] = Field(
         default="text", description="text: one readable line per event; json: one JSON object per line."
     )
+
+    def memory_tokens(self) -> int:
+        """Tokens of memory per reply prompt: ``[memory] token_budget`` when the file sets it; else, with
+        ``[llm] context_tokens``, ``MEMORY_CONTEXT_SHARE`` of that context (within ``[budget] request_tokens``);
+        else token_budget's default (issue 32)."""
+        if "token_budget" in self.memory.model_fields_set or self.llm.context_tokens is None:
+            return self.memory.token_budget
+        return int(min(self.llm.context_tokens, self.budget.request_tokens) * MEMORY_CONTEXT_SHARE)
+
+    @model_validator(mode="after")
+    def _oauth_endpoints(self) -> Config:
+        users = [name for name, auth in (("imap", self.imap.auth), ("smtp", self.smtp.auth)) if auth == "oauth2"]
+        if not users:
+            return self
+        o = self.oauth
+        by_flow = {"device": "device_authorization_url", "loopback": "authorization_url",
+                   "client_credentials": "client_secret_env"}  # fmt: skip
+        needed = ["token_url", "client_id", by_flow[o.flow]]
+        missing = [key for key in needed if getattr(o, key) is None]
+        if missing:
+            raise ValueError(
+                f'{" and ".join(users)} use auth = "oauth2" but [oauth] lacks {", ".join(missing)}: '
+                "`quinn init --provider gmail|microsoft365|outlook` fills them, or see deploy/README.md"
+            )
+        return self
 
 
 SECTIONS: dict[str, type[Section]] = {
@@ -680,6 +884,8 @@ def load_config(
     config = parse_config(raw, source=str(path))
     if config.prompts.dir is not None and not config.prompts.dir.is_absolute():
         config.prompts.dir = (path.parent / config.prompts.dir).resolve()
+    if not config.oauth.token_file.is_absolute():
+        config.oauth.token_file = (path.parent / config.oauth.token_file).resolve()
     db_url = config.database.url
     if "://" not in db_url and not Path(db_url).is_absolute():
         config.database.url = str((path.parent / db_url).resolve())
@@ -782,17 +988,36 @@ def read_secret(var: str, env: Mapping[str, str]) -> str | None:
 
 
 def resolve_secrets(config: Config, env: Mapping[str, str], sections: Collection[str] | None = None) -> None:
-    """Read every ``*_env`` key's secret (see ``read_secret``); a named but missing secret is a ``ConfigError``."""
+    """Read every ``*_env`` key's secret (see ``read_secret``); named but missing secrets are one ``ConfigError``
+    that lists them all (issue 34: one missing variable per run was found)."""
+    missing: list[tuple[str, str]] = []  # (key, variable)
     for name in SECTIONS:
         if sections is not None and name not in sections:
             continue
         section: Section = getattr(config, name)
-        _resolve_section(section, name, env)
+        missing += _resolve_section(section, name, env)
         for where, table in section.tables():  # arrays of tables inside the section: [[console.admins]]
-            _resolve_section(table, f"{name}.{where}", env)
+            missing += _resolve_section(table, f"{name}.{where}", env)
+    if len(missing) == 1:
+        [(key, var)] = missing
+        raise ConfigError(
+            f"{key} names the environment variable {var}, which is not set",
+            f"export {var}=... (or put it in the service's EnvironmentFile, or a credential named {var})",
+        )
+    if missing:
+        variables = list(dict.fromkeys(var for _key, var in missing))
+        raise ConfigError(
+            f"{len(variables)} environment variables are not set: "
+            + ", ".join(f"{var} (named by {key})" for key, var in missing),
+            "export "
+            + " ".join(f"{var}=..." for var in variables)
+            + " (or put them in the service's EnvironmentFile, or credentials of those names)",
+        )
 
 
-def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> None:
+def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Read the section's secrets; returns the (key, variable) of those not set."""
+    missing = []
     for field_name in type(section).model_fields:
         if not field_name.endswith("_env"):
             continue
@@ -801,8 +1026,7 @@ def _resolve_section(section: Section, where: str, env: Mapping[str, str]) -> No
             continue
         value = read_secret(var, env)
         if not value:
-            raise ConfigError(
-                f"{where}.{field_name} names the environment variable {var}, which is not set",
-                f"export {var}=... (or put it in the service's EnvironmentFile, or a credential named {var})",
-            )
+            missing.append((f"{where}.{field_name}", var))
+            continue
         section._secrets[field_name.removesuffix("_env")] = SecretStr(value)
+    return missing

@@ -7,7 +7,8 @@ several points may be given, comma-separated (``after_fetch:2,before_move:5``). 
 Points: ``after_fetch`` (body fetched, nothing recorded), ``after_llm`` (reply drafted, not yet in the outbox),
 ``before_send`` (outbox written, SMTP not started), ``after_send`` (SMTP accepted, outbox not yet marked),
 ``before_move`` (final state recorded, mail not yet filed away), ``before_learn`` (filed, queued for learning, the
-extraction not run), ``after_learn`` (memories stored, the mail still queued).
+extraction not run), ``after_learn`` (memories stored, the mail still queued), ``after_store`` (`quinn import`: the
+mail stored, indexed and its files kept, not yet queued for learning nor final).
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ log = logging.getLogger(__name__)
 
 ENV = "QUINN_FAULT"
 POINTS = frozenset(
-    {"after_fetch", "after_llm", "before_send", "after_send", "before_move", "before_learn", "after_learn"}
+    {
+        "after_fetch",
+        "after_llm",
+        "before_send",
+        "after_send",
+        "before_move",
+        "before_learn",
+        "after_learn",
+        "after_store",
+    }
 )
 _passed: Counter[str] = Counter()
 

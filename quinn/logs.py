@@ -4,18 +4,22 @@ Secrets never reach a log line: the filter sits on the handler, so it sees every
 replaces the configured secrets themselves plus the shapes secrets take in protocol traces (IMAP LOGIN and
 AUTHENTICATE, SMTP AUTH, HTTP Authorization headers, ``api_key=`` pairs, ``sk-…`` keys, ``user:pass@`` URLs).
 Mail bodies are kept out by discipline instead: Quinn logs ids, addresses and reasons, and the libraries that
-would log request bodies (the model SDKs, httpx) are held at WARNING even when debug is on.
+would log request bodies (the model SDKs, httpx) are held at WARNING even when debug is on. What a model wrote
+never reaches a log line or the ledger either: it may paste a user's memories (issue 30), so it is told by its
+``fingerprint`` (length and hash), never by its text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from quinn.config import SECTIONS, Config
 
@@ -59,9 +63,29 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
         r"\1" + REDACTED,
     ),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{12,}"), REDACTED),
+    # OAuth 2.0: a bearer token anywhere (RFC 6750 §2.1, as inside XOAUTH2/OAUTHBEARER), and token endpoint fields
+    # (RFC 6749 §5.1, §6; RFC 8628 §3.4).
+    (re.compile(r"(\bBearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE), r"\1" + REDACTED),
+    # Bare token shapes: a JWT (Microsoft's access tokens), Google's access (ya29.) and refresh (1//) tokens.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"), REDACTED),
+    (re.compile(r"\bya29\.[A-Za-z0-9_-]+|(?<![\w/])1//0[A-Za-z0-9_-]+"), REDACTED),
+    (
+        re.compile(
+            r"((?:access_token|refresh_token|device_code|id_token|code_verifier)['\"]?\s*[:=]\s*['\"]?)"
+            r"[^\s'\",}&]+"
+        ),
+        r"\1" + REDACTED,
+    ),
     # Credentials inside URLs (RFC 3986 §3.2.1).
     (re.compile(r"(//)[^/@\s:]+:[^/@\s]+@"), r"\1" + REDACTED + "@"),
 )
+
+
+def fingerprint(text: str) -> str:
+    """A text told apart without showing it, for logs and reasons: its length and the start of its SHA-256
+    ("412 characters, sha256 3f2a9c01b7de"). The same answer twice has the same fingerprint."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{len(text)} characters, sha256 {digest}"
 
 
 class RedactingFilter(logging.Filter):
@@ -153,3 +177,47 @@ def set_level(level: str) -> None:
     root.setLevel(level)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+class _Counter(logging.Handler):
+    """Counts the records it is handed (the warnings kept off an interactive terminal)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+def quiet_terminal(log_file: Path | None) -> Callable[[], str | None]:
+    """Keep WARNINGs off the terminal of an interactive command (``quinn ask``, ``quinn demo`` without
+    ``--verbose``): the stderr handler shows ERRORs only; every record it would have shown goes to ``log_file``
+    (same redaction). Returns a function that says, once the command is done, how many were kept off and where.
+    Issue 34: the model's fallback warnings mixed into the chat on every run."""
+    root = logging.getLogger()
+    terminal = [h for h in root.handlers if isinstance(h, logging.StreamHandler) and h.stream in (sys.stderr,)]
+    counter = _Counter(logging.WARNING)
+    for handler in terminal:
+        handler.setLevel(logging.ERROR)
+        for flt in handler.filters:
+            counter.addFilter(flt)
+    root.addHandler(counter)
+    if log_file is not None:
+        try:
+            file_handler = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        except OSError:
+            log_file = None
+        else:
+            file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            for flt in terminal[0].filters if terminal else (RedactingFilter(),):
+                file_handler.addFilter(flt)
+            root.addHandler(file_handler)
+
+    def summary() -> str | None:
+        if not counter.count:
+            return None
+        where = f"in {log_file}" if log_file is not None else "not kept"
+        return f"{counter.count} warning(s) {where}; --verbose shows them here"
+
+    return summary

@@ -1,11 +1,11 @@
 """What a SIGHUP may change: the reloadable part of a new config, and the keys that need a restart.
 
 Reloadable: who gets an answer (``[policy]``), how much memory goes in a prompt (``[memory]``), the limits on
-attached files (``[documents]``: read per mail), the prompt directory, the model settings (``[llm]``), how replies
-go out (``[smtp]``), the log level, and the IMAP poll interval and size limit. Everything that owns a connection
-or a loaded model (the IMAP account and folders, the database, the embedder, the metrics endpoint, the
-scheduler) keeps its old value until a restart, and the reload says which changed keys were left alone. A
-section added later is restart-only until it is listed here.
+attached files (``[documents]``: read per mail), what one prompt may carry (``[budget]``), the prompt directory, the
+model settings (``[llm]``), how replies go out (``[smtp]``), the log level, and the IMAP poll interval and size
+limit. Everything that owns a connection or a loaded model (the IMAP account and folders, the database, the
+embedder, the metrics endpoint, the scheduler) keeps its old value until a restart, and the reload says which
+changed keys were left alone. A section added later is restart-only until it is listed here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from quinn.config import Config, Section
 
-RELOADABLE_SECTIONS = ("policy", "memory", "documents", "prompts", "llm", "smtp")
+RELOADABLE_SECTIONS = ("policy", "memory", "documents", "budget", "prompts", "llm", "smtp")
 RELOADABLE_KEYS = {"log_level", "imap.poll_interval_s", "imap.max_message_kb"}
 
 

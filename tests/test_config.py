@@ -150,6 +150,15 @@ def test_trust_defaults_to_authenticated_and_the_old_switch_says_what_replaced_i
         load_config(path, env={"Q_IMAP": "pw"})
 
 
+def test_an_idless_stamp_and_an_authserv_id_are_one_too_many(tmp_path):
+    """Exchange Online's stamp has no id: with an id configured as well, it is unclear which server stamps."""
+    idless = MINIMAL + "\n[policy]\nidless_stamp = true\nreceived_above_stamp = 3\n"
+    assert load_config(write(tmp_path, idless), env={"Q_IMAP": "pw"}).policy.idless_stamp is True
+    both = idless + 'authserv_id = "mx.example.org"\n'
+    with pytest.raises(ConfigError, match=r"idless_stamp = true and policy\.authserv_id are both set"):
+        load_config(write(tmp_path, both), env={"Q_IMAP": "pw"})
+
+
 def test_every_problem_of_a_file_at_once_with_did_you_mean(tmp_path):
     """An empty file used to take one round per key; a misspelled required key was reported as missing."""
     with pytest.raises(ConfigError) as info:

@@ -90,6 +90,15 @@ async def _documents(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
     assert "more than the limit of 1 kB" in prompt and "The locker code is 4471." not in prompt.split("Notes again")[-1]
 
 
+async def _budget(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
+    alice = mail_lab.new_user("alice")
+    await quinn.send(alice, "Long", "A long mail about my garden. " * 200)
+    assert "more characters, not shown here" not in _replies(llm_server)[-1].text
+    _edit(quinn, "[policy]\n", "[budget]\nmail_tokens = 200\n\n[policy]\n")
+    await quinn.send(alice, "Long again", "Another long mail about my garden. " * 200)
+    assert "more characters, not shown here" in _replies(llm_server)[-1].text, "the new budget did not reach a prompt"
+
+
 async def _llm(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
     alice = mail_lab.new_user("alice")
     _edit(quinn, 'model = "openai/gpt-test"', 'model = "openai/gpt-reloaded"')
@@ -124,7 +133,8 @@ async def _max_message_kb(quinn: Any, mail_lab: Any, llm_server: Any) -> None:
 
 
 CASES: dict[str, Callable[..., Any]] = {
-    "policy": _policy, "memory": _memory, "documents": _documents, "prompts": _prompts, "llm": _llm, "smtp": _smtp,
+    "policy": _policy, "memory": _memory, "documents": _documents, "budget": _budget, "prompts": _prompts,
+    "llm": _llm, "smtp": _smtp,
     "log_level": _log_level, "imap.poll_interval_s": _poll_interval, "imap.max_message_kb": _max_message_kb,
 }  # fmt: skip
 

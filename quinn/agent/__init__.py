@@ -15,6 +15,7 @@ from quinn.faces import lazy_face
 HOMES = {
     "audit_log": "",
     "digest": "",
+    "known": "",
     "learning": "",
     "proposals": "",
     "purge": "",
@@ -32,10 +33,14 @@ HOMES = {
     "ExtractionOutcome": "extract",
     "apply_extraction": "extract",
     "Grounding": "grounding",
+    "grounded": "grounding",
     "LLM": "llm",
     "PromptTooLong": "llm",
     "Usage": "llm",
     "NO_LEARNING_TEMPLATES": "memory_mail",
+    "TOO_SMALL": "model_check",
+    "ModelVerdict": "model_check",
+    "check_model": "model_check",
     "PURGE_DONE_TEMPLATE": "memory_mail",
     "SUFFIX": "prompts",
     "TEMPLATE_NAMES": "prompts",
@@ -43,6 +48,9 @@ HOMES = {
     "RenderedPrompt": "prompts",
     "packaged_dir": "prompts",
     "TemplateRewrite": "proposals",
+    "CheckedTemplate": "trials",
+    "TemplateTrials": "trials",
+    "TrialsBusy": "trials",
     "Agent": "respond",
     "Answer": "respond",
     "recallable": "respond",
@@ -65,6 +73,7 @@ __getattr__ = lazy_face(__name__, HOMES)
 if TYPE_CHECKING:
     from quinn.agent import audit_log as audit_log
     from quinn.agent import digest as digest
+    from quinn.agent import known as known
     from quinn.agent import learning as learning
     from quinn.agent import proposals as proposals
     from quinn.agent import purge as purge
@@ -82,11 +91,15 @@ if TYPE_CHECKING:
     from quinn.agent.extract import ExtractionOutcome as ExtractionOutcome
     from quinn.agent.extract import apply_extraction as apply_extraction
     from quinn.agent.grounding import Grounding as Grounding
+    from quinn.agent.grounding import grounded as grounded
     from quinn.agent.llm import LLM as LLM
     from quinn.agent.llm import PromptTooLong as PromptTooLong
     from quinn.agent.llm import Usage as Usage
     from quinn.agent.memory_mail import NO_LEARNING_TEMPLATES as NO_LEARNING_TEMPLATES
     from quinn.agent.memory_mail import PURGE_DONE_TEMPLATE as PURGE_DONE_TEMPLATE
+    from quinn.agent.model_check import TOO_SMALL as TOO_SMALL
+    from quinn.agent.model_check import ModelVerdict as ModelVerdict
+    from quinn.agent.model_check import check_model as check_model
     from quinn.agent.prompts import SUFFIX as SUFFIX
     from quinn.agent.prompts import TEMPLATE_NAMES as TEMPLATE_NAMES
     from quinn.agent.prompts import PromptStore as PromptStore
@@ -107,4 +120,7 @@ if TYPE_CHECKING:
     from quinn.agent.state import ALL_STATE_FIELDS as ALL_STATE_FIELDS
     from quinn.agent.state import STATE_FIELDS as STATE_FIELDS
     from quinn.agent.state import user_state as user_state
+    from quinn.agent.trials import CheckedTemplate as CheckedTemplate
+    from quinn.agent.trials import TemplateTrials as TemplateTrials
+    from quinn.agent.trials import TrialsBusy as TrialsBusy
     from quinn.agent.usage import record_usage as record_usage

@@ -2,7 +2,8 @@
 
 An opted-out user is still answered, with what Quinn already knows of them (they may ask it to forget that, or to
 delete everything), but nothing new is stored: no extraction, no memory saved or changed by the model's tools or
-by "remember …", no review of their conversations by the session-close job. Each reply says so. The wish is kept
+by "remember …", no review of their conversations by the session-close job, no thread summary (the summarize
+job, "summarize this and remember it"), no reflection, graph or consolidation. Each reply says so. The wish is kept
 through a purge (the row is a preference, not memory).
 
 This module owns the ``memory_consent`` table (migration 0010). Its functions run on the DB thread.

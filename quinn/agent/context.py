@@ -6,13 +6,19 @@ both have enough to fill it, and either all of it when the other leaves it unuse
 forgotten or expired never appear; neither do private ones (personal details, PII) when anyone but the user is
 on From/To/Cc, nor passages of mail those others did not see. When domains were detected for the email,
 retrieved memories are kept to those domains, to memories without a domain, and to global ones.
+
+Over time (issue 32): a memory that replaced an earlier version of itself carries that version on its line
+("earlier: X (until DATE)"), one only; every line carries its date. When the person's whole past mail (their own
+text) fits what the profile leaves of the budget, it is sent whole, oldest first, instead of retrieved passages.
+When nothing was recalled for the email, the template is told (``recalled_nothing``) so the model says it does
+not know rather than guess.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,7 +26,7 @@ from typing import Any
 from quinn.clock import iso
 from quinn.documents import Extracted
 from quinn.mailbox import InboundEmail
-from quinn.memory import Memory, PassageHit, SearchHit
+from quinn.memory import Memory, Passage, PassageHit, SearchHit
 
 PROFILE_SHARE = 0.4  # at most this share of the memory budget goes to the always-present profile
 
@@ -58,6 +64,10 @@ class ReplyInputs:
     actions: Sequence[str] = ()
     documents: Sequence[Extracted] = ()  # the email's attachments as read (issue 18); () when none were read
     document_tokens: int = 2000  # their text's share of the prompt, all files together
+    mail_tokens: int | None = None  # the new mail's text in the prompt, at most ([budget], by trust; None: all)
+    attachments_listed: int | None = None  # attachments listed, at most ([budget], by trust; None: all)
+    earlier: Mapping[int, Memory] = field(default_factory=dict)  # the version each memory replaced, by its id
+    history: Sequence[Passage] = ()  # the person's whole past mail, oldest first, when it may fit (issue 32)
 
 
 def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> list[str]:
@@ -104,23 +114,27 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
     others = others_on_thread(email, inputs.user_id, inputs.assistant_address)
     private_ok = not others
     profile_text = memories_text = conversations_text = ""
+    whole = recalled = False
     if inputs.memory_enabled:
+        earlier = {mid: m for mid, m in inputs.earlier.items() if private_ok or not m.private}
         profile = profile_order(visible(inputs.profile, private_ok, inputs.now))
         profile_budget = int(inputs.token_budget * PROFILE_SHARE)
-        profile_text = context_block([SearchHit(m, 1.0) for m in profile], profile_budget)
+        profile_text = context_block([SearchHit(m, 1.0) for m in profile], profile_budget, earlier)
         shown = {m.id for m in profile if f"[memory:{m.id}]" in profile_text}
-        hits = [
+        relevant = [
             h
             for h in inputs.hits
-            if h.memory.id not in shown
-            and h.memory.type != "persona"
+            if h.memory.type != "persona"
             and in_domains(h.memory, inputs.domains)
             and visible([h.memory], private_ok, inputs.now)
         ]
+        hits = [h for h in relevant if h.memory.id not in shown]
         remaining = inputs.token_budget - (estimate_tokens(profile_text) if profile_text else 0)
         # Checked again here (the search already applies it): a passage others did not see never reaches them.
         passages = [h for h in inputs.passages if h.passage.seen_by(others)]
-        memories_text, conversations_text = share_budget(hits, passages, remaining)
+        history = [p for p in inputs.history if p.seen_by(others)]
+        memories_text, conversations_text, whole = recall_blocks(hits, passages, history, remaining, earlier)
+        recalled = bool(relevant or conversations_text)
     persona = "\n".join(m.content for m in inputs.persona if m.current)
     state = "\n".join(f"{key.replace('_', ' ')}: {value}" for key, value in inputs.state.items() if value)
     return {
@@ -132,14 +146,17 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
         "profile": profile_text,
         "memories": memories_text,
         "conversations": conversations_text,
+        "conversations_whole": whole,
+        "recalled_nothing": inputs.memory_enabled and not recalled,
         "state": state if inputs.memory_enabled and private_ok else "",
         "thread": [{"sender": m.sender, "date": m.date, "body": m.body} for m in inputs.thread],
         "thread_summary": inputs.thread_summary or "",
-        "email": email_variables(email),
+        "email": email_variables(email, inputs.mail_tokens),
         "others_on_thread": not private_ok,
         "domains": list(inputs.domains),
         "actions": list(inputs.actions),
         "attachments": attachment_variables(inputs),
+        "attachments_more": attachments_not_shown(inputs),
     }
 
 
@@ -152,13 +169,15 @@ def attachment_variables(inputs: ReplyInputs) -> list[dict[str, Any]]:
     """The email's attachments as template data: name, kind, size, and the text within the budget (each
     section led by its citation, ``[doc:NAME p.3]``), or why the file could not be read. Attachments that were
     not read at all (memory off) are listed by name with the reason. Names and text are the sender's data."""
+    listed = inputs.attachments_listed
     if not inputs.documents:
         return [{"name": a.filename, "type": a.content_type, "size": _size(a.size), "text": "", "notes": [],
-                 "error": UNREAD_UNVERIFIED} for a in inputs.email.attachments]  # fmt: skip
-    readable = [d for d in inputs.documents if d.error is None and d.sections]
+                 "error": UNREAD_UNVERIFIED} for a in inputs.email.attachments[:listed]]  # fmt: skip
+    documents = list(inputs.documents)[:listed]
+    readable = [d for d in documents if d.error is None and d.sections]
     share = inputs.document_tokens // max(len(readable), 1)
     files = []
-    for document in inputs.documents:
+    for document in documents:
         text, notes = "", list(document.notes)
         if document.error is None and document.sections:
             text = document_text(document, share)
@@ -168,6 +187,14 @@ def attachment_variables(inputs: ReplyInputs) -> list[dict[str, Any]]:
                       document.content_type, "size": _size(document.size), "text": text, "notes": notes,
                       "error": document.error or ""})  # fmt: skip
     return files
+
+
+def attachments_not_shown(inputs: ReplyInputs) -> int:
+    """How many of the email's attachments the prompt does not list (``attachments_listed``, and those the parser
+    only counted past its own limit): it says so."""
+    total = max(len(inputs.email.attachments), len(inputs.documents))
+    listed = total if inputs.attachments_listed is None else min(total, inputs.attachments_listed)
+    return total - listed + inputs.email.attachments_left_out
 
 
 def document_text(document: Extracted, token_budget: int) -> str:
@@ -193,13 +220,31 @@ def _size(size: int) -> str:
     return f"{size} bytes" if size < 1024 else f"{size // 1024} kB"
 
 
-def share_budget(hits: Sequence[SearchHit], passages: Sequence[PassageHit], budget: int) -> tuple[str, str]:
+def recall_blocks(
+    hits: Sequence[SearchHit], passages: Sequence[PassageHit], history: Sequence[Passage], budget: int,
+    earlier: Mapping[int, Memory] | None = None,
+) -> tuple[str, str, bool]:  # fmt: skip
+    """(memories, conversations, whole): the person's whole past mail (``history``, oldest first) as the
+    conversations when it fits ``budget``, with the memories and the retrieved files in what it leaves (whole is
+    True); else the retrieved passages (``share_budget``)."""
+    told = "\n".join(f"- {p.line()}" for p in history)
+    if told and _tokens(told) <= budget:
+        files = [h for h in passages if h.passage.document or h.passage.shared]
+        memories, extra = share_budget(hits, files, budget - _tokens(told), earlier)
+        return memories, f"{told}\n{extra}" if extra else told, True
+    return (*share_budget(hits, passages, budget, earlier), False)
+
+
+def share_budget(
+    hits: Sequence[SearchHit], passages: Sequence[PassageHit], budget: int,
+    earlier: Mapping[int, Memory] | None = None,
+) -> tuple[str, str]:  # fmt: skip
     """(memories, conversations) blocks within ``budget`` tokens together: each side first gets half, then what
     the other side left unused, so neither starves the other and no share is wasted."""
     half = budget // 2
-    memories = context_block(hits, half)
+    memories = context_block(hits, half, earlier)
     conversations = passage_block(passages, budget - _tokens(memories))
-    memories = context_block(hits, budget - _tokens(conversations))
+    memories = context_block(hits, budget - _tokens(conversations), earlier)
     return memories, conversations
 
 
@@ -228,16 +273,29 @@ def passage_block(hits: Sequence[PassageHit], token_budget: int) -> str:
     return "\n".join(lines)
 
 
-def email_variables(email: InboundEmail) -> dict[str, Any]:
-    """The email as template data."""
+def email_variables(email: InboundEmail, mail_tokens: int | None = None) -> dict[str, Any]:
+    """The email as template data; its text cut at ``mail_tokens`` (``cut_text``) when given."""
+    text = email.text or email.full_text
     return {
         "sender": str(email.from_) if email.from_ else "",
         "subject": email.subject,
         "date": email.date.isoformat() if email.date else "",
-        "text": email.text or email.full_text,
+        "text": text if mail_tokens is None else cut_text(text, mail_tokens),
         "to": [str(a) for a in email.to],
         "cc": [str(a) for a in email.cc],
     }
+
+
+def cut_text(text: str, token_budget: int) -> str:
+    """``text`` within ``token_budget`` tokens (``estimate_tokens``): cut at a word near the limit, with a line
+    saying how much was left out (issue 30: a 2.9 MB mail must not become a 3 MB prompt)."""
+    room = token_budget * 4
+    if len(text) <= room:
+        return text
+    room -= 80  # the note
+    cut = text.rfind(" ", room - 200, room)
+    kept = text[: cut if cut > 0 else room].rstrip()
+    return f"{kept}\n(the email goes on for {len(text) - len(kept)} more characters, not shown here)"
 
 
 def estimate_tokens(text: str) -> int:
@@ -245,8 +303,16 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4))
 
 
-def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
-    """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``."""
+def restates(before: str, after: str) -> bool:
+    """Whether ``after`` says all that ``before`` said (every word of it): a restatement, not a new value."""
+    words = re.compile(r"[^\W_]+")
+    return set(words.findall(before.lower())) <= set(words.findall(after.lower()))
+
+
+def context_block(hits: Sequence[SearchHit], token_budget: int, earlier: Mapping[int, Memory] | None = None) -> str:
+    """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``. A
+    memory with an ``earlier`` version (by its id) says it after its own text, ``earlier: X (until DATE)``,
+    unless the new text only restates it or the budget has room for the current value only."""
     lines: list[str] = []
     seen: set[str] = set()
     shown: set[int] = set()
@@ -261,6 +327,11 @@ def context_block(hits: Sequence[SearchHit], token_budget: int) -> str:
         # A fact the extraction was unsure of is not presented as certain (issue 15).
         unsure = ", unsure" if memory.metadata.get("confidence") == "low" else ""
         line = f"- [memory:{memory.id}] ({where}, since {date}{unsure}) {memory.content}"
+        before = (earlier or {}).get(memory.id)
+        if before is not None and not restates(before.content, memory.content):
+            with_before = f"{line} | earlier: {before.content} (until {(before.valid_to or date)[:10]})"
+            if used + estimate_tokens(with_before) <= token_budget:  # else the current value alone
+                line = with_before
         cost = estimate_tokens(line)
         if used + cost > token_budget:
             continue

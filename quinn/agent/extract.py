@@ -5,6 +5,8 @@
 states the near-duplicate rule (cosine >= ``DUPLICATE_SIMILARITY``: restated as a new version from a mail,
 skipped from a review). Updates and contradictions write a new version valid from the email's Date, and the
 old version is closed at that moment (``valid_to``), so it never reaches a prompt again but stays in history.
+A new memory about the same attribute as a current one (its ``about`` key, ``updates.py``) is such an update
+too, whatever list the model put it in (``keyed_updates``).
 Only the mail's own text is used: quoted replies (other people's words) and the signature were stripped by
 the parser, and a mail with no text of its own teaches nothing. The caller only extracts from authenticated
 mail of the user (policy) and after the sensory gate (``gate.py``).
@@ -20,8 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from quinn.agent import updates
 from quinn.agent.context import email_variables
 from quinn.agent.domains import DomainDetector
+from quinn.agent.facts import facts
 from quinn.agent.grounding import Grounding, grounded
 from quinn.agent.llm import LLM, Usage
 from quinn.agent.prompts import PromptStore
@@ -29,12 +33,13 @@ from quinn.agent.tools import scope_for
 from quinn.clock import iso
 from quinn.errors import StoreError
 from quinn.mailbox import InboundEmail
-from quinn.memory import Memory, MemoryStore, NewMemory, find_similar
+from quinn.memory import Memory, MemoryStore, NewMemory, asked_to_keep, find_similar, mask
 
 log = logging.getLogger(__name__)
 
 MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedback", "personal"]
 DUPLICATE_SIMILARITY = 0.85
+KEYED_ROWS = 500  # current memories compared by their ``about`` key (newest first) when new ones are stored
 
 
 class ExtractedMemory(BaseModel):
@@ -46,6 +51,11 @@ class ExtractedMemory(BaseModel):
     confidence: Literal["high", "medium", "low"] = "medium"
     domain: str | None = None
     tags: list[str] = Field(default_factory=list)
+    about: str | None = Field(
+        default=None,
+        description="The attribute it states, in a few words ('home city', 'employer', 'diet'): the same words "
+        "as an existing memory about the same thing, so a new value replaces the old.",
+    )
     private: bool = Field(
         default=False,
         description="true for health, money and account details, passwords or codes, identity numbers, religion, "
@@ -91,9 +101,15 @@ def extract_variables(
     return {
         "user": {"address": user_id},
         "email": variables,
-        "existing": [{"id": m.id, "type": m.type, "content": m.content, "domain": m.domain} for m in existing],
+        "existing": [existing_variables(m) for m in existing],
         "domains": list(domains),
     }
+
+
+def existing_variables(memory: Memory) -> dict[str, Any]:
+    """One existing memory as the extract template sees it, with its ``about`` key ("" when it has none)."""
+    return {"id": memory.id, "type": memory.type, "content": memory.content, "domain": memory.domain,
+            "about": memory.metadata.get("about") or ""}  # fmt: skip
 
 
 async def extract_memories(
@@ -126,7 +142,7 @@ async def extract_memories(
     grounding = Grounding.of([email.text], [user_id, email.from_.name if email.from_ else ""])
     applied = await run_db(apply_extraction, store, user_id, extraction, source=source, valid_from=email.date,
                            reason=f"by {email.message_id} ({rendered.version})", sent=email.date,
-                           grounding=grounding)  # fmt: skip
+                           grounding=grounding, keep_secrets=asked_to_keep(email.text))  # fmt: skip
     log.info("extraction for %s: %d new, %d updated, %d not in their words (%s)", user_id, len(applied.created),
              len(applied.updated), applied.ungrounded, rendered.version)  # fmt: skip
     return ExtractionOutcome(applied.created, applied.updated, usage)
@@ -183,12 +199,15 @@ class Applied:
 def metadata_for(memory: ExtractedMemory, source: dict[str, Any]) -> dict[str, Any]:
     """A memory's metadata: where it was learnt, how sure the model was, and private when the model said so (the
     store adds ``private`` on its own for data of a sensitive shape, `quinn.memory.sensitive`)."""
-    return {**source, "confidence": memory.confidence, **({"private": True} if memory.private else {})}
+    about = updates.clean_about(memory.about)
+    return {**source, "confidence": memory.confidence, **({"private": True} if memory.private else {}),
+            **({"about": about} if about else {})}  # fmt: skip
 
 
 def apply_extraction(
     store: MemoryStore, user_id: str, extraction: Extraction, *, source: dict[str, Any], valid_from: datetime | str,
     reason: str, sent: datetime | None = None, restate: bool = True, grounding: Grounding | None = None,
+    keep_secrets: bool = False,
 ) -> Applied:  # fmt: skip
     """Store what an extraction found, whoever extracted it (the per-mail call, the session review).
 
@@ -212,6 +231,9 @@ def apply_extraction(
         return memory.content if memory is not None else ""
 
     extraction, ungrounded = own_words_only(user_id, extraction, grounding, replaced)
+    if not keep_secrets:  # issue 35: a secret is kept only when the person asked (``keep_secrets``), then private
+        extraction = masked(extraction)
+    extraction = keyed_updates(extraction, store.get_all(user_id, limit=KEYED_ROWS))
     changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
     for change, kind in changes:
         metadata = metadata_for(change, source)
@@ -225,7 +247,10 @@ def apply_extraction(
             log.info("extraction: cannot update memory %s: %s", change.id, exc)
             skipped += 1
     fresh: list[NewMemory] = []
-    for memory in distinct(store, extraction.new):
+    # One fact per memory (agent/facts.py): what the model merged is split, so a later forget or update
+    # touches one fact.
+    split = [memory.model_copy(update={"content": fact}) for memory in extraction.new for fact in facts(memory.content)]
+    for memory in distinct(store, split):
         similar = find_similar(store, user_id, memory.content, DUPLICATE_SIMILARITY)
         if similar:
             known = similar[0].memory
@@ -247,6 +272,18 @@ def apply_extraction(
         created = store.add_many(fresh)
     updated += close_completed(store, user_id, extraction.completed, valid_from, f"reported done {reason}")
     return Applied(created, updated, skipped, ungrounded)
+
+
+def masked(extraction: Extraction) -> Extraction:
+    """``extraction`` with every secret's value masked (`quinn.memory.sensitive.mask`): credentials, one-time
+    codes, card and account numbers, government ids."""
+
+    def hide(items: list[Any]) -> list[Any]:  # what held a secret stays private (withheld from shared threads)
+        return [m.model_copy(update={"content": mask(m.content), "private": True}) if mask(m.content) != m.content
+                else m for m in items]  # fmt: skip
+
+    return extraction.model_copy(update={"new": hide(extraction.new), "updated": hide(extraction.updated),
+                                         "contradicted": hide(extraction.contradicted)})  # fmt: skip
 
 
 def own_words_only(
@@ -281,6 +318,26 @@ def own_words_only(
         "contradicted": keep(extraction.contradicted, True),
     })  # fmt: skip
     return cut, dropped
+
+
+def keyed_updates(extraction: Extraction, current: Sequence[Memory]) -> Extraction:
+    """``extraction`` with each new memory that states the same attribute as a current one (``updates``: same
+    ``about`` key) moved to ``updated`` as that memory's next version: decided here, not by the model alone."""
+    targets = updates.superseded(
+        [(m.type, m.about) for m in extraction.new],
+        [(m.id, m.type, m.metadata.get("about")) for m in current if not m.immutable],
+        [c.id for c in (*extraction.updated, *extraction.contradicted)],
+    )  # fmt: skip
+    if all(target is None for target in targets):
+        return extraction
+    moved = [
+        ChangedMemory(**m.model_dump(), id=t) for m, t in zip(extraction.new, targets, strict=True) if t is not None
+    ]
+    log.info("extraction: %d new memories replace a current one about the same thing", len(moved))
+    return extraction.model_copy(update={
+        "new": [m for m, t in zip(extraction.new, targets, strict=True) if t is None],
+        "updated": [*extraction.updated, *moved],
+    })  # fmt: skip
 
 
 def close_completed(

@@ -159,7 +159,7 @@ def find_json(text: str) -> tuple[Any, bool]:
                     break
                 continue
             return value, False
-    raise ValueError(f"no JSON object in the answer: {text[:200]!r}")
+    raise ValueError(f"no JSON object in the answer ({len(text)} characters)")  # its text may be a user's memory
 
 
 def is_schema_dump(value: Any) -> bool:

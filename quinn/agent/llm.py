@@ -34,6 +34,7 @@ from quinn.agent.json_text import (
 from quinn.agent.salvage import rescaled, without_invalid_items
 from quinn.config import LlmConfig
 from quinn.errors import ConfigError, ConnectError, RetryLater
+from quinn.logs import fingerprint
 from quinn.sdks import skipped
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,7 @@ class LLM:
         self._compatible: set[str] = set()  # model ids served by an OpenAI-compatible server
         self._format_mode: dict[str, str] = {}  # model id -> the structured-output mode its server accepts
         self._no_tools: set[str] = set()  # model ids whose server refused tool definitions
+        self._context: dict[str, int] = {}  # model id -> the context window its server named in a refusal
         llm.reset_provider_registry()
         for model in {self.model_id, self.background_model_id}:
             self._register(model)
@@ -275,12 +277,13 @@ class LLM:
         )
         llm.register_provider(provider, f"{prefix}/")
 
-    def _model(self, background: bool) -> llm.Model:
+    def _model(self, background: bool, max_tokens: int | None = None) -> llm.Model:
         params: dict[str, Any] = {}
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
-        if self.config.max_output_tokens is not None:
-            params["max_tokens"] = self.config.max_output_tokens
+        bounds = [n for n in (self.config.max_output_tokens, max_tokens) if n is not None]
+        if bounds:
+            params["max_tokens"] = min(bounds)
         return llm.Model(self.background_model_id if background else self.model_id, **params)
 
     @staticmethod
@@ -317,9 +320,30 @@ class LLM:
         """
         token = _PURPOSE.set(purpose)
         try:
+            self._fits(self._model(background).model_id, system, user)
             return await self._text(system, user, tools, ctx, background, echo_of, recalled)
+        except PromptTooLong as exc:
+            self._learn_context(self._model(background).model_id, exc)
+            raise
         finally:
             _PURPOSE.reset(token)
+
+    def _fits(self, model_id: str, system: str, user: str) -> None:
+        """Refuse, before anything is sent, a request that cannot fit the model's context (issue 30): the context
+        is ``[llm] context_tokens``, else what the server named when it refused a long prompt; the request is
+        estimated at four characters a token, plus the answer's room (``max_output_tokens``)."""
+        limit = self.config.context_tokens or self._context.get(model_id)
+        if limit is None:
+            return
+        needed = -(-(len(system) + len(user)) // 4) + (self.config.max_output_tokens or 0)
+        if needed > limit:
+            raise PromptTooLong(f"the request needs about {needed} tokens with the answer's room, more than model "
+                                f"{model_id}'s context of {limit}: not sent", limit, needed)  # fmt: skip
+
+    def _learn_context(self, model_id: str, exc: PromptTooLong) -> None:
+        """Keep the context window a server named, so the next request too long for it is not sent at all."""
+        if exc.limit and self.config.context_tokens is None:
+            self._context[model_id] = exc.limit
 
     async def _text(
         self,
@@ -357,7 +381,15 @@ class LLM:
                 response = await self._first_text_call(model, system, user, tools, ctx)
             usage += _usage(response, model.model_id)
             while True:
-                if response.tool_calls:
+                if response.tool_calls and bare:
+                    # Asked without tools, the model still calls one: there is nothing to run it with (a plain
+                    # call's response takes no context; issue 30 found the TypeError). Its text is the answer.
+                    log.warning("model %s called %d tool(s) when none were offered; reading its text only",
+                                model.model_id, len(response.tool_calls))  # fmt: skip
+                    if not response.text().strip():
+                        raise RetryLater(f"model {model.model_id} answered the request without tools with a tool "
+                                         "call and no text; nothing was sent")  # fmt: skip
+                elif response.tool_calls:
                     if rounds >= self.config.max_tool_rounds:
                         if rounds > self.config.max_tool_rounds:
                             break
@@ -391,8 +423,9 @@ class LLM:
                     note = ("Your tool calls were run. Results:\n" + "\n".join(results) + "\nNow write the reply "
                             "to the email as plain text: no JSON, no tool calls.")  # fmt: skip
                 elif not nudged:
-                    log.warning("model %s answered with %s instead of a reply; asking for plain text: %.200s",
-                                model.model_id, what, text)  # fmt: skip
+                    # Its text is never logged: it may be the user's memories pasted (issue 30).
+                    log.warning("model %s answered with %s instead of a reply (%s); asking for plain text",
+                                model.model_id, what, fingerprint(text))  # fmt: skip
                     nudged = True
                     note = (f"That was {what}, not a reply (tool results you asked for are above). Write your own "
                             "reply to the email now as plain text, without JSON and without tool calls.")  # fmt: skip
@@ -410,7 +443,7 @@ class LLM:
                     continue
                 else:
                     raise RetryLater(f"model {model.model_id} answered with {what} instead of a reply, twice; "
-                                     f"nothing was sent: {text[:200]!r}")  # fmt: skip
+                                     f"nothing was sent ({fingerprint(text)})")  # fmt: skip
                 notes.append(note)  # our own words: a reply that sends them back is no reply either
                 response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
                 usage += _usage(response, model.model_id)
@@ -442,7 +475,11 @@ class LLM:
         modes = self._modes(model.model_id)
         purpose = _PURPOSE.set(format.__name__)  # the schema's name, as json_schema mode sends it
         try:
+            self._fits(model.model_id, system, user)
             return await self._structured(model, modes, system, user, format, usage)
+        except PromptTooLong as exc:
+            self._learn_context(model.model_id, exc)
+            raise
         finally:
             _PURPOSE.reset(purpose)
 
@@ -495,13 +532,42 @@ class LLM:
         except _InvalidAnswer as exc:
             raise RetryLater(f"model {model.model_id} gave no valid {format.__name__} twice: {exc}") from exc
 
+    @property
+    def where(self) -> str:
+        """The main model and, for a server of the operator's, its URL: what an error names."""
+        return f"{self.model_id} at {self.config.base_url}" if self.config.base_url else self.model_id
+
+    def format_mode(self, model_id: str | None = None) -> str:
+        """The structured-output mode the model's server takes (so far): a compatible server's, or "native"."""
+        model_id = model_id or self.background_model_id
+        if model_id not in self._compatible:
+            return "native"
+        return str(self._modes(model_id)[0])
+
     async def check(self) -> str:
-        """One tiny request to the main model, for ``quinn check``; returns the model id."""
+        """One tiny request to the main model, for ``quinn check``; returns the model id and where it is."""
         try:
             await self._model(False).call_async(self._messages("Answer with OK.", "ping"))
         except (llm.Error, *TRANSPORT_ERRORS) as exc:
-            raise ConnectError(f"LLM {self.model_id}: {_translate(exc, self.model_id)}") from exc
-        return self.model_id
+            translated = _translate(exc, self.model_id)
+            if isinstance(translated, ConfigError):
+                raise translated from exc
+            hint = "is the model's server running, and llm.base_url right?" if self.config.base_url else \
+                "is the provider reachable from here?"  # fmt: skip
+            raise ConnectError(f"{self.where} did not answer: {exc.__class__.__name__}: {exc}", hint) from exc
+        return self.where
+
+    async def probe(self, system: str, user: str, *, max_tokens: int = 300) -> str:
+        """One plain call to the main model and its raw text, nothing retried or repaired, at most ``max_tokens``
+        long: the model check (``quinn.agent.model_check``) judges what the model writes on its own."""
+        token = _PURPOSE.set("model-check")
+        try:
+            response = await self._model(False, max_tokens).call_async(self._messages(system, user))
+        except (llm.Error, *TRANSPORT_ERRORS) as exc:
+            raise _translate(exc, self.model_id) from exc
+        finally:
+            _PURPOSE.reset(token)
+        return response.text().strip()
 
 
 class _InvalidAnswer(ValueError):
@@ -519,7 +585,7 @@ def _parse_answer(response: Any, format: type[T], model: str, *, last_try: bool)
         try:
             return response.parse()  # e.g. a format tool's arguments, not text
         except llm.ParseError as exc:
-            raise _InvalidAnswer(f"no JSON object in the answer ({text[:100]!r})") from exc
+            raise _InvalidAnswer(f"no JSON object in the answer ({fingerprint(text)})") from exc
     if is_schema_dump(value):
         raise _InvalidAnswer("that is the JSON schema itself, not an answer that follows it")
     fields = set(format.model_fields)
@@ -528,7 +594,8 @@ def _parse_answer(response: Any, format: type[T], model: str, *, last_try: bool)
         if len(value) == 1 and isinstance(inner, dict) and fields & set(inner):
             value = inner  # {"Extraction": {...}}: the answer wrapped in one more object
         else:
-            raise _InvalidAnswer(f"keys {sorted(value)} are not in the schema; use {sorted(fields)}")
+            # The model's keys are its text (logged with this message): counted, not shown.
+            raise _InvalidAnswer(f"its {len(value)} key(s) are not in the schema; use {sorted(fields)}")
     if value == {} and fields and not last_try:
         raise _InvalidAnswer("an empty object {}: give the schema's fields (an empty list where there is nothing)")
     if repaired:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from quinn.agent.extract import DUPLICATE_SIMILARITY
+from quinn.agent.forgetting import Forgetting, reach
 from quinn.agent.tools import MemoryChange
 from quinn.clock import iso, utcnow
-from quinn.memory import Memory, MemoryStore, Passage, content_words, find_similar, hybrid_search
+from quinn.memory import NOT_WIPED, Memory, MemoryStore, Passage, content_words, find_similar, hybrid_search
 
 RequestKind = Literal["remember", "forget", "digest", "export", "purge", "stop", "resume"]
 FORGET_MIN_OVERLAP = 0.5  # share of the request's content words a memory must contain to be forgotten
@@ -131,20 +132,53 @@ def remember(store: MemoryStore, user_id: str, name: str, what: str, source: dic
     return MemoryChange("saved", memory_id, content)
 
 
-def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> MemoryChange | None:
-    """Forget the user's memory that best matches ``what``, if one clearly does; None when none does."""
+@dataclass(frozen=True)
+class Forgot:
+    """What "forget …" did: the memory changes (a memory forgotten whole, or rewritten without the fact when it
+    held others too), and what else written from the fact was changed, by where (``forgetting.reach``)."""
+
+    changes: list[MemoryChange]
+    elsewhere: dict[str, int]
+
+
+def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> Forgot | None:
+    """Forget what ``what`` names (issue 35); None when no memory clearly matches it.
+
+    The memory that best matches it, if one clearly does, and every other current memory that mentions the fact
+    (its names, or its words: ``forgetting.Forgetting``): one that holds other facts too gets a new version
+    without it (the rest kept, and said so); one that holds nothing else is forgotten. Then the fact leaves what
+    was written from it: the short-term state, conversation reviews, thread summaries, passages and the graph.
+    A private memory is not touched with others on the mail; an immutable one never."""
     wanted = content_words(what)
     if not wanted:
         return None
+    target = None
     for hit in hybrid_search(store, user_id, what, k=5, touch=False):
         memory = hit.memory
         if memory.immutable or (memory.private and not private_ok):
             continue
-        overlap = len(wanted & content_words(memory.content)) / len(wanted)
-        if overlap >= FORGET_MIN_OVERLAP:
-            store.forget(memory.id, user_id=user_id, reason=f'asked by email: "forget {what}"')
-            return MemoryChange("forgotten", memory.id, memory.content)
-    return None
+        if len(wanted & content_words(memory.content)) / len(wanted) >= FORGET_MIN_OVERLAP:
+            target = memory
+            break
+    if target is None:
+        return None
+    current = store.get_all(user_id, limit=10_000)
+    fact = Forgetting.of(what).beside([m.content for m in current])
+    others = [m for m in current if m.id != target.id and fact.mentions(m.content) and not m.immutable
+              and (private_ok or not m.private)]  # fmt: skip
+    changes: list[MemoryChange] = []
+    gone: list[int] = []
+    reason = f'asked by email: "forget {what}"'
+    for memory in (target, *others):
+        rest = fact.without(memory.content) if fact.mentions(memory.content) else ""
+        if rest and content_words(rest) and rest != memory.content:
+            new_id = store.update(memory.id, rest, user_id=user_id, reason=f"{reason}; the rest kept")
+            changes.append(MemoryChange("rewritten", new_id, rest))
+        else:
+            store.forget(memory.id, user_id=user_id, reason=reason)
+            changes.append(MemoryChange("forgotten", memory.id, memory.content))
+            gone += [memory.id, memory.root_id or memory.id]
+    return Forgot(changes, reach(store, user_id, fact, gone))
 
 
 def digest_groups(memories: Sequence[Memory]) -> list[dict[str, Any]]:
@@ -172,17 +206,22 @@ def _title(type_: str, domain: str | None) -> str:
 
 def export_json(
     user_id: str, memories: Sequence[Memory], withheld: int = 0, passages: Sequence[Passage] = (),
-    withheld_passages: int = 0,
+    withheld_passages: int = 0, shaping: dict[str, Any] | None = None,
+    versions: dict[int, list[dict[str, Any]]] | None = None,
 ) -> bytes:  # fmt: skip
     """The user's memories as a JSON document (the export form of ``Memory.to_record``), and the passages of
     past mail that conversation recall holds (issue 14), oldest first; a passage of an attached file names the file
-    and where in it (issue 18)."""
+    and where in it (issue 18); with ``shaping`` (agent/known.py) everything else that shapes replies, and each
+    memory's ``versions`` (number, change, time) by its root id (issue 35)."""
     document = {
         "user": user_id, "exported_at": iso(utcnow()), "count": len(memories),
-        "withheld_private": withheld, "memories": [m.to_record() for m in memories],
+        "withheld_private": withheld,
+        "memories": [{**m.to_record(), **({"versions": versions.get(m.root_id or m.id, [])} if versions else {})}
+                     for m in memories],
         "conversation": [{"date": p.sent_at, "direction": p.direction, "subject": p.subject, "text": p.content,
                           **({"file": p.document, "where": p.ref} if p.document else {})} for p in passages],
         "withheld_conversation": withheld_passages,
+        **(shaping or {}),
     }  # fmt: skip
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
 
@@ -253,16 +292,24 @@ PURGED_AS = {
 def purge_report(counts: dict[str, int]) -> str:
     """The answer after a purge, saying what was removed."""
     removed = ", ".join(f"{n} {PURGED_AS[table][n != 1]}" for table, n in counts.items() if n and table in PURGED_AS)
+    # Said, not hidden (issue 35): a reader of the database file kept the deleted rows' bytes in it for now.
+    not_wiped = (
+        " One caveat: another program was reading my database while I deleted, so the deleted text may still sit "
+        "in the database file's unused space until it is rewritten; my operator has been told."
+        if counts.get(NOT_WIPED) else ""
+    )  # fmt: skip
     return (
         "Done: I deleted everything I knew about you"
         + (f" ({removed})" if removed else "")
         + ". Your emails and my replies are being deleted from my mailbox too. I no longer remember anything"
-        " about you; if you write again, I start from scratch."
+        " about you; if you write again, I start from scratch." + not_wiped
     )
 
 
-def changes_footer(changes: Sequence[MemoryChange]) -> str:
-    """The block appended to a reply that changed memory, so every change is reported."""
+def changes_footer(changes: Sequence[MemoryChange], elsewhere: Sequence[str] = ()) -> str:
+    """The block appended to a reply that changed memory, so every change is reported (and, for a forget, where
+    else the fact was taken out: issue 35)."""
     if not changes:
         return ""
-    return "\n\n---\nChanges to what I remember about you:\n" + "\n".join(f"- {c.describe()}" for c in changes)
+    lines = [f"- {c.describe()}" for c in changes] + [f"- also taken out of: {where}" for where in elsewhere]
+    return "\n\n---\nChanges to what I remember about you:\n" + "\n".join(lines)

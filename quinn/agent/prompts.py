@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -179,3 +180,44 @@ class PromptStore:
                 self._good[name].mtimes = ()
             except KeyError:
                 continue
+
+
+def render_source(name: str, source: str, variables: dict[str, Any],
+                  samples: dict[str, dict[str, Any]] | None = None) -> RenderedPrompt:  # fmt: skip
+    """``source`` as ``name``'s template, compiled in the sandbox (``default/…`` reachable) and rendered with
+    ``variables``, without touching any template directory; a ``TemplateError`` says what is wrong and where.
+    ``samples``: it must also render them (the trial render every edit gets). Text nobody vouches for yet (an edit,
+    a model's rewrite) is rendered so only in a child process with limits (``agent/trials.py``)."""
+    with tempfile.TemporaryDirectory(prefix="quinn-template-") as tmp:
+        (Path(tmp) / f"{name}{SUFFIX}").write_text(source, encoding="utf-8")
+        store = PromptStore(Path(tmp), samples=None if samples is None else lambda: samples)
+        return store.render(name, variables)
+
+
+def checked(name: str, source: str, samples: dict[str, dict[str, Any]],
+            heavy: dict[str, dict[str, Any]] | None = None) -> str | None:  # fmt: skip
+    """Why ``source`` cannot be ``name``'s template (compiled in the sandbox, rendered with the samples, both
+    blocks present; and rendered with ``heavy``, the samples grown to the sizes real mail and memory reach, so a
+    template quick on two memories but slow on two hundred meets the trial's deadline), or None when it can."""
+    try:
+        rendered = render_source(name, source, samples[name], samples)
+        if heavy is not None:
+            render_source(name, source, heavy[name])
+    except TemplateError as exc:
+        return exc.message
+    if not rendered.system.strip() or not rendered.user.strip():
+        return "the template must fill both the system and the user block"
+    return None
+
+
+def rendered_or_problem(name: str, source: str, variables: dict[str, Any], samples: dict[str, dict[str, Any]],
+                        heavy: dict[str, dict[str, Any]] | None = None) -> RenderedPrompt | str:  # fmt: skip
+    """A preview's work in its child: why ``source`` fails the checks or ``variables`` (a string), else the
+    render with ``variables``."""
+    problem = checked(name, source, samples, heavy)
+    if problem is not None:
+        return problem
+    try:
+        return render_source(name, source, variables)
+    except TemplateError as exc:  # passes the samples, fails on this person's data: worth knowing
+        return str(exc)

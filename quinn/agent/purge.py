@@ -8,16 +8,18 @@ from ``OWNERS`` survives a purge: tests/memory/test_memory_isolation.py plants a
 
 from __future__ import annotations
 
-from quinn.agent import audit_log, confirm, digest, learning, reply_trace, state, usage
+from quinn.agent import audit_log, confirm, digest, learning, proposals, reply_trace, state, usage
 from quinn.documents import library
 from quinn.mailbox import ledger, outbox, threads
 from quinn.memory import MemoryStore, PurgeUser
 
 #: Besides memory (``quinn.memory.store.purge_user``, run first), in order: files (before the messages they are
 #: linked to), conversations, replies, the ledger, then what the agent keeps of the user (the audit log
-#: keeps its entries, unlinked from the user and without their detail).
+#: keeps its entries, unlinked from the user and without their detail; the proposals drawn from the user's
+#: conversation reviews go before the reviews, which name them).
 OWNERS: tuple[PurgeUser, ...] = (
-    library.purge_user, threads.purge_user, outbox.purge_user, ledger.purge_user, state.purge_user, usage.purge_user,
+    library.purge_user, threads.purge_user, outbox.purge_user, ledger.purge_user, proposals.purge_user,
+    state.purge_user, usage.purge_user,
     confirm.purge_user, digest.purge_user, learning.purge_user, reply_trace.purge_user, audit_log.purge_user,
 )  # fmt: skip
 

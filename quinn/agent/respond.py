@@ -18,8 +18,16 @@ from typing import Any
 
 from mirascope import llm as mirascope_llm
 
-from quinn.agent import confirm, consent, digest, memory_mail, proposals, reply_trace
-from quinn.agent.context import ReplyInputs, ThreadMessage, others_on_thread, reply_variables, visible
+from quinn.agent import confirm, consent, digest, forgetting, known, memory_mail, proposals, reply_trace
+from quinn.agent.context import (
+    ReplyInputs,
+    ThreadMessage,
+    cut_text,
+    estimate_tokens,
+    others_on_thread,
+    reply_variables,
+    visible,
+)
 from quinn.agent.domains import DomainDetector
 from quinn.agent.extract import ExtractionOutcome, extract_memories
 from quinn.agent.gate import sensory_gate
@@ -36,7 +44,18 @@ from quinn.config import Config
 from quinn.documents import Extracted
 from quinn.errors import RetryLater, StoreError, TemplateError
 from quinn.mailbox import InboundEmail
-from quinn.memory import MemoryStore, hybrid_search, linked_hits, record_retrievals, search_passages, user_passages
+from quinn.memory import (
+    MemoryStore,
+    asked_to_keep,
+    earlier_versions,
+    hybrid_search,
+    linked_hits,
+    record_retrievals,
+    search_passages,
+    user_passages,
+    versions_of,
+    whole_history,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +103,7 @@ class _Work:
     actions: list[str] = field(default_factory=list)
     changes: list[MemoryChange] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)  # where else a forget took the fact out (issue 35)
     opted_out: bool = False  # the person asked not to be remembered (consent.py): read what is known, store nothing
 
 
@@ -133,17 +153,20 @@ class Agent:
     def reply_inputs(
         self, email: InboundEmail, user: str, use_memory: bool, thread: Sequence[ThreadMessage] = (),
         summary: str | None = None, actions: Sequence[str] = (), *, touch: bool = True,
-        session_id: str | None = None, documents: Sequence[Extracted] = (),
+        session_id: str | None = None, documents: Sequence[Extracted] = (), authenticated: bool | None = None,
     ) -> ReplyInputs:  # fmt: skip
         """Persona, profile, domains and retrieved memories for ``email`` (runs on the DB thread), with its
         attachments as read (``documents``).
 
         ``touch`` counts the retrieval as an access (strengthening the memories); a preview passes False.
+        ``authenticated``: whether the sender is trusted, which picks the ``[budget]`` the mail's text and its
+        attachment list are cut to (None: as ``use_memory``).
         """
         store = self.store
         c = self.config
         persona, profile, hits, domains, passages = [], [], [], [], []
         state: dict[str, str] = {}
+        earlier, history, token_budget = {}, None, c.memory_tokens()
         if use_memory:
             state = user_state(store.db, user)  # what the last conversation left open: "recent context"
             persona = store.get_all(None, scope="global", type="persona")
@@ -163,12 +186,20 @@ class Agent:
             others = others_on_thread(email, user, c.smtp.from_address)
             passages = search_passages(store, user, query, k=c.memory.search_k, exclude_message_ids=buffered,
                                        others=others, domains=domains)  # fmt: skip
+            # Issue 32: the version each memory replaced ("earlier: X (until DATE)"), and the person's whole
+            # past mail when it may fit the budget (context.recall_blocks decides; about four characters a token).
+            earlier = earlier_versions(store.db, [*profile, *(h.memory for h in hits)])
+            history = whole_history(store.db, user, token_budget * 4, exclude_message_ids=buffered, others=others,
+                                    domains=domains)  # fmt: skip
         inputs = ReplyInputs(
             email=email, user_id=user, assistant_name=c.smtp.from_name, assistant_address=c.smtp.from_address,
             today=utcnow().date().isoformat(), memory_enabled=use_memory, persona=persona, profile=profile,
             hits=hits, passages=passages, thread=list(thread), thread_summary=summary,
-            token_budget=c.memory.token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
+            token_budget=token_budget, domains=domains, now=utcnow(), actions=list(actions), state=state,
             documents=list(documents), document_tokens=c.documents.prompt_tokens,
+            mail_tokens=self.budget(use_memory if authenticated is None else authenticated)[0],
+            attachments_listed=self.budget(use_memory if authenticated is None else authenticated)[1],
+            earlier=earlier, history=history or (),
         )  # fmt: skip
         if use_memory and touch:
             # Use is what reached the prompt: the profile shown and the hits that survived the domain, privacy
@@ -180,15 +211,23 @@ class Agent:
                 record_retrievals(store.db, session_id, shown, utcnow())
         return inputs
 
+    def budget(self, authenticated: bool) -> tuple[int, int, int]:
+        """(mail tokens, attachments listed, request tokens) of ``[budget]`` for a sender of this trust."""
+        b = self.config.budget
+        if authenticated:
+            return b.mail_tokens, b.attachments_listed, b.request_tokens
+        return b.mail_tokens_unauthenticated, b.attachments_listed_unauthenticated, b.request_tokens_unauthenticated
+
     # -- 2 and 3. the answer ---------------------------------------------------------------------------
 
     async def answer(
         self, email: InboundEmail, user: str, use_memory: bool, *, thread: Sequence[ThreadMessage] = (),
         summary: str | None = None, session_id: str | None = None, withheld: str | None = None,
-        documents: Sequence[Extracted] = (),
+        documents: Sequence[Extracted] = (), authenticated: bool | None = None,
     ) -> Answer:  # fmt: skip
         """The reply to ``email``: memory commands first, then the model (with memory tools when memory is on).
         ``documents``: the mail's attachments as read (quinn/documents), shown to the model with the mail.
+        ``authenticated``: the sender is trusted (None: as ``use_memory``); it picks the prompt's ``[budget]``.
 
         Without memory (``use_memory`` false: the sender is not trusted, or the reply goes to someone else),
         memory commands are refused and the reply says why (``withheld``), without a model call for them.
@@ -196,8 +235,9 @@ class Agent:
         waits (``RetryLater``) with the reason, as for a model that is down.
         """
         try:
+            trusted = use_memory if authenticated is None else authenticated
             if not use_memory:
-                return await self._without_memory(email, user, thread, summary, withheld)
+                return await self._without_memory(email, user, thread, summary, withheld, trusted)
             return await self._answer(email, user, thread, summary, session_id, documents)
         except TemplateError as exc:
             raise RetryLater(f"prompt template cannot render: {exc.message}", exc.hint) from exc
@@ -206,15 +246,16 @@ class Agent:
 
     async def _without_memory(
         self, email: InboundEmail, user: str, thread: Sequence[ThreadMessage], summary: str | None,
-        withheld: str | None,
+        withheld: str | None, authenticated: bool = False,
     ) -> Answer:  # fmt: skip
         why = withheld or "This email may not use your memory."
         if memory_mail.parse_requests(email.text) or confirm.codes_in(f"{email.subject}\n{email.full_text}"):
             log.info("mail %s: memory command refused: %s", email.message_id, why)
             return Answer(memory_mail.refused(why), memory_mail.REFUSED_TEMPLATE, "", private=True)
         with self.stage("retrieve"):
-            inputs = await self._db(self.reply_inputs, email, user, False, thread, summary)
-        answer = await self._model_reply(inputs, None, _Work())
+            inputs = await self._db(self.reply_inputs, email, user, False, thread, summary,
+                                    authenticated=authenticated)  # fmt: skip
+        answer = await self._model_reply(inputs, None, _Work(), self.budget(authenticated)[2])
         note = f"\n\n---\n{withheld}" if withheld else ""
         return Answer(answer.body + note, answer.template, answer.prompt_version, answer.usage, trace=answer.trace)
 
@@ -245,7 +286,7 @@ class Agent:
         if "export" in kinds:
             log.info("mail %s: %s asks for an export; asking for confirmation", email.message_id, user)
             code = await self._db(confirm.issue, self.store.db, user, "export", email.message_id, utcnow())
-            body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes)
+            body = memory_mail.export_question(user, code) + memory_mail.changes_footer(work.changes, work.elsewhere)
             return Answer(body, memory_mail.EXPORT_CONFIRM_TEMPLATE, "", changes=tuple(work.changes), private=True)
         if "digest" in kinds:
             return await self._digest(email, user, private_ok, work)
@@ -257,10 +298,11 @@ class Agent:
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
+            keep_secrets=asked_to_keep(email.text),
             grounding=Grounding.of([email.text, *(d.text for d in documents if not d.error)],
                                    [user, email.from_.name if email.from_ else ""]),  # what they sent
         )  # fmt: skip
-        return await self._model_reply(inputs, deps, work)
+        return await self._model_reply(inputs, deps, work, self.budget(True)[2])
 
     def _carry_out(
         self, email: InboundEmail, user: str, requests: Sequence[memory_mail.MemoryRequest], private_ok: bool
@@ -289,13 +331,22 @@ class Agent:
                 work.changes.append(change)
                 work.actions.append(f"Saved, as asked: {change.content} [memory:{change.memory_id}]")
             elif request.kind == "forget":
-                forgotten = memory_mail.forget(self.store, user, request.argument, private_ok)
-                if forgotten is None:
+                forgot = memory_mail.forget(self.store, user, request.argument, private_ok)
+                if forgot is None:
                     work.actions.append(f'Asked to forget "{request.argument}", but no memory clearly matches it: '
                                         "nothing was forgotten; ask which memory they mean.")  # fmt: skip
-                else:
-                    work.changes.append(forgotten)
-                    work.actions.append(f"Forgotten, as asked: {forgotten.content} [memory:{forgotten.memory_id}]")
+                    continue
+                work.changes += forgot.changes
+                for change in forgot.changes:
+                    if change.action == "forgotten":
+                        work.actions.append(f"Forgotten, as asked: {change.content} [memory:{change.memory_id}]")
+                    else:
+                        work.actions.append(f"Rewritten without it, the rest kept: {change.content} "
+                                            f"[memory:{change.memory_id}]")  # fmt: skip
+                if forgot.elsewhere:
+                    where = forgetting.described(forgot.elsewhere)
+                    work.actions.append(f"Also taken out of: {where}.")
+                    work.elsewhere.append(where)
         return work
 
     def _correct_digest(
@@ -332,7 +383,11 @@ class Agent:
             memories = visible(every, not others)
             held = await self._db(user_passages, self.store.db, user)
             seen = [p for p in held if p.seen_by(others)]  # as in prompts: only what those on the mail saw
-            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen))
+            # Everything else that shapes replies (issue 35), with no one else on the mail: it is not sorted private.
+            found = {} if others else await self._db(known.shaping, self.store, user)
+            versions = await self._db(versions_of, self.store.db, user)
+            data = memory_mail.export_json(user, memories, len(every) - len(memories), seen, len(held) - len(seen),
+                                           shaping=found, versions=versions)  # fmt: skip
             files = (Attachment(f"quinn-memory-{utcnow().date().isoformat()}.json", "application/json", data),)
             log.info("mail %s: export confirmed: %d memories", email.message_id, len(memories))
             return Answer(memory_mail.export_sent(len(memories)), memory_mail.EXPORT_DONE_TEMPLATE, "",
@@ -340,15 +395,17 @@ class Agent:
         log.info("mail %s: a confirmation code that is not valid (expired, used or another user's)", email.message_id)
         return Answer(memory_mail.CONFIRM_FAILED, memory_mail.CONFIRM_FAILED_TEMPLATE, "", private=True)
 
-    async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
-        """The model's reply. A prompt too long for the model's context (``PromptTooLong``) is asked again with the
-        thread, the memory budget and the files' share cut to what the server's figures allow, up to
-        ``REPLY_TRIES`` times in all; not once a tool ran (its change is made: the mail waits instead, as for any
-        ``RetryLater``). The mail's own text is never cut: a mail too long for the model waits and, past its tries,
-        is quarantined with the reason."""
+    async def _model_reply(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work,
+                           request_tokens: int) -> Answer:  # fmt: skip
+        """The model's reply. A prompt too long for the model's context (``PromptTooLong``), or over the
+        ``request_tokens`` of the sender's ``[budget]`` (then it is not sent at all), is asked again with the
+        thread, the memory budget and the files' share cut to fit, up to ``REPLY_TRIES`` times in all; not once a
+        tool ran (its change is made: the mail waits instead, as for any ``RetryLater``). The mail's own text was
+        cut to the budget's ``mail_tokens`` already: a request that still does not fit is never sent, and the mail
+        waits and, past its tries, is quarantined with the reason."""
         for attempt in range(1, REPLY_TRIES + 1):
             try:
-                return await self._model_reply_once(inputs, deps, work)
+                return await self._model_reply_once(inputs, deps, work, request_tokens)
             except PromptTooLong as exc:
                 if attempt == REPLY_TRIES or (deps is not None and deps.calls):
                     raise
@@ -364,7 +421,8 @@ class Agent:
                          inputs.document_tokens)  # fmt: skip
         raise AssertionError("unreachable: the last try returns or raises")
 
-    async def _model_reply_once(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work) -> Answer:
+    async def _model_reply_once(self, inputs: ReplyInputs, deps: MemoryDeps | None, work: _Work,
+                                request_tokens: int) -> Answer:  # fmt: skip
         with self.stage("render"):
             variables = reply_variables(inputs)
             rendered = self.prompts.render("reply", variables)
@@ -373,6 +431,11 @@ class Agent:
             bare = self.prompts.render("reply", reply_variables(dataclasses.replace(
                 inputs, persona=(), profile=(), hits=(), passages=(), state={}, thread=(), thread_summary=None,
                 domains=(), actions=(), documents=())))  # fmt: skip
+        needed = estimate_tokens(f"{rendered.system}\n{rendered.user}")
+        if needed > request_tokens:  # never sent: a stranger's mail must not buy a big model bill (issue 30)
+            raise PromptTooLong(f"the reply prompt needs about {needed} tokens, more than the {request_tokens} "
+                                "of [budget] request_tokens for this sender: not sent", request_tokens,
+                                needed)  # fmt: skip
         await self._keep_version(rendered.version)
         with self.stage("llm"):  # the model call with its tool rounds (a tool's memory search included)
             echo_of = (bare.user,) if self.config.llm.hold_copies else None
@@ -387,7 +450,11 @@ class Agent:
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx,
                                              echo_of=echo_of, recalled=recalled)  # fmt: skip
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
-        body = result.text + memory_mail.changes_footer(changes) + (consent.FOOTER if work.opted_out else "")
+        body = (
+            result.text
+            + memory_mail.changes_footer(changes, work.elsewhere)
+            + (consent.FOOTER if work.opted_out else "")
+        )
         prompt = f"{rendered.system}\n{rendered.user}"
         shown = tuple(int(i) for i in MEMORY_CITATION.findall(prompt))
         trace = trace_of(inputs, variables, prompt, deps.calls if deps is not None else ())
@@ -410,12 +477,16 @@ class Agent:
         groups = memory_mail.digest_groups(memories)
         rendered = self.prompts.render("digest", {"user": {"address": user}, "groups": groups,
                                                   "others_on_thread": not private_ok})  # fmt: skip
+        # What else shapes replies (issue 35), with no one else on the mail (it is not sorted private).
+        shaping = known.described(await self._db(known.shaping, self.store, user)) if private_ok else ""
+        also = f"\n\nAlso shaping my replies:\n{shaping}" if shaping else ""
         if not groups:
-            body = "I don't remember anything about you yet."
-            return Answer(body + memory_mail.changes_footer(work.changes), "digest", rendered.version, None,
-                          tuple(work.attachments), tuple(work.changes), private=True)  # fmt: skip
+            body = "I don't remember anything about you yet." + also
+            body += memory_mail.changes_footer(work.changes, work.elsewhere)
+            return Answer(body, "digest", rendered.version, None, tuple(work.attachments), tuple(work.changes),
+                          private=True)  # fmt: skip
         result = await self.llm.text(rendered.system, rendered.user, purpose="digest")
-        body = result.text + memory_mail.changes_footer(work.changes)
+        body = result.text + also + memory_mail.changes_footer(work.changes, work.elsewhere)
         return Answer(body, "digest", rendered.version, result.usage, tuple(work.attachments), tuple(work.changes),
                       private=True)  # fmt: skip
 
@@ -445,6 +516,9 @@ class Agent:
                 await self._learnt(email, reply_trace.COMMANDS_ONLY)
                 return None
             email = dataclasses.replace(email, text=text)
+        # What reaches the extraction prompt is cut as the reply's is ([budget] mail_tokens: learning is for
+        # authenticated senders only); the memories are grounded in what the model saw.
+        email = dataclasses.replace(email, text=cut_text(email.text, self.config.budget.mail_tokens))
         decision = sensory_gate(email.text)
         log.info("mail %s: sensory gate: %s", email.message_id, decision)
         if not decision.passed:

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from quinn.config import Config
 
 SAMPLE_USER = "alice@example.org"
+HEAVY_ITEMS = 50  # every list of the heavy samples: more memories, messages and files than a reply gets
+HEAVY_TEXT_CHARS = 10_000  # every piece of prose in them: a long mail, a long memory block
 _WHEN = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
 
 
@@ -86,6 +88,24 @@ def sample_variables() -> dict[str, dict[str, Any]]:
             {"id": m.id, "content": m.content, "date": m.valid_from[:10]} for m in memories]},
         "digest": {"user": {"address": SAMPLE_USER}, "groups": digest_groups(memories), "others_on_thread": False},
     }  # fmt: skip
+
+
+def heavy_sample_variables() -> dict[str, dict[str, Any]]:
+    """``sample_variables`` grown to the sizes real mail and memory reach (``HEAVY_ITEMS`` in every list,
+    ``HEAVY_TEXT_CHARS`` of every piece of prose): a template's trial render with these proves it renders in time
+    with big data too, not only with the two sample memories."""
+    return {name: _grown(variables) for name, variables in sample_variables().items()}
+
+
+def _grown(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _grown(item) for key, item in value.items()}
+    if isinstance(value, list | tuple) and value:
+        items = [_grown(item) for item in value]
+        return (items * (HEAVY_ITEMS // len(items) + 1))[:HEAVY_ITEMS]
+    if isinstance(value, str) and " " in value:  # prose, not an address, a date or a name
+        return ((value + " ") * (HEAVY_TEXT_CHARS // (len(value) + 1) + 1))[:HEAVY_TEXT_CHARS]
+    return value
 
 
 def preview_variables(config: Config, agent: Agent, name: str, user: str, text: str, subject: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ summary, their goal and its status, and what Quinn must keep in mind (issue 15).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from quinn.clock import iso
@@ -68,3 +68,36 @@ def purge_user(tx: Transaction, user: str) -> dict[str, int]:
         "user_state": tx.delete("user_state", "user_id = ?", (user,)),
         "conversation_summaries": tx.delete("conversation_summaries", "user_id = ?", (user,)),
     }
+
+
+def rewrite_mentions(db: Database, user_id: str, rewrite: Callable[[str], str | None]) -> dict[str, int]:
+    """A forget's part of what session reviews left (issue 35): each field of the user's state and each of their
+    conversation reviews' texts that ``rewrite`` changes (None: left alone) is written without the forgotten
+    fact. Returns the state fields and reviews changed."""
+    fields = reviews = 0
+    with db.transaction() as tx:
+        found = tx.query(f"SELECT {', '.join(ALL_STATE_FIELDS)} FROM user_state WHERE user_id = ?", (user_id,))
+        if found:
+            changes = {n: rewrite(v or "") for n, v in zip(ALL_STATE_FIELDS, found[0], strict=True)}
+            changes = {n: v for n, v in changes.items() if v is not None}
+            for name, value in changes.items():
+                tx.execute(f"UPDATE user_state SET {name} = ? WHERE user_id = ?", (value, user_id))
+            fields = len(changes)
+        texts = ("summary", "feedback_text", "improvement_suggestion")
+        for row in tx.query(f"SELECT id, {', '.join(texts)} FROM conversation_summaries WHERE user_id = ?",
+                            (user_id,)):  # fmt: skip
+            new = {n: rewrite(v or "") for n, v in zip(texts, row[1:], strict=True)}
+            new = {n: v for n, v in new.items() if v is not None}
+            if new:
+                sets = ", ".join(f"{n} = ?" for n in new)
+                tx.execute(f"UPDATE conversation_summaries SET {sets} WHERE id = ?", (*new.values(), row[0]))
+                reviews += 1
+    return {"user_state": fields, "conversation_summaries": reviews}
+
+
+def reviews_of(db: Database, user_id: str) -> list[dict[str, object]]:
+    """The user's conversation reviews, newest first: what the export and the person page show (issue 35)."""
+    rows = db.query("SELECT summary, feedback_text, reward_score, improvement_suggestion, created_at"
+                    " FROM conversation_summaries WHERE user_id = ? ORDER BY id DESC", (user_id,))  # fmt: skip
+    keys = ("summary", "feedback", "reward_score", "suggestion", "date")
+    return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -19,7 +19,7 @@ from mirascope import llm
 from quinn.agent.grounding import Grounding, grounded
 from quinn.agent.reply_trace import ToolUse
 from quinn.errors import StoreError
-from quinn.memory import Memory, MemoryStore, NewMemory, hybrid_search, search_passages
+from quinn.memory import Memory, MemoryStore, NewMemory, hybrid_search, mask, search_passages
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ NOT_THEIRS = ("Refused: the person did not say that in this email; save only wha
 class MemoryChange:
     """One change made to a user's memory while answering an email, reported back in the reply."""
 
-    action: Literal["saved", "updated", "forgotten"]
+    action: Literal["saved", "updated", "forgotten", "rewritten"]
     memory_id: int
     content: str
 
@@ -63,6 +63,7 @@ class MemoryDeps:
     read_only: bool = False  # the person asked not to be remembered (agent/consent.py): nothing new is stored
     calls: list[ToolUse] = field(default_factory=list)  # what the model called, for the reply's trace
     grounding: Grounding | None = None  # the person's own words in this mail: what a saved memory must stand on
+    keep_secrets: bool = False  # the mail asked to keep something ("remember my IBAN"): its secrets are kept
 
     def called(self, name: str, memory_ids: tuple[int, ...] = (), found: int | None = None,
                refused: bool = False) -> None:  # fmt: skip
@@ -150,6 +151,8 @@ async def save_memory(
         if not text:
             deps.called("save_memory", refused=True)
             return NOT_THEIRS
+    if not deps.keep_secrets:  # issue 35: a secret is kept only when the person asked
+        text = mask(text)
     name = deps.domain(domain)
     item = NewMemory(
         user_id=deps.user_id, content=text, scope=scope_for(type, name), type=type, domain=name,
@@ -185,6 +188,8 @@ async def update_memory(ctx: llm.Context[MemoryDeps], id: int, content: str) -> 
     if isinstance(found, str):
         deps.called("update_memory", refused=True)
         return found
+    if not deps.keep_secrets:  # issue 35: a secret is kept only when the person asked
+        text = mask(text)
     try:
         new_id = await deps.db(deps.store.update, found.id, text, user_id=deps.user_id, valid_from=deps.valid_from,
                                metadata={**deps.source, "via": "tool"}, reason="update_memory tool")  # fmt: skip

@@ -20,7 +20,7 @@ from quinn.commands.output import add_json_flag, console, print_json, table
 from quinn.config import Config, read_secret
 from quinn.db import Database, is_remote
 from quinn.engine import parts
-from quinn.errors import ConfigError, QuinnError
+from quinn.errors import ConfigError, QuinnError, StoreError
 
 # Admin commands that only read the database resolve no other secrets (no IMAP password needed).
 DATABASE_ONLY = ("database",)
@@ -53,7 +53,7 @@ def opened_database(config: Config) -> Iterator[Database]:
 
 
 def register(sub: Any, with_config: Any) -> None:
-    """Add ``quinn database copy``."""
+    """Add ``quinn database copy`` and ``quinn database vacuum``."""
     group = sub.add_parser("database", help="the database itself")
     commands = group.add_subparsers(dest="database_command", metavar="COMMAND", required=True)
     copy = with_config(add_json_flag(commands.add_parser(
@@ -62,6 +62,23 @@ def register(sub: Any, with_config: Any) -> None:
     copy.add_argument("--to", required=True, metavar="URL", help="libsql://, https://, http:// URL or a file path")
     copy.add_argument("--auth-token-env", metavar="VAR", help="environment variable holding the target's token")
     copy.set_defaults(handler=database_copy, secrets_of=DATABASE_ONLY)
+    vacuum = with_config(commands.add_parser(
+        "vacuum", help="rewrite the file so deleted rows leave its bytes (after a purge a reader blocked)",
+    ))  # fmt: skip
+    vacuum.set_defaults(handler=database_vacuum, secrets_of=DATABASE_ONLY)
+
+
+def database_vacuum(args: argparse.Namespace, config: Config) -> int:
+    """Merge the full-text indexes and vacuum; exit 1 when a reader still keeps the bytes (issue 35)."""
+    with opened_database(config) as db:
+        db.merge_text_indexes()
+        reached = db.vacuum()
+    if not reached:
+        raise StoreError("another process holds a read transaction on the database file, so deleted rows' bytes "
+                         "are still in it", "end the backup or the other connection (a second `quinn console`, "
+                         "Litestream) and run `quinn database vacuum` again")  # fmt: skip
+    console().print("Vacuumed: deleted rows left the file's bytes.")
+    return 0
 
 
 def copyable_tables(db: Database) -> list[str]:

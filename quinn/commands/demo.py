@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,7 @@ class Exchange:
     text: str
     reply: str
     seconds: float
+    attachments: list[str] = field(default_factory=list)  # the reply's files, saved in the demo's folder
 
 
 def llm_settings(args: argparse.Namespace) -> dict[tuple[str, str], str | int | None]:
@@ -104,12 +105,19 @@ def llm_settings(args: argparse.Namespace) -> dict[tuple[str, str], str | int | 
     return llm_values(provider, model, args.base_url, args.api_key_env)
 
 
+def extra_hint(extra: str) -> str:
+    """How to add an extra to the venv Quinn runs from: its own pip (Quinn is not on the public index, but an
+    installed quinn-mail satisfies the name and pip fetches only the extra's packages)."""
+    pip = Path(sys.prefix) / "bin" / "pip"
+    return f"{pip} install 'quinn-mail[{extra}]' (or pip install '.[{extra}]' in Quinn's source folder)"
+
+
 def check_installed() -> None:
     """Dovecot and aiosmtpd are not among Quinn's dependencies: say how to get them."""
     from quinn.lab.dovecot import dovecot_available, dovecot_binaries
 
     if importlib.util.find_spec("aiosmtpd") is None:
-        raise ConfigError("quinn demo needs aiosmtpd, its local SMTP server", "pip install 'quinn-mail[demo]'")
+        raise ConfigError("quinn demo needs aiosmtpd, its local SMTP server", extra_hint("demo"))
     if not dovecot_available():
         raise ConfigError(DOVECOT_HINT, f"looked for {' and '.join(dovecot_binaries())} "
                           "($QUINN_DOVECOT_BIN and $QUINN_DOVEADM_BIN name others)")  # fmt: skip
@@ -129,6 +137,8 @@ class Demo:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
+        self.verdict: Any = None  # the model check's (quinn.agent.model_check)
+        self.warnings: Callable[[], str | None] = lambda: None  # how many warnings were kept off the terminal
 
     def __enter__(self) -> Demo:
         try:
@@ -146,7 +156,7 @@ class Demo:
         from quinn.app import Quinn
         from quinn.lab.dovecot import Dovecot
         from quinn.lab.smtp import SmtpLab
-        from quinn.logs import secret_values, setup_logging
+        from quinn.logs import quiet_terminal, secret_values, setup_logging
 
         self.folder.mkdir(parents=True, exist_ok=True)
         dovecot = Dovecot(password=f"demo-{os.urandom(8).hex()}")
@@ -160,8 +170,10 @@ class Demo:
         path.write_text(self.config_text(), encoding="utf-8")
         self.config = load_config(path, env={**os.environ, PASSWORD_ENV: dovecot.password})
         setup_logging(self.config.log_level, secrets=secret_values(self.config))
-        try:  # fail now, not after the first mail's retries
-            asyncio.run(parts.llm(self.config).check())
+        if not self.verbose:  # the chat shows Quinn, not its warnings; they stay in the demo's quinn.log
+            self.warnings = quiet_terminal(self.folder / "quinn.log")
+        try:  # fail now, not after the first mail's retries; and say whether the model can do the job
+            self.verdict = asyncio.run(self._check_model())
         except ConnectError as exc:
             raise ConnectError(exc.message, "is the model's server running and --base-url right? (Ollama: "
                                "`ollama serve`, then `ollama pull MODEL`)") from None  # fmt: skip
@@ -174,12 +186,20 @@ class Demo:
             if time.monotonic() > deadline:
                 raise ConnectError(f"Quinn did not start within {READY_TIMEOUT_S:.0f} s", "run again with --verbose")
 
+    async def _check_model(self) -> Any:
+        from quinn.agent import check_model
+
+        assert self.config is not None
+        llm = parts.llm(self.config)
+        await llm.check()
+        return await check_model(llm)
+
     def config_text(self) -> str:
         """quinn.toml for the demo: the packaged example with the demo mailbox, the model and trust filled in."""
         from quinn.lab.smtp import LAB_AUTHSERV
 
         values: dict[tuple[str, str], str | int | None] = {
-            ("", "log_level"): "INFO" if self.verbose else "WARNING",
+            ("", "log_level"): "INFO",  # on the terminal with --verbose, else in the demo's quinn.log
             ("database", "url"): str(self.folder / "quinn.db"),
             ("smtp", "from_address"): QUINN, ("smtp", "reply_mode"): "send",
             ("smtp", "username"): None, ("smtp", "password_env"): None,
@@ -219,7 +239,8 @@ class Demo:
                 if reply["In-Reply-To"] == message_id:
                     part = reply.get_body(("plain",))
                     body = part.get_content() if part is not None else ""
-                    return Exchange(subject, text, body.rstrip(), round(time.monotonic() - started, 2))
+                    return Exchange(subject, text, body.rstrip(), round(time.monotonic() - started, 2),
+                                    self._save_attachments(reply))  # fmt: skip
             self._raise_failure()
             return None
 
@@ -228,6 +249,23 @@ class Demo:
         except WaitTimeout:
             hint = "a slow model needs a longer --reply-timeout-s; --verbose shows the log"
             raise ConnectError(f"no reply from Quinn within {timeout_s:.0f} s", hint) from None
+
+    def _save_attachments(self, reply: EmailMessage) -> list[str]:
+        """The reply's files (a memory export's JSON) saved in the demo's folder, under a name made safe."""
+        saved = []
+        folder = self.folder / "attachments"
+        for part in reply.iter_attachments():
+            name = Path(str(part.get_filename() or "attachment")).name.lstrip(".") or "attachment"
+            folder.mkdir(exist_ok=True)
+            path = folder / name
+            for n in range(2, 100):
+                if not path.exists():
+                    break
+                path = folder / f"{Path(name).stem}-{n}{Path(name).suffix}"
+            content = part.get_content()
+            path.write_bytes(content if isinstance(content, bytes) else str(content).encode("utf-8"))
+            saved.append(str(path))
+        return saved
 
     @property
     def learning(self) -> bool:
@@ -274,34 +312,54 @@ def demo_command(args: argparse.Namespace, config: None) -> int:
     check_installed()
     if args.json and not args.send:
         raise ConfigError("--json goes with --send", 'e.g. quinn demo --model ... --json --send "Hello"')
-    say = print if not args.json else (lambda *a, **k: print(*a, **k, file=sys.stderr))
+    say = print if not args.json else (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True))
     say(f"starting a throwaway mailbox on 127.0.0.1 and Quinn on it (model {llm[('llm', 'model')]})...")
     with Demo(llm, args.keep, args.verbose) as demo:
-        say(f"you are {YOU}, Quinn is {QUINN}; the demo's quinn.toml is {demo.folder / 'quinn.toml'}")
+        verdict = demo.verdict
+        say(("model check: " if verdict.passed else "model check FAILED: ") + verdict.line())
+        say(f"you are {YOU}, Quinn is {QUINN}; the demo's quinn.toml is {demo.folder / 'quinn.toml'}"
+            + ("" if args.verbose else f", its log {demo.folder / 'quinn.log'} (--verbose: here)"))  # fmt: skip
         say(f"a mail client may join in: IMAP 127.0.0.1:{demo.dovecot.port}, SMTP 127.0.0.1:{demo.smtp.port}, "
             f"no TLS, any @{DEMO_DOMAIN} user, password {demo.dovecot.password}")  # fmt: skip
         if args.send:
             exchanges = []
             for text in args.send:
-                exchanges.append(demo.send(text, args.subject, args.reply_timeout_s))
+                # Progress on stderr (with --json too): a slow local model is silent for minutes otherwise.
+                print(f"mailed {text[:60]!r}; waiting for Quinn's reply...", file=sys.stderr, flush=True)
+                exchange = demo.send(text, args.subject, args.reply_timeout_s)
+                exchanges.append(exchange)
+                if not args.json:
+                    show(exchange)
+                if demo.learning:
+                    print(f"reply in {exchange.seconds:.1f} s; Quinn is learning from the mail...", file=sys.stderr,
+                          flush=True)  # fmt: skip
                 demo.settle(args.reply_timeout_s)
             if args.json:
-                print_json({"you": YOU, "quinn": QUINN, "exchanges": [vars(e) for e in exchanges],
+                print_json({"you": YOU, "quinn": QUINN, "model_check": {"passed": verdict.passed,
+                            "problems": verdict.problems}, "exchanges": [vars(e) for e in exchanges],
                             "memories": demo.memories()})  # fmt: skip
-            else:
-                for e in exchanges:
-                    show(e)
+            finish(demo)
             return 0
         return converse(demo, args)
+
+
+def finish(demo: Demo) -> None:
+    """The demo's last word on stderr: how many warnings were kept in its log."""
+    note = demo.warnings()
+    if note:
+        print(f"({note})", file=sys.stderr)
 
 
 def show(exchange: Exchange, *, echo: bool = True) -> None:
     """Quinn's reply for people, after the mail (``echo``; at the prompt it is on the screen already)."""
     print(("\nyou: " + exchange.text if echo else "") + f"\nquinn ({exchange.seconds:.1f} s):\n{exchange.reply}\n")
+    for path in exchange.attachments:
+        print(f"attached: {path}")
 
 
 def converse(demo: Demo, args: argparse.Namespace) -> int:
-    """The interactive loop: each line is a mail to Quinn; /memory, /subject and /quit (or end of input)."""
+    """The interactive loop: each line is a mail to Quinn; /memory, /subject and /quit (or end of input). The
+    prompt comes back as soon as the reply is shown: Quinn learns from the mail meanwhile."""
     print(f"Type a message and press Enter. {COMMANDS}.")
     subject = args.subject
     while True:
@@ -311,8 +369,12 @@ def converse(demo: Demo, args: argparse.Namespace) -> int:
             line = "/quit"
         if line in ("/quit", "/exit"):
             print("stopping the demo" + ("" if demo.keep is None else f"; kept {demo.folder}"))
+            finish(demo)
             return 0
         if line == "/memory":
+            if demo.learning:
+                print("(Quinn is still learning from your last mail; waiting for it)")
+                demo.settle(args.reply_timeout_s)
             rows = demo.memories()
             print(f"Quinn remembers about {YOU}:" + ("" if rows else " nothing yet"))
             for row in rows:
@@ -327,7 +389,6 @@ def converse(demo: Demo, args: argparse.Namespace) -> int:
             try:
                 show(demo.send(line, subject, args.reply_timeout_s), echo=False)
                 if demo.learning:
-                    print("(Quinn is learning from your mail)")
-                demo.settle(args.reply_timeout_s)
+                    print("(Quinn is learning from your mail meanwhile: type on; a new mail waits until it is done)")
             except QuinnError as exc:
                 print(f"quinn: {exc}", file=sys.stderr)

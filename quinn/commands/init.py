@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from quinn.commands.presets import MAIL_PRESETS, add_preset_flag, chosen_preset, preset_values
 from quinn.config import load_config
 from quinn.errors import ConfigError
 from quinn.packaged import packaged_file
@@ -64,12 +65,15 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
     for proto, default_tls in (("imap", "ssl"), ("smtp", "ssl")):
         p.add_argument(f"--{proto}-host", help=f"{proto.upper()} server (default: {proto}.<domain of --address>)")
         p.add_argument(f"--{proto}-port", type=int, help=f"{proto.upper()} port (default: from --{proto}-tls)")
-        p.add_argument(f"--{proto}-tls", choices=("ssl", "starttls", "none"), default=default_tls,
-                       help=f"transport security (default {default_tls})")  # fmt: skip
-        p.add_argument(f"--{proto}-user", help=f'{proto.upper()} login (default: --address; "" for no SMTP login)')
+        p.add_argument(f"--{proto}-tls", choices=("ssl", "starttls", "none"),
+                       help=f"transport security (default {default_tls}, or the mail provider's)")  # fmt: skip
+        p.add_argument(f"--{proto}-user", help=f"{proto.upper()} login (default: --address"
+                       + ('; "" for no SMTP login)' if proto == "smtp" else ")"))  # fmt: skip
     p.add_argument("--password-env", default=DEFAULT_PASSWORD_ENV,
                    help="the environment variable holding the mail password (IMAP and SMTP)")  # fmt: skip
-    p.add_argument("--provider", choices=sorted(PROVIDERS), default="openai", help="the model provider")
+    p.add_argument("--provider", choices=sorted(PROVIDERS) + sorted(MAIL_PRESETS), default="openai",
+                   help="the model provider (a mail provider's name here means --mail-provider)")  # fmt: skip
+    add_preset_flag(p)
     p.add_argument("--model", help="the model name (default: the provider's usual small model)")
     p.add_argument("--base-url", help="the model server's URL (Ollama: http://localhost:11434/v1)")
     p.add_argument("--api-key-env", help='the environment variable holding the API key ("" for none)')
@@ -121,7 +125,7 @@ def llm_values(provider_name: str, model: str, base_url: str | None, api_key_env
     }
 
 
-def fill(template: str, values: dict[tuple[str, str], str | int | None]) -> str:
+def fill(template: str, values: dict[tuple[str, str], Any]) -> str:
     """``template`` (the example config, which documents every key) with each ``(section, key)`` set to its
     value, as TOML; a commented key is uncommented, and a value of None comments the key out."""
     lines = template.splitlines()
@@ -181,14 +185,18 @@ def init_command(args: argparse.Namespace, config: None) -> int:
     if path.exists() and not args.force:
         raise ConfigError(f"{path} exists; quinn init leaves it alone", "pass --force to overwrite it, or -c NEW_PATH")
     ask = Asker(not args.non_interactive)
+    if args.non_interactive:
+        missing_flags(args)  # all of them at once, before any server is probed
     address = ask("Quinn's mail address (a mailbox of its own: Quinn moves mail out of its inbox)", args.address)
     if "@" not in address:
         raise ConfigError(f"{address!r} is not a mail address", "give Quinn's address, e.g. quinn@example.org")
     domain = address.rsplit("@", 1)[1]
-    values: dict[tuple[str, str], str | int | None] = {}
+    preset = chosen_preset(args)
+    values: dict[tuple[str, str], Any] = {}
     for proto in ("imap", "smtp"):
         host = ask(f"{proto.upper()} server", getattr(args, f"{proto}_host") or f"{proto}.{domain}")
-        tls = ask(f"{proto.upper()} transport security", getattr(args, f"{proto}_tls"), ("ssl", "starttls", "none"))
+        tls = ask(f"{proto.upper()} transport security", getattr(args, f"{proto}_tls") or "ssl",
+                  ("ssl", "starttls", "none"))  # fmt: skip
         port = int(ask(f"{proto.upper()} port", str(getattr(args, f"{proto}_port") or TLS_PORTS[proto][tls])))
         user_flag = getattr(args, f"{proto}_user")
         user = ask(f"{proto.upper()} login", address if user_flag is None else user_flag) if (
@@ -222,17 +230,39 @@ def init_command(args: argparse.Namespace, config: None) -> int:
         )
         or None
     )
+    if preset is not None:
+        values |= preset_values(preset, values, bool(values[("policy", "authserv_id")]), args.oauth_client_id)
     text = fill(packaged_file("quinn.example.toml").read_text(encoding="utf-8"), values)
     check_loads(text, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-    needed = sorted({str(v) for (_s, k), v in values.items() if k in ("password_env", "api_key_env") and v})
+    needed = sorted({str(v) for (_s, k), v in values.items() if k.endswith("_env") and v})
     print(f"wrote {path}")
     if not state.is_dir():
         print(f"create the state directory first: mkdir -p {state}")
     exports = " ".join(f"{name}=..." for name in needed)
+    if preset is not None and preset.note:
+        print(f"note: {preset.note}")
+    if values.get(("imap", "auth")) == "oauth2":
+        first = "" if args.oauth_client_id else f"set oauth.client_id in {path} to your app's id, then "
+        print(f"first: {first}sign in: quinn auth login -c {path}")
     print(f"next: {exports + ' ' if exports else ''}quinn check -c {path}")
     return 0
+
+
+def missing_flags(args: argparse.Namespace) -> None:
+    """``--non-interactive``: the flags that have no default and were not given, named together (issue 34)."""
+    provider = PROVIDERS.get(args.provider)
+    needed = {
+        "--address": not args.address,
+        "--model": provider is not None and not (args.model or provider.model),
+        "--base-url": args.provider == "openai-compatible" and not args.base_url,
+    }
+    missing = [flag for flag, lacking in needed.items() if lacking]
+    if missing:
+        raise ConfigError(f"quinn init --non-interactive needs {' and '.join(missing)}",
+                          f"e.g. quinn init --non-interactive {' '.join(f'{f} ...' for f in missing)}; "
+                          "quinn init --help lists every flag")  # fmt: skip
 
 
 def check_loads(text: str, path: Path) -> None:

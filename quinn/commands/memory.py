@@ -23,7 +23,7 @@ from quinn.commands.output import progress_bar
 from quinn.config import Config, resolve_secrets
 from quinn.engine import parts
 from quinn.errors import StoreError
-from quinn.memory import Memory, MemoryStore, backfill, dump_document, export_document
+from quinn.memory import NOT_WIPED, Memory, MemoryStore, backfill, dump_document, export_document
 from quinn.memory import reembed as reembed_passages
 
 Handler = Callable[[argparse.Namespace, Config], int]
@@ -82,6 +82,10 @@ def register(sub: Any, with_config: Callable[[argparse.ArgumentParser], argparse
         p.add_argument("id", type=int, help="the id of the current version")
         p.add_argument("--reason", default=f"{verb}ned by an operator", help="why, for the audit log")
         p.set_defaults(pinned=pinned)
+
+    p = command("persona", persona, "show Quinn's persona (read into every reply prompt), or write it", embeds=True)
+    p.add_argument("content", nargs="?", help="the new persona text (a new version; the old one stays in history)")
+    p.add_argument("--reason", default="persona written by an operator", help="why, for the audit log")
 
     p = command("purge", purge_user, "delete every trace of a user (memories, history, messages); no undo")
     p.add_argument("user", help="the user's address")
@@ -227,6 +231,28 @@ def edit_memory(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def persona(args: argparse.Namespace, config: Config) -> int:
+    """``quinn memory persona [CONTENT]`` (issue 35): the persona memory every reply prompt reads (a global
+    memory of type ``persona``), shown, or written as a new version of the current one (or a first one)."""
+    with open_store(config, embed=bool(args.content)) as store:
+        current = store.get_all(None, scope="global", type="persona")
+        if args.content:
+            if current:
+                new_id = store.update(current[0].id, args.content, reason=args.reason, allow_immutable=True)
+            else:
+                new_id = store.add(None, args.content, scope="global", type="persona", importance=1.0)
+            new = _required(store.get(new_id), new_id)
+            _audit(store, "write persona", new, args.reason)
+            current = [new]
+    if args.json:
+        return _print_json({"persona": [{"id": m.id, "version": m.version, "content": m.content} for m in current]})
+    if not current:
+        print('no persona yet: `quinn memory persona "You are Quinn, …"` writes one')
+    for memory in current:
+        print(f"memory {memory.id} (version {memory.version}): {memory.content}")
+    return 0
+
+
 def forget_memory(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory forget ID``."""
     with open_store(config) as store:
@@ -272,6 +298,9 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         return _print_json({"user": user, "removed": counts})
     _table(f"purged {user}", ["table", "rows"], [[t, str(n)] for t, n in counts.items()])
+    if counts.get(NOT_WIPED):  # said to the operator, not only logged (issue 35)
+        print("warning: another process holds a read transaction on the database file, so the deleted rows' "
+              "bytes are still in it; end it and run `quinn database vacuum`", file=sys.stderr)  # fmt: skip
     return 0
 
 

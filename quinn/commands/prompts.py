@@ -185,12 +185,16 @@ def proposal_command(args: argparse.Namespace, config: Config) -> int:
 
 def decide_command(args: argparse.Namespace, config: Config) -> int:
     """Accept (write the template) or reject a proposal."""
-    from quinn.agent import audit_log, proposals
+    from quinn.agent import TemplateTrials, audit_log, proposals
     from quinn.clock import utcnow
 
     with opened_database(config) as db:
         if args.verb == "accept":
-            path = proposals.accept(db, parts.prompts(config, checked=False), args.id, utcnow())
+            proposal = proposals.get(db, args.id)
+            # The model wrote it: rendered only in a child process with limits (agent/trials.py).
+            problem = TemplateTrials().problem(proposal.name, proposal.source) if proposal.status == "pending" else None
+            passed = proposals.passed_checks(proposal, problem)
+            path = proposals.accept(db, parts.prompts(config, checked=False), args.id, passed, utcnow())
             print(f"proposal {args.id} accepted: written to {path}; a running daemon uses it from its next reply")
         else:
             proposals.decide(db, args.id, "rejected", utcnow())

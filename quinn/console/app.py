@@ -21,7 +21,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from quinn.agent import PromptStore, sample_variables, usage
+from quinn.agent import PromptStore, TemplateTrials, TrialsBusy, sample_variables, usage
 from quinn.clock import Clock
 from quinn.config import ConsoleConfig, SchedulerConfig
 from quinn.console.auth import Admin, LoginLimiter, Session, Sessions, admins_from, csrf_ok
@@ -64,6 +64,9 @@ class Console:
     #: thread (``serve.prompt_parts``); without it a preview uses the sample variables.
     prompts: PromptStore = field(default_factory=lambda: PromptStore(None, samples=sample_variables))
     preview: Callable[[str, str, str, str], dict[str, Any]] | None = None
+    #: Where template text typed here (a check, a preview, a save, a proposal accepted) is rendered: in a child
+    #: process with limits, at most ``TRIAL_SLOTS`` at a time (agent/trials.py); never on a loop or the DB thread.
+    trials: TemplateTrials = field(default_factory=TemplateTrials)
     #: The jobs' settings (intervals, disabled) and "run now": a job's name -> its outcome, the runner's
     #: ``run_job(force=True)`` (``serve.job_parts``); without it the Jobs page only reads.
     job_settings: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -144,6 +147,10 @@ class Console:
                         return self.render(request, "error.html", 403, message="Your role is read-only: you may "
                                            "look, not change.")  # fmt: skip
                 return await endpoint(request)
+            except TrialsBusy as exc:  # every template trial slot is taken: a moment, not a mistake
+                response = self.render(request, "error.html", 503, message=str(exc.message), hint=exc.hint)
+                response.headers["Retry-After"] = "5"
+                return response
             except QuinnError as exc:  # a bad form field, or the store refusing (an immutable or old version)
                 return self.render(request, "error.html", 400, message=str(exc), hint=exc.hint)
 

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
@@ -33,6 +34,9 @@ HASH_PREFIX = "scrypt"
 MAX_ANONYMOUS = 1000  # sessions of login pages not (yet) logged in; past this the oldest goes
 MAX_LIMITED_KEYS = 10_000  # names and addresses with failed logins kept before the stale ones are dropped
 MIN_TOKEN_CHARS = 32  # token_urlsafe(32) gives 43: 256 bits, beyond guessing within any login rate limit
+NAME_DELAY_S = 2.0  # a name past its failures: one attempt per this many seconds, doubling per `attempts` more
+NAME_DELAY_MAX_S = 30.0  # ... up to this
+NAME_WAIT_MAX_S = 120.0  # a slowed name's queue: an attempt that would wait longer is refused
 MAKE_TOKEN = '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
 
 
@@ -208,32 +212,79 @@ def csrf_ok(session: Session | None, form: Mapping[str, str]) -> bool:
 
 
 @dataclass
+class Attempt:
+    """A login attempt let through ``LoginLimiter.take``: its slot under each key, and how long it must wait
+    before its password is checked (its name had too many failures: a delay, not a lock)."""
+
+    address: str
+    name: str
+    delay_s: float
+
+
+@dataclass
 class LoginLimiter:
-    """Failed logins per key (the client address, the login name) within a sliding window."""
+    """Failed logins per client address and per login name within a sliding window.
+
+    Counted before the password is hashed, not after: ``take`` reserves a slot under each key (under a lock, so
+    40 attempts at once cannot all pass the check before one failure is recorded), ``done`` turns it into a
+    failure or frees it. An address with ``attempts`` failures (and attempts in flight) is refused until its
+    oldest failure leaves the window: it can check at most ``attempts`` passwords per window. A name is never
+    locked, since anyone may type it: past ``attempts`` failures (and attempts in flight), each attempt for it
+    gets a time slot of its own, ``NAME_DELAY_S`` after the one before (doubling with every ``attempts`` failures
+    more, up to ``NAME_DELAY_MAX_S``), and waits for it before its password is checked. So a stranger's failures
+    slow the admin down by seconds, never lock them out, and guessing one name from many addresses goes no faster
+    than one password per slot. Only a queue longer than ``NAME_WAIT_MAX_S`` is refused.
+    """
 
     attempts: int
     window_s: float
     clock: Callable[[], float] = time.monotonic
     _failures: dict[str, deque[float]] = field(default_factory=dict)
+    _in_flight: dict[str, int] = field(default_factory=dict)
+    _next_slot: dict[str, float] = field(default_factory=dict)  # a slowed name's last slot given out
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def wait_s(self, *keys: str) -> float:
-        """Seconds until another attempt is allowed for all of ``keys`` (0: now)."""
-        now = self.clock()
-        wait = 0.0
-        for key in keys:
-            times = self._failures.get(key)
-            if not times:
-                continue
-            while times and times[0] <= now - self.window_s:
-                times.popleft()
-            if len(times) >= self.attempts:
-                wait = max(wait, times[0] + self.window_s - now)
-        return wait
+    def take(self, address: str, name: str) -> Attempt | float:
+        """A slot for one attempt from ``address`` as ``name``, or the seconds to wait before trying again."""
+        with self._lock:
+            now = self.clock()
+            address_failures = self._recent(address, now)
+            if len(address_failures) + self._in_flight.get(address, 0) >= self.attempts:
+                # Refused, the password unread. Slots in flight may still end well: then a second suffices.
+                return address_failures[0] + self.window_s - now if len(address_failures) >= self.attempts else 1.0
+            name_failures = len(self._recent(name, now))
+            delay_s = 0.0
+            if name_failures + self._in_flight.get(name, 0) >= self.attempts:
+                doublings = max(0, name_failures - self.attempts) // self.attempts
+                gap_s = min(NAME_DELAY_MAX_S, NAME_DELAY_S * 2**doublings)
+                slot = max(now, self._next_slot.get(name, now)) + gap_s
+                if slot - now > NAME_WAIT_MAX_S:
+                    return slot - now
+                self._next_slot[name] = slot
+                delay_s = slot - now
+            for key in (address, name):
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
+            return Attempt(address, name, delay_s)
 
-    def failed(self, *keys: str) -> None:
-        """Count a failed attempt against each key."""
-        now = self.clock()
-        if len(self._failures) >= MAX_LIMITED_KEYS:  # many names or addresses: forget those whose window passed
-            self._failures = {k: t for k, t in self._failures.items() if t and t[-1] > now - self.window_s}
-        for key in keys:
-            self._failures.setdefault(key, deque()).append(now)
+    def done(self, attempt: Attempt, *, failed: bool) -> None:
+        """Free ``attempt``'s slots; ``failed``: its password was checked and wrong (counted under both keys)."""
+        with self._lock:
+            now = self.clock()
+            if failed and len(self._failures) >= MAX_LIMITED_KEYS:  # many keys: forget those whose window passed
+                self._failures = {k: t for k, t in self._failures.items() if t and t[-1] > now - self.window_s}
+                self._next_slot = {k: t for k, t in self._next_slot.items() if t > now}
+            for key in (attempt.address, attempt.name):
+                left = self._in_flight.get(key, 0) - 1
+                if left > 0:
+                    self._in_flight[key] = left
+                else:
+                    self._in_flight.pop(key, None)
+                if failed:
+                    self._failures.setdefault(key, deque()).append(now)
+
+    def _recent(self, key: str, now: float) -> deque[float]:
+        """``key``'s failures within the window (older ones dropped)."""
+        times = self._failures.get(key, deque())
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        return times

@@ -2,7 +2,8 @@
 
 The login form carries a CSRF token too (of an anonymous session made when the page is shown), so another site
 cannot log a browser in under its own account. A login makes a new session (the anonymous one ends: its id could
-have been planted), and failed attempts are limited per client address and per name (``LoginLimiter``).
+have been planted), and failed attempts are limited per client address (refused) and per name (slowed), counted
+before the password is hashed (``LoginLimiter``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from quinn.console.app import COOKIE, SECURITY_HEADERS, Console, Endpoint, FormError, audit, read_form
-from quinn.console.auth import DECOY, csrf_ok
+from quinn.console.auth import DECOY, Attempt, csrf_ok
 
 
 def login_page(console: Console) -> Endpoint:
@@ -46,19 +47,24 @@ def login(console: Console) -> Endpoint:
         assert session is not None  # csrf_ok is False without one
         name = form.get("name", "").strip().lower()
         client = request.client.host if request.client else "unknown"
-        keys = (f"address:{client}", f"name:{name}")
-        wait = console.limiter.wait_s(*keys)
-        if wait > 0:
+        # The slot is taken before the password is hashed: attempts at once count as they arrive (auth.py).
+        attempt = console.limiter.take(f"address:{client}", f"name:{name}")
+        if not isinstance(attempt, Attempt):
             log_attempt(name, client, "refused: too many failed attempts")
             return console.render(request, "login.html", 429, login_name=name,
-                                  error=f"Too many failed logins: try again in {int(wait) + 1} s.")  # fmt: skip
+                                  error=f"Too many failed logins: try again in {int(attempt) + 1} s.")  # fmt: skip
         admin = console.admins.get(name)
-        password = form.get("password", "")
-        # scrypt takes ~0.1 s of CPU: off the event loop. An unknown name is checked against a decoy hash, and a
-        # token against the decoy too (auth.Token.matches), so every name costs the same.
-        ok = await asyncio.to_thread((admin.credential if admin else DECOY).matches, password)
+        checked = ok = False
+        try:
+            if attempt.delay_s:  # the name had too many failures (maybe a stranger's): slowed, not locked
+                await asyncio.sleep(attempt.delay_s)
+            # scrypt takes ~0.1 s of CPU: off the event loop. An unknown name is checked against a decoy hash, and
+            # a token against the decoy too (auth.Token.matches), so every name costs the same.
+            ok = await asyncio.to_thread((admin.credential if admin else DECOY).matches, form.get("password", ""))
+            checked = True
+        finally:  # a request dropped before its check counts as no attempt
+            console.limiter.done(attempt, failed=checked and not (ok and admin))
         if not (ok and admin):
-            console.limiter.failed(*keys)
             log_attempt(name, client, "failed")
             return console.render(request, "login.html", 401, login_name=name, error="Wrong name or password.")
         console.sessions.end(session.id)

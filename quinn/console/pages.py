@@ -16,13 +16,13 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log, opted_out_among, reply_trace, usage
+from quinn.agent import audit_log, known, opted_out_among, reply_trace, usage
 from quinn.console import draft_pages
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.db import Database
 from quinn.documents import library
 from quinn.engine.retry import RETRIABLE
-from quinn.mailbox import MailKey
+from quinn.mailbox import MailKey, Sessions
 from quinn.memory import list_users, passage_counts
 
 PEOPLE_LIMIT = 100  # people per page, most recently seen first
@@ -103,13 +103,17 @@ def person(console: Console) -> Endpoint:
         current = await store.db.run(store.get_all, user, limit=MEMORIES_LIMIT)
         kinds = Counter((m.domain or "", m.type) for m in current)
         replies = await store.db.run(reply_trace.for_user, store.db, user, REPLIES_LIMIT)
+        subjects = await store.db.run(Sessions(store.db).subjects, user, [r.message_id for r in replies])
         since = usage.month_start(console.clock.now())
         spent = await store.db.run(usage.users_spend, store.db, [user], since, console.prices)
         out = await store.db.run(opted_out_among, store.db, [user])
-        return console.render(request, "person.html", user=user, memories=memories, q=query, filters=filters,
+        shaping = await store.db.run(known.shaping, store, user)  # what else reaches their prompts (issue 35)
+        return console.render(request, "person.html", user=user, shaping=shaping, memories=memories, q=query,
+                              filters=filters,
                               include_inactive=include_inactive, kinds=sorted(kinds.items()),
                               domains=sorted({d for d, _t in kinds}), types=sorted({t for _d, t in kinds}),
-                              searched=bool(query), replies=replies, month=since, priced=bool(console.prices),
+                              searched=bool(query), replies=replies, subjects=subjects, month=since,
+                              priced=bool(console.prices),
                               spend=spent.get(user, usage.spend_of([], console.prices)),
                               opted_out=user in out)  # fmt: skip
 

@@ -5,12 +5,13 @@ the improvement proposals (``quinn prompts proposals|proposal|accept|reject``).
 Everything goes through ``quinn.agent.proposals`` (``save``: the sandbox, the sample render, both blocks, then an
 atomic write into ``[prompts] dir`` that the daemon picks up on its next render; ``restore_default``; the kept
 versions) and ``PromptStore`` (which file is in use, its version). A refused edit writes nothing and shows why.
+Template text typed here is rendered only by ``Console.trials``: in a child process with limits, at most two at a
+time; a third gets 503 at once (``TrialsBusy``), so previews cannot take the threads a login or a page needs.
 The preview's memory text is attacker-controlled: it is only ever shown autoescaped, in a ``<pre>``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from functools import cache
 from typing import Any
@@ -133,8 +134,9 @@ def _source_of(form: dict[str, str]) -> str:
 
 
 def preview(console: Console) -> Endpoint:
-    """POST /prompts/{name}/preview: check the editor's text as ``quinn prompts check`` does, then render it with
-    the chosen person's real memory (or the sample variables). Changes nothing; every role may."""
+    """POST /prompts/{name}/preview: check the editor's text as a save would, then render it with the chosen
+    person's real memory (or the sample variables), both in a child process with limits (``TemplateTrials``).
+    Changes nothing, yet runs text the admin typed: the admin role only (docs/console.md)."""
 
     async def preview_prompt(request: Request) -> Response:
         name = _name(request)
@@ -142,9 +144,6 @@ def preview(console: Console) -> Endpoint:
         source = _source_of(form)
         user = form.get("user", "").strip().lower()
         text = " ".join(form.get("text", "").split())[:2000] or PREVIEW_TEXT
-        problem = await asyncio.to_thread(proposals.checked, name, source, sample_variables())
-        if problem is not None:
-            return await _editor(console, request, name, 400, source=source, preview_user=user, error=problem)
         if user and "@" not in user:  # the editor again, with the admin's text kept
             return await _editor(
                 console,
@@ -161,8 +160,8 @@ def preview(console: Console) -> Endpoint:
         else:
             variables = sample_variables()[name]
         try:
-            rendered = await asyncio.to_thread(proposals.render_source, name, source, variables)
-        except TemplateError as exc:  # passes the samples, fails on this person's data: worth knowing
+            rendered = await console.trials.preview_async(name, source, variables)
+        except TemplateError as exc:
             return await _editor(console, request, name, 400, source=source, preview_user=user, error=str(exc))
         return await _editor(console, request, name, source=source, preview=rendered, preview_user=user,
                              preview_text=text, message="The template passes the checks.")  # fmt: skip
@@ -171,7 +170,8 @@ def preview(console: Console) -> Endpoint:
 
 
 def save(console: Console) -> Endpoint:
-    """POST /prompts/{name}/save: a new version, if it passes the checks (admin role)."""
+    """POST /prompts/{name}/save: a new version, if it passes the checks (admin role). The checks run in a child
+    process (``TemplateTrials``); the DB thread only writes what passed."""
 
     async def save_prompt(request: Request) -> Response:
         name = _name(request)
@@ -181,7 +181,8 @@ def save(console: Console) -> Endpoint:
         db = console.store.db
         before = (await db.run(_state, console.prompts, name))["version"] or "a broken file"
         try:
-            version = await db.run(proposals.save, db, console.prompts, name, source, utcnow())
+            passed = await console.trials.check_async(name, source)
+            version = await db.run(proposals.save, db, console.prompts, passed, utcnow())
         except TemplateError as exc:
             return await _editor(console, request, name, 400, source=source, error=f"Not saved: {exc.message}")
         await db.run(audit_log.record, db, admin.name, "save template", f"template {name}",
@@ -238,7 +239,8 @@ def rollback(console: Console) -> Endpoint:
             now_version = (await db.run(_state, console.prompts, name))["version"]
         else:
             try:
-                now_version = await db.run(proposals.save, db, console.prompts, name, text, utcnow())
+                passed = await console.trials.check_async(name, text)
+                now_version = await db.run(proposals.save, db, console.prompts, passed, utcnow())
             except TemplateError as exc:  # a version that passed then, but not today's checks
                 return await _editor(console, request, name, 400, error=f"Not rolled back: {exc.message}")
         await db.run(audit_log.record, db, admin.name, "roll back template", f"template {name}",
@@ -279,15 +281,20 @@ def proposal_page(console: Console) -> Endpoint:
 
 
 def decide(console: Console, verb: str) -> Endpoint:
-    """POST /proposals/{id}/accept|reject (admin role): ``proposals.accept`` (checked again, refused when the
-    template changed since) or ``proposals.decide``; audited."""
+    """POST /proposals/{id}/accept|reject (admin role): ``proposals.accept`` (checked again in a child process,
+    refused when the template changed since) or ``proposals.decide``; audited."""
 
     async def decide_proposal(request: Request) -> Response:
         proposal_id = _proposal_id(request)
         admin = console.admin_of(request)
         db = console.store.db
         if verb == "accept":
-            await db.run(proposals.accept, db, console.prompts, proposal_id, utcnow())
+            proposal = await db.run(proposals.get, db, proposal_id)
+            # The model wrote it: checked in a child process with limits, never on the DB thread.
+            problem = await console.trials.problem_async(proposal.name, proposal.source) \
+                if proposal.status == "pending" else None  # fmt: skip
+            passed = proposals.passed_checks(proposal, problem)
+            await db.run(proposals.accept, db, console.prompts, proposal_id, passed, utcnow())
         else:
             await db.run(proposals.decide, db, proposal_id, "rejected", utcnow())
         proposal = await db.run(proposals.get, db, proposal_id)

@@ -49,7 +49,8 @@ def build_app(console: Console) -> Starlette:
         Route("/prompts", guarded(prompt_pages.listing(console)), methods=["GET"]),
         Route("/prompts/{name}", guarded(prompt_pages.page(console)), methods=["GET"]),
         Route("/prompts/{name}/diff", guarded(prompt_pages.diff(console)), methods=["GET"]),
-        Route("/prompts/{name}/preview", guarded(prompt_pages.preview(console)), methods=["POST"]),
+        # A preview changes nothing but runs the typed template text (in a child with limits): the admin role's.
+        Route("/prompts/{name}/preview", guarded(prompt_pages.preview(console), changes=True), methods=["POST"]),
         Route("/prompts/{name}/save", guarded(prompt_pages.save(console), changes=True), methods=["POST"]),
         Route("/prompts/{name}/rollback", guarded(prompt_pages.rollback(console), changes=True), methods=["POST"]),
         Route("/proposals", guarded(prompt_pages.proposal_list(console)), methods=["GET"]),

@@ -12,8 +12,10 @@ import asyncio
 import logging
 import signal
 import socket
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from quinn.config import Config, ConsoleConfig
@@ -22,7 +24,12 @@ from quinn.memory import MemoryStore
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXTRA_HINT = "install the console extra: pip install 'quinn-mail[console]'"
+# The venv's own pip: Quinn is not on the public index, but the installed quinn-mail satisfies the name and pip
+# fetches only the extra's packages (issue 34).
+EXTRA_HINT = (
+    f"install the console extra: {Path(sys.prefix) / 'bin' / 'pip'} install 'quinn-mail[console]' "
+    "(or pip install '.[console]' in Quinn's source folder)"
+)
 
 
 class ConsoleServer:

@@ -28,6 +28,9 @@ from quinn.errors import ConfigError, ConnectError, StoreError
 
 log = logging.getLogger(__name__)
 
+#: Checkpoint tries after a vacuum; each waits up to the connection's busy_timeout (5 s) for readers to finish.
+CHECKPOINT_TRIES = 2
+
 P = ParamSpec("P")
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -214,15 +217,26 @@ class Database:
         indexes = self.query("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'")
         self.executescript("".join(f"INSERT INTO {name} ({name}) VALUES ('optimize');" for (name,) in indexes))
 
-    def vacuum(self) -> None:
-        """Rebuild the file so deleted data leaves its bytes (local files only)."""
+    def vacuum(self, checkpoint_tries: int = CHECKPOINT_TRIES) -> bool:
+        """Rebuild the file so deleted data leaves its bytes (local files only), then copy the write-ahead log
+        into it and empty the log. Returns whether the bytes were reached: False when another connection (a
+        backup, a separate `quinn console`, Litestream) held a read transaction through every try, so the
+        checkpoint could not finish and the main file still holds the old pages until a later checkpoint does
+        (measured: ``wal_checkpoint(TRUNCATE)`` answers busy after ``busy_timeout``, the marker still in the
+        file). A remote database compacts on its server: True, nothing more can be done from here."""
         if self.remote:
-            return
+            return True
         with self._lock:
             conn = self._require()
             conn.commit()
             conn.execute("VACUUM").fetchall()
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            for attempt in range(1, checkpoint_tries + 1):
+                busy, log_frames, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+                if not busy:  # TRUNCATE: every frame copied and the log emptied
+                    return True
+                log.warning("the checkpoint after a vacuum was blocked by a reader (try %d of %d: %s of %s log "
+                            "frames copied)", attempt, checkpoint_tries, done, log_frames)  # fmt: skip
+            return False
 
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run blocking database work on the DB thread, so the event loop never waits on the driver."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from quinn.clock import iso, utcnow
 from quinn.config import DocumentsConfig
-from quinn.db import Transaction
+from quinn.db import Database, Transaction
 from quinn.documents.extract import Extracted
 from quinn.documents.reading import read_in_child, unread
 from quinn.mailbox import Attachment, InboundEmail
@@ -150,3 +150,15 @@ def document_counts(db: Database, users: Sequence[str]) -> dict[str, int]:
     rows = db.query(f"SELECT user_id, count(*) FROM documents WHERE user_id IN ({marks}) GROUP BY user_id",
                     list(users))  # fmt: skip
     return {user: int(n) for user, n in rows}
+
+
+def files_of(db: Database, user_id: str) -> list[dict[str, object]]:
+    """The files kept for the user, by the names their mail gave them: what the export and the person page show
+    (issue 35)."""
+    rows = db.query(
+        "SELECT md.name, d.kind, d.size, d.created_at, coalesce(d.error, '') FROM message_documents md"
+        " JOIN documents d ON d.id = md.document_id WHERE md.user_id = ? AND md.message_row > 0"
+        " ORDER BY d.created_at, md.name",
+        (user_id,),
+    )
+    return [{"name": n, "kind": k, "size": s, "date": c, "unreadable": e} for n, k, s, c, e in rows]

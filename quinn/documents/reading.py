@@ -1,25 +1,20 @@
-"""Reading one mail's files: the per-mail size budget, and a child process that can be stopped (a hard deadline
-and a memory cap).
+"""Reading one mail's files: the per-mail size budget, and the child process they are read in.
 
-The readers check their deadline between pages and rows, but a hostile file can keep a library busy inside one
-call (a PDF content stream crafted to make text extraction crawl) or make it allocate without bound. A thread
-cannot be stopped, so it would go on burning a core after the mail was answered. The files are read in a fresh
-child process instead (``spawn``: no copy of the daemon's threads, connections or secrets), capped at
-``MEMORY_CAP_BYTES`` of address space (where setrlimit is allowed: deploy/quinn.service's system call filter
-refuses it, so there only the deadline and the readers' own limits hold), and killed when it outlives the
-deadline by ``STUCK_GRACE_S``. Its result comes back over a pipe. Costs about half a second of start-up per mail
-with files.
+The readers check their deadline between pages and rows, but a hostile file can keep a library busy inside one call
+(a PDF content stream crafted to make text extraction crawl) or make it allocate without bound. A thread cannot be
+stopped, so it would go on burning a core after the mail was answered. The files are read in a fresh child process
+instead (``quinn.confined``: no copy of the daemon's threads, connections or secrets), capped at
+``MEMORY_CAP_BYTES`` of address space (under deploy/quinn.service too: see ``quinn.confined``), and killed when it
+outlives the deadline by ``STUCK_GRACE_S``. Its result comes back over a pipe. Costs about half a second of start-up
+per mail with files.
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import resource
 from collections.abc import Sequence
-from multiprocessing.connection import Connection
 
 from quinn.config import DocumentsConfig
+from quinn.confined import ChildFailed, ChildLimits, run_confined
 from quinn.documents.extract import Extracted, display_name, extract
 from quinn.documents.sections import Deadline, Limits
 from quinn.mailbox import Attachment
@@ -31,34 +26,13 @@ STUCK_GRACE_S = 2.0  # past the deadline, the reader is given up on and killed
 def read_in_child(attachments: Sequence[Attachment], config: DocumentsConfig) -> list[Extracted] | str:
     """The mail's files read by ``read_attachments`` in a child process; a string saying why when the
     child was killed at the deadline or died. Blocks (call it from a worker thread)."""
-    context = multiprocessing.get_context("spawn")
-    receiving, sending = context.Pipe(duplex=False)
-    child = context.Process(target=_read, args=(sending, list(attachments), config), daemon=True)
-    child.start()
-    sending.close()  # the child's end: EOF here once it exits
+    limits = ChildLimits(timeout_s=config.timeout_s + STUCK_GRACE_S, memory_bytes=MEMORY_CAP_BYTES)
     try:
-        if not receiving.poll(config.timeout_s + STUCK_GRACE_S):
+        return run_confined(read_attachments, (list(attachments), config), limits)
+    except ChildFailed as exc:
+        if exc.kind == "timeout":  # the limit the operator set, not the grace above it
             return f"reading the attached files took longer than the {config.timeout_s:g} s limit"
-        try:
-            return receiving.recv()
-        except EOFError:  # it died without an answer: the memory cap, or a crash in a library's C code
-            return "reading the attached files failed (it needed too much memory, or a reader crashed)"
-    finally:
-        receiving.close()
-        if child.is_alive():
-            child.kill()
-        child.join()
-
-
-def _read(sending: Connection, attachments: list[Attachment], config: DocumentsConfig) -> None:
-    """The child: cap the memory, read, send the result."""
-    # Refused under the unit's SystemCallFilter=~@resources: there the deadline and the readers' limits hold.
-    with contextlib.suppress(OSError, ValueError):
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
-    try:
-        sending.send(read_attachments(attachments, config))
-    finally:
-        sending.close()
+        return f"reading the attached files {exc.message}"
 
 
 def limits_of(config: DocumentsConfig) -> Limits:

@@ -7,9 +7,11 @@ reload reaches the next mail.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from quinn.agent import (
@@ -66,6 +68,11 @@ class Replied:
     learnable: bool
 
 
+def reply_domains(sender: str, recipients: Sequence[str]) -> set[str]:
+    """The domains a reply touches, for the domain cap: the sender's and each recipient's."""
+    return {address.rpartition("@")[2].lower() for address in (sender, *recipients) if "@" in address}
+
+
 class Conversation:
     """Replies and learning, on the parts of ``parts`` (``open_memory`` and ``connect_delivery`` done)."""
 
@@ -110,6 +117,8 @@ class Conversation:
         template = await self._db(outbox.template_of, message_id)
         with self.metrics.stage("send"):
             state = await p.delivery.deliver(item)
+        # The domain cap counts the reply for the sender's domain and each domain it went to (issue 30).
+        await self._db(MailLedger(p.store.db).count_outbound, reply_domains(decision.sender, item.recipients))
         if receipt:
             await self._db(self._forget_receipt, item.message_id, email.message_id)
             # Their mail goes from the mailbox too, once this pass has filed it away.
@@ -117,13 +126,39 @@ class Conversation:
         # Nothing of a purged person may be written again (not even to a queue: its bytes would outlive the vacuum).
         return Replied(state, not receipt and template not in NO_LEARNING_TEMPLATES)
 
-    async def join_session(self, email: InboundEmail, decision: Decision, user: str) -> str:
-        """Join the mail to its session and store it there (memory mail only); returns the session id."""
+    async def take_in(self, email: InboundEmail, decision: Decision) -> str:
+        """`quinn import`: the reply's path up to the answer, for a trusted sender's mail of an archive: the
+        session (dated by the mail, so an old thread is an old, quiet session), the stored message, its recall
+        passages and its files. Nothing is answered. Returns the session id."""
+        assert decision.user_id is not None
+        session_id = await self.join_session(email, decision, decision.user_id, now=email.date)
+        await self._documents(email, decision.user_id, session_id)
+        return session_id
+
+    async def take_in_sent(self, email: InboundEmail, decision: Decision) -> str:
+        """`quinn import --sent`: a mail the operator's side sent, kept as the outbound side of the recipient's
+        conversation (its thread, and recall unless they opted out); never learnt from. Returns the session id."""
+        p = self.parts
+        assert p.store is not None and decision.user_id is not None
+        user = decision.user_id
+        sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
+        session_id = await self._db(sessions.assign, email, user, email.date, by_subject=True)
+        recipients = [a.address for a in (*email.to, *email.cc)]
+        await self._db(sessions.store_outbound, session_id, user, email.message_id, email.in_reply_to or "",
+                       email.subject, email.sender or "", recipients, email.text, sent_at=email.date)  # fmt: skip
+        if await self._recallable(email, user):
+            await self._db(index_message, p.store, user, email.message_id, "out")
+        return session_id
+
+    async def join_session(self, email: InboundEmail, decision: Decision, user: str, *,
+                           now: datetime | None = None) -> str:  # fmt: skip
+        """Join the mail to its session and store it there (memory mail only); returns the session id. ``now``:
+        the session's time (an imported mail's own date; else the clock's)."""
         p = self.parts
         assert p.store is not None
         sessions = Sessions(p.store.db, p.config.policy.subject_window_days)
         # Joining a thread by its subject alone needs our server's word that the sender is the user.
-        session_id = await self._db(sessions.assign, email, user, by_subject=decision.authenticated)
+        session_id = await self._db(sessions.assign, email, user, now, by_subject=decision.authenticated)
         await self._db(sessions.store_inbound, session_id, user, email)
         if await self._recallable(email, user):  # conversation recall: the mail is searchable from now on
             await self._db(index_message, p.store, user, email.message_id, "in")
@@ -133,6 +168,11 @@ class Conversation:
         """The mail's attachments read, kept for the user and (when the mail joins recall) searchable."""
         p = self.parts
         assert p.store is not None
+        # Only the files the prompt may list are read and kept ([budget] attachments_listed): 15,000 tiny files
+        # must not cost 15,000 reads (issue 30); the prompt says how many more there were.
+        listed = p.config.budget.attachments_listed
+        if len(email.attachments) > listed:
+            email = dataclasses.replace(email, attachments=email.attachments[:listed])
         with self.metrics.stage("documents"):
             return await take_documents(p.store, p.config.documents, email, user, session_id,
                                         searchable=await self._recallable(email, user))  # fmt: skip
@@ -152,7 +192,7 @@ class Conversation:
             with self.metrics.llm_call(p.llm.model_id, "reply"):
                 answer = await p.agent.answer(email, user, decision.use_memory, thread=thread, summary=summary,
                                               session_id=session_id, withheld=decision.withheld,
-                                              documents=documents)  # fmt: skip
+                                              documents=documents, authenticated=decision.trusted)  # fmt: skip
         # Cost is counted per trusted sender even without memory; after a purge the user's name stays out of it.
         counted = decision.user_id if decision.trusted and not answer.purged else None
         await p.agent.record(answer.template, answer.usage, counted, email.message_id)
@@ -168,7 +208,8 @@ class Conversation:
         c = self.parts.config.smtp
         return compose_reply(email, answer.body, own_address=c.from_address, own_name=c.from_name,
                              reply_all=c.reply_all, attachments=files,
-                             sender_only=answer.private or not decision.trusted)  # fmt: skip
+                             sender_only=answer.private or not decision.trusted,
+                             max_recipients=self.parts.config.policy.max_recipients_per_reply)  # fmt: skip
 
     async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, template: str) -> None:
         """Store Quinn's reply in the conversation, so the thread's next mail sees it; the model's answer (not a
@@ -182,11 +223,14 @@ class Conversation:
         if template == "reply" and await self._recallable(email, user):
             await self._db(index_message, p.store, user, reply.message_id, "out")
 
-    async def ask(self, email: InboundEmail) -> Asked:
+    async def ask(self, email: InboundEmail, on_reply: Callable[[Answer, list[Memory]], object] | None = None) -> Asked:
         """``quinn ask``: one message from the operator's terminal, answered on the daemon's path for a trusted
         user (session, memory, the reply template and tools, extraction), without IMAP or SMTP: nothing is sent.
 
         The From address is the user: the terminal is the operator's, so it is trusted by construction.
+        ``on_reply(answer, memories used)`` runs once the reply exists, before the extraction that may take
+        minutes on a small local model (issue 34). When no reply comes (the model is down), the message is taken
+        back out of its session, as if never asked: a retry starts clean.
         """
         p = self.parts
         assert p.agent is not None and p.store is not None and email.from_ is not None
@@ -195,15 +239,21 @@ class Conversation:
         decision = Decision("handle", "asked from the terminal", user_id=user, authenticated=True, use_memory=True,
                             sender=user, rate_key=user)  # fmt: skip
         session_id = await self.join_session(email, decision, user)
-        thread, summary = await self._db(self._thread, email, user, session_id)
-        documents = await self._documents(email, user, session_id)
-        answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
+        try:
+            thread, summary = await self._db(self._thread, email, user, session_id)
+            documents = await self._documents(email, user, session_id)
+            answer = await self._answer(email, decision, user, session_id, thread, summary, documents)
+        except BaseException:
+            await self._db(Sessions(p.store.db).withdraw, session_id, email.message_id)
+            raise
         if not answer.purged:
             await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
+        used = await self._db(self._memories, user, answer.shown)
+        if on_reply is not None:
+            on_reply(answer, used)
         outcome = None if answer.purged else await self.learn(user, email, template=answer.template)
         learnt = [*outcome.created, *outcome.updated] if outcome is not None else []
-        return Asked(user, answer, await self._db(self._memories, user, answer.shown),
-                     await self._db(self._memories, user, learnt))  # fmt: skip
+        return Asked(user, answer, used, await self._db(self._memories, user, learnt))
 
     def _memories(self, user: str, ids: Sequence[int]) -> list[Memory]:
         """The user's memories of ``ids``, in that order (runs on the DB thread)."""
@@ -219,7 +269,9 @@ class Conversation:
         assert db is not None
         Outbox(db).forget_delivered(receipt_id)
         MailLedger(db).unlink(confirmation_id)
-        db.vacuum()
+        if not db.vacuum():
+            log.warning("after a purge receipt: a reader of the database file kept the deleted rows' bytes in it; "
+                        "run `quinn database vacuum` once it is done")  # fmt: skip
 
     def _thread(self, email: InboundEmail, user: str, session_id: str | None) -> tuple[list[ThreadMessage], str | None]:
         """The thread buffer and rolling summary of the mail's session (runs on the DB thread).

@@ -11,6 +11,7 @@ the run loop (which reconnects) and never marks the mail.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
@@ -20,26 +21,32 @@ from typing import Any, TypeVar
 
 from quinn.agent import learning
 from quinn.clock import iso
+from quinn.confined import ChildFailed, ChildLimits, run_confined
 from quinn.engine import states
-from quinn.engine.conversation import Conversation
+from quinn.engine.conversation import Conversation, reply_domains
 from quinn.engine.flight import Flight
 from quinn.engine.parts import Parts
-from quinn.errors import ConfigError, ConnectError, MailParseError, RetryLater
+from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.faults import fault_point
 from quinn.hold import SetupHold
 from quinn.mailbox import (
     HANDED_ON_STATES,
     IMAP_FAILURES,
+    POISON_STRIKES,
     UNVERIFIED_PREFIX,
     Decision,
+    Fetched,
     ImapLoginRejected,
     InboundEmail,
     MailKey,
     MailLedger,
     MailRecord,
     Outbox,
+    Rules,
     decide,
-    parse_email,
+    decide_sent,
+    parse_or_reason,
+    reply_addresses,
     thread_key,
 )
 from quinn.metrics import Metrics
@@ -54,6 +61,14 @@ IMAP_OR_LOGIN: tuple[type[BaseException], ...] = (*IMAP_FAILURES, ImapLoginRejec
 LLM_RETRY_BASE = timedelta(minutes=1)
 LLM_RETRY_MAX = timedelta(hours=1)
 MAX_ATTEMPTS = 12
+#: The reason an imported mail that may not use memory is left with (`quinn import` counts them by it).
+NOT_TRUSTED_PREFIX = "not imported: "
+VOUCH_HINT = "if you know the sender wrote it, run the import again with --vouch ADDRESS (or --vouch DOMAIN)"
+PARSE_MEMORY_BYTES = 1024 * 1024 * 1024  # address space of a parsing child: far above any mail within max_message_kb
+
+
+class _Struck(Exception):
+    """The try at reading a mail was stopped (its parse killed at the deadline): it stays counted as a strike."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +93,30 @@ class InHand:
     state: str
 
 
+def poison_reason(record: MailRecord, timeout_s: float) -> str:
+    """The ledger's reason for a mail quarantined as poison."""
+    last = f"; last: {record.reason}" if record.state == "deferred" and record.reason else ""
+    return (f"poison: {record.strikes} tries at reading it never ended (the daemon was killed meanwhile, or "
+            f"parsing passed {timeout_s:g} s){last}")  # fmt: skip
+
+
 class MailHandler:
-    """Takes mails along the state machine; ``release_held`` is set when held mail may be tried again."""
+    """Takes mails along the state machine; ``release_held`` is set when held mail may be tried again.
+
+    ``replying=False`` is `quinn import` (quinn/engine/importing.py): the same path for mail of an archive, minus
+    the reply. The mail is read from its source, not fetched from the watched folder (``prepare_key``); it need
+    not be addressed to Quinn (``decide(imported=True)``) and may be trusted by the operator's word
+    (``Rules.vouched``); a trusted sender's mail is taken in (session, stored, recall passages, files) and queued
+    for learning, and ends ``imported``; nothing is sent, no rate cap counts it, and nothing is filed away (the
+    source is never changed). Mail that may not use memory stays ``received`` with the reason: a rerun that
+    vouches for its sender takes it in."""
 
     def __init__(self, parts: Parts, conversation: Conversation, hold: SetupHold, metrics: Metrics,
-                 run_db: Callable[..., Awaitable[Any]], run_imap: Callable[..., Awaitable[Any]]) -> None:  # fmt: skip
+                 run_db: Callable[..., Awaitable[Any]], run_imap: Callable[..., Awaitable[Any]], *,
+                 replying: bool = True, rules: Rules | None = None, sent: bool = False) -> None:  # fmt: skip
+        self.replying = replying
+        self.sent = sent  # `quinn import --sent`: a Sent folder, kept as the outbound side (decide_sent)
+        self._rules = rules  # the import's rules (vouched senders); None: the parts' own, read at each mail
         self.parts = parts
         self.conversation = conversation
         self.hold = hold
@@ -132,7 +166,7 @@ class MailHandler:
 
         flight.start((f"thread:{ready.thread}", f"sender:{ready.sender}"), answer)
 
-    async def _guarded(self, uid: int, step: Awaitable[R]) -> R | None:
+    async def _guarded(self, uid: int | MailKey, step: Awaitable[R]) -> R | None:
         """Run one step of a mail: an IMAP failure goes up (the run loop reconnects); anything else unforeseen
         (a bug) defers this mail with backoff, and the others go on."""
         try:
@@ -140,7 +174,7 @@ class MailHandler:
         except IMAP_OR_LOGIN:
             raise
         except Exception as exc:
-            log.exception("mail uid=%s: unexpected %s", uid, exc.__class__.__name__)
+            log.exception("mail uid=%s: unexpected %s", getattr(uid, "uid", uid), exc.__class__.__name__)
             await self.retry_later(uid, f"unexpected {exc.__class__.__name__}: {exc}")
             return None
 
@@ -151,14 +185,22 @@ class MailHandler:
             await self.answer(ready)
         await self._release(uid)
 
-    async def _release(self, uid: int) -> None:
+    async def handle_key(self, key: MailKey, size: int, fetch: Callable[[], Awaitable[Fetched | None]]) -> None:
+        """``handle`` for a mail read by ``fetch`` (`quinn import`'s source): a bug defers it with backoff."""
+        ready = await self._guarded(key, self.prepare_key(key, size, fetch))
+        if ready is not None:
+            await self._guarded(key, self.answer(ready))
+        await self._release(key)
+
+    async def _release(self, uid: int | MailKey) -> None:
         """Give back the lease on a mail this daemon is done with for now (finished, deferred, held, skipped, or
         failed by a bug): another daemon may take it up when it is due. Without a database (a failure of its own,
         on the way up) the lease simply runs out."""
+        key = uid if isinstance(uid, MailKey) else self.key(uid)
         try:
-            await self._db(self._ledger().release_lease, self.key(uid), self.holder)
+            await self._db(self._ledger().release_lease, key, self.holder)
         except Exception as exc:
-            log.warning("mail uid=%s: lease not released (%s: %s); it runs out after [service] mail_lease_s", uid,
+            log.warning("mail uid=%s: lease not released (%s: %s); it runs out after [service] mail_lease_s", key.uid,
                         exc.__class__.__name__, exc)  # fmt: skip
 
     async def _claim(self, key: MailKey) -> MailRecord | None:
@@ -180,9 +222,15 @@ class MailHandler:
     async def prepare(self, uid: int, size: int) -> Ready | None:
         """Everything before the answer (no model call): ledger, size, fetch, parse, duplicates, policy. Returns
         the mail to answer, or None when it is finished, filed, or not due."""
+        return await self.prepare_key(self.key(uid), size, lambda: self._imap(self.parts.mailbox.fetch, uid))
+
+    async def prepare_key(
+        self, key: MailKey, size: int, fetch: Callable[[], Awaitable[Fetched | None]]
+    ) -> Ready | None:
+        """``prepare`` for the mail of ``key``, read by ``fetch`` (the watched folder's, or an import source's)."""
         p = self.parts
         ledger = self._ledger()
-        key = self.key(uid)
+        uid = key.uid
         record = await self._db(ledger.receive, key)
         if (record.final and record.moved) or record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
             return None  # done with, its mail lives on under another key, or it is not due yet
@@ -200,12 +248,54 @@ class MailHandler:
             return None
         if record.state in HANDED_ON_STATES or not record.due(p.clock.now()):
             return None
+        if record.strikes >= POISON_STRIKES:
+            await self._finish(mail, "quarantined", poison_reason(record, p.config.imap.parse_timeout_s))
+            return None
         limit_kb = p.config.imap.max_message_kb
         if size > limit_kb * 1024:
             await self._finish(mail, "quarantined", f"too large: {size} bytes > {limit_kb} KiB")
             return None
+        # Everything up to the trust decision reads the sender's bytes: a try at it counts as a strike until it
+        # ends, so a mail the daemon was killed over (or whose parse was killed) is not read forever (issue 30).
+        await self._db(ledger.strike, key)
+        struck = False
+        try:
+            return await self._read(mail, uid, fetch)
+        except _Struck:
+            struck = True
+            return None
+        finally:
+            if not struck:
+                await self._end_try(key)
+
+    async def _end_try(self, key: MailKey) -> None:
+        """The try at reading a mail ended: its strikes are cleared. Without a database the strike stays."""
+        try:
+            await self._db(self._ledger().clear_strikes, key)
+        except Exception as exc:
+            log.warning("mail uid=%s: strike not cleared (%s: %s)", key.uid, exc.__class__.__name__, exc)
+
+    async def parse(self, raw: bytes, internal_date: datetime | None, *, sized: bool = True) -> InboundEmail | str:
+        """The mail parsed in a child process, within ``[imap] parse_timeout_s`` and a memory cap
+        (quinn/confined.py, forked from the fork server), so a mail that is slow to parse never stalls the loop; a
+        string says why it cannot be parsed (``sized``: also when it is over ``max_message_kb``). Raises
+        ``ChildFailed`` when the child was killed at the deadline or died."""
+        c = self.parts.config.imap
+        # The parser has no deadline of its own: parse_timeout_s is the whole of it. The answer holds the
+        # attachments' bytes, so it may be a few times the mail's size.
+        limits = ChildLimits(timeout_s=c.parse_timeout_s, memory_bytes=PARSE_MEMORY_BYTES,
+                             result_bytes=max(64 * 2**20, 4 * len(raw)))  # fmt: skip
+        args = (raw, internal_date, c.max_message_kb * 1024 if sized else None)
+        result: InboundEmail | str = await asyncio.to_thread(run_confined, parse_or_reason, args, limits, "forkserver")
+        return result
+
+    async def _read(self, mail: InHand, uid: int, fetch: Callable[[], Awaitable[Fetched | None]]) -> Ready | None:
+        """Fetch, parse, duplicates, policy: the steps of ``prepare`` that read the sender's bytes."""
+        p = self.parts
+        ledger = self._ledger()
+        key = mail.key
         with self.metrics.stage("fetch"):
-            fetched = await self._imap(p.mailbox.fetch, uid)
+            fetched = await fetch()
         if fetched is None:  # expunged since the pass began (by a person, or our own copy filed at once)
             await self._move(mail, "ignored", "gone from the folder before it was read")
             await self._db(ledger.mark_moved, key)
@@ -213,11 +303,19 @@ class MailHandler:
         fault_point("after_fetch")
         try:
             with self.metrics.stage("parse"):
-                email = parse_email(fetched.raw, internal_date=fetched.internal_date,
-                                    max_bytes=limit_kb * 1024)  # fmt: skip
-        except MailParseError as exc:
-            await self._finish(mail, "quarantined", f"unparseable: {exc.message}")
+                parsed = await self.parse(fetched.raw, fetched.internal_date)
+        except ChildFailed as stopped:
+            timeout_s = p.config.imap.parse_timeout_s
+            why = (f"parsing took longer than [imap] parse_timeout_s = {timeout_s:g} s" if stopped.kind == "timeout"
+                   else f"the parser {stopped.message}")  # fmt: skip
+            await self._defer(mail, why, p.clock.now(), count_attempt=False)
+            log.warning("mail uid=%s: %s; tried again at the next pass, quarantined after %d such tries", uid, why,
+                        POISON_STRIKES)  # fmt: skip
+            raise _Struck from stopped
+        if isinstance(parsed, str):
+            await self._finish(mail, "quarantined", f"unparseable: {parsed}")
             return None
+        email = parsed
         if await self._is_own_copy(mail, email):
             return None
         earlier = await self._db(ledger.elsewhere, email.message_id, key)
@@ -237,7 +335,8 @@ class MailHandler:
                 return None
         elif earlier is not None:
             return None  # another live copy of this mail is in progress; this one waits for its outcome
-        decision = decide(email, p.rules)
+        rules = self._rules or p.rules
+        decision = decide_sent(email, rules) if self.sent else decide(email, rules, imported=not self.replying)
         log.info("mail uid=%s id=%s from=%s: %s (%s)", uid, email.message_id, email.sender, decision.action,
                  decision.reason)  # fmt: skip
         if decision.action != "handle":
@@ -252,6 +351,9 @@ class MailHandler:
     async def answer(self, ready: Ready) -> None:
         """The mail is to be answered: rate caps, the setup hold, the reply, then learning. Mails sharing a
         thread or a sender go through here one after another (``quinn.engine.flight``)."""
+        if not self.replying:
+            await self.take_in(ready)
+            return
         p = self.parts
         mail, email, decision, thread = ready.mail, ready.email, ready.decision, ready.thread
         assert decision.rate_key is not None
@@ -268,6 +370,11 @@ class MailHandler:
         capped = await self._db(self._ledger().cap_reached, decision.rate_key, thread,
                                 c.max_replies_per_sender_per_hour, c.max_replies_per_thread_per_hour,
                                 p.clock.now())  # fmt: skip
+        if capped is None:  # the outbound caps (issue 30): per domain, all replies, all replies to strangers
+            capped = await self._db(self._ledger().outbound_cap_reached, self.planned_domains(email, decision),
+                                    per_domain=c.max_replies_per_domain_per_hour, per_hour=c.max_replies_per_hour,
+                                    unverified=not decision.trusted, now=p.clock.now(),
+                                    per_unverified=c.max_unauthenticated_replies_per_hour)  # fmt: skip
         if capped is not None:
             reason, until = capped
             await self._defer(mail, reason, until, count_attempt=False, **ids)
@@ -280,7 +387,7 @@ class MailHandler:
         try:
             replied = await self.conversation.reply(email, decision)
         except RetryLater as exc:
-            await self.retry_later(mail.key.uid, exc.message)
+            await self.retry_later(mail.key, exc.message)
             return
         except ConnectError as exc:  # a permanent SMTP rejection: the operator must look
             await self._finish(mail, "failed", exc.message)
@@ -300,6 +407,42 @@ class MailHandler:
         self.handled += 1
         if learn:
             await self.learn_queued(email.message_id)
+
+    async def take_in(self, ready: Ready) -> None:
+        """`quinn import`'s end of the path: a trusted sender's mail is stored (session, recall passages, files)
+        and queued for learning (learnt per thread by the importer), then ``imported``; mail that may not use
+        memory is left ``received`` with the reason and a hint."""
+        mail, email, decision = ready.mail, ready.email, ready.decision
+        if not decision.use_memory or decision.user_id is None:
+            why = f"{NOT_TRUSTED_PREFIX}{decision.reason}; {VOUCH_HINT}"
+            await self._db(self._ledger().set, mail.key, mail.state, why, message_id=email.message_id)
+            log.info("mail %s id=%s: not imported: %s", mail.key.uid, email.message_id, decision.reason)
+            return
+        ids = {"message_id": email.message_id, "user_id": decision.user_id, "thread_key": ready.thread,
+               "sender_key": decision.rate_key}  # fmt: skip
+        await self._move(mail, "handling", decision.reason, **ids)
+        if self.sent:  # the operator's side's words: threads and recall, never learnt as the recipient's
+            await self.conversation.take_in_sent(email, decision)
+            await self._finish(mail, "imported", decision.reason)
+            self.handled += 1
+            return
+        await self.conversation.take_in(email, decision)
+        fault_point("after_store")
+        assert self.parts.store is not None
+        await self._db(learning.put, self.parts.store.db, email.message_id, decision.user_id, ready.raw,
+                       ready.internal_date)  # fmt: skip
+        await self._finish(mail, "imported", decision.reason)
+        self.handled += 1
+
+    def planned_domains(self, email: InboundEmail, decision: Decision) -> set[str]:
+        """The domains the reply to ``email`` will touch (``reply_domains``), known before the model is asked:
+        its addresses as ``compose_reply`` picks them (a stranger's reply goes to From alone)."""
+        config = self.parts.config
+        to, cc, _ = reply_addresses(email, config.smtp.from_address, reply_all=config.smtp.reply_all,
+                                    sender_only=not decision.trusted,
+                                    limit=config.policy.max_recipients_per_reply)  # fmt: skip
+        assert decision.sender is not None
+        return reply_domains(decision.sender, [*to, *cc])
 
     async def learn_queued(self, message_id: str) -> None:
         """Learn from a queued mail, then take it off the queue. A try a crash interrupted is not repeated when
@@ -325,9 +468,20 @@ class MailHandler:
             log.info("mail %s: learnt from before the interruption; not again", message_id)
         else:
             fault_point("before_learn")
-            email = parse_email(queued.raw, internal_date=queued.internal_date)  # it was parsed once already
             try:
+                # Parsed once already (under the size limit of that day): off the loop again.
+                email = await self.parse(queued.raw, queued.internal_date, sized=False)
+                if isinstance(email, str):
+                    raise RetryLater(f"the queued mail no longer parses: {email}")
                 await self.conversation.learn(queued.user_id, email, transient=queued.attempts < MAX_ATTEMPTS)
+            except ChildFailed:
+                delay = min(LLM_RETRY_BASE * 2 ** (queued.attempts - 1), LLM_RETRY_MAX)
+                await self._db(
+                    learning.later, store.db, message_id, p.clock.now() + delay, "parsing it again was stopped"
+                )
+                log.warning("memory extraction for %s deferred (try %d, next in %s): parsing it again was stopped",
+                            message_id, queued.attempts, delay)  # fmt: skip
+                return
             except (RetryLater, ConnectError) as exc:
                 delay = min(LLM_RETRY_BASE * 2 ** (queued.attempts - 1), LLM_RETRY_MAX)
                 await self._db(learning.later, store.db, message_id, p.clock.now() + delay, str(exc))
@@ -345,9 +499,9 @@ class MailHandler:
         for message_id in await self._db(learning.waiting, store.db):
             await self.learn_queued(message_id)
 
-    async def retry_later(self, uid: int, reason: str) -> None:
+    async def retry_later(self, uid: int | MailKey, reason: str) -> None:
         """A transient failure: the mail is tried again with backoff, and fails after ``MAX_ATTEMPTS``."""
-        key = self.key(uid)
+        key = uid if isinstance(uid, MailKey) else self.key(uid)
         record = await self._db(self._ledger().receive, key)
         if record.final:  # it failed after its outcome was recorded: the next pass only files it away
             return
@@ -358,7 +512,7 @@ class MailHandler:
             return
         delay = min(LLM_RETRY_BASE * 2 ** (attempts - 1), LLM_RETRY_MAX)
         await self._defer(mail, reason, self.parts.clock.now() + delay)
-        log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", uid, attempts, delay, reason)
+        log.warning("mail uid=%s deferred (attempt %d, next in %s): %s", key.uid, attempts, delay, reason)
 
     async def _hold(self, mail: InHand, ids: dict[str, str | None]) -> None:
         """Defer a mail, without counting an attempt, until the setup error of ``self.hold`` is fixed."""
@@ -409,6 +563,9 @@ class MailHandler:
                          answered: bool | None = None) -> None:  # fmt: skip
         """Flag and move a finished mail: quarantine for the operator, our reply copies to the sent folder,
         the rest to the processed folder. \\Answered when it was answered (RFC 3501 §2.3.2)."""
+        if not self.replying:  # an import source is only read: nothing to flag or move
+            await self._db(self._ledger().mark_moved, key)
+            return
         c = self.parts.config.imap
         if folder is None:
             own_copy = state == "ignored" and reason == "copy of our own reply"

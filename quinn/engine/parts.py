@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the CLI imports this module for every command: the heavy pa
     from quinn.db import Database
     from quinn.mailbox import Delivery, ImapMailbox, Rules, SmtpSender
     from quinn.memory import Embedder, MemoryStore
+    from quinn.oauth import TokenSource
     from quinn.scheduler import JobRunner
 
 log = logging.getLogger(__name__)
@@ -53,18 +54,25 @@ def rules(config: Config) -> Rules:
     return Rules.from_config(config, LOOP_HEADER)
 
 
-def sender(config: Config) -> SmtpSender:
-    """The SMTP client of ``[smtp]``."""
+def tokens(config: Config) -> TokenSource | None:
+    """The OAuth token source, when IMAP or SMTP logs in with ``auth = "oauth2"`` (``[oauth]``)."""
+    from quinn.oauth import token_source
+
+    return token_source(config)
+
+
+def sender(config: Config, source: TokenSource | None = None) -> SmtpSender:
+    """The SMTP client of ``[smtp]``; ``source``: the token source it shares with the mailbox (default: its own)."""
     from quinn.mailbox import SmtpSender
 
-    return SmtpSender(config.smtp)
+    return SmtpSender(config.smtp, source or (tokens(config) if config.smtp.auth == "oauth2" else None))
 
 
-def mailbox(config: Config) -> ImapMailbox:
-    """The IMAP client of ``[imap]`` (not connected yet)."""
+def mailbox(config: Config, source: TokenSource | None = None) -> ImapMailbox:
+    """The IMAP client of ``[imap]`` (not connected yet); ``source`` as for ``sender``."""
     from quinn.mailbox import ImapMailbox
 
-    return ImapMailbox(config.imap)
+    return ImapMailbox(config.imap, source or (tokens(config) if config.imap.auth == "oauth2" else None))
 
 
 def database(config: Config) -> Database:
@@ -129,8 +137,9 @@ class Parts:
     @classmethod
     def build(cls, config: Config, clock: Clock | None = None, stage: Any = None) -> Parts:
         """What needs no connection: templates (checked), model client, rules, SMTP and IMAP clients."""
-        return cls(config, clock or Clock(), prompts(config), llm(config), rules(config), sender(config),
-                   mailbox(config), stage)  # fmt: skip
+        source = tokens(config)  # one for both logins: they renew the same account's token
+        return cls(config, clock or Clock(), prompts(config), llm(config), rules(config), sender(config, source),
+                   mailbox(config, source), stage)  # fmt: skip
 
     async def open_memory(self) -> None:
         """Open the database, load the embedder and build the agent on them."""
@@ -173,7 +182,7 @@ class Parts:
         # Nothing is changed before this line: everything above may raise.
         self.config, self.prompts, self.llm, self.rules = c, fresh, model, rules(c)
         if plan.changed("smtp"):
-            self.sender = sender(c)
+            self.sender = sender(c, self.mailbox.tokens)
         if self._delivery_io is not None:  # it holds [smtp] and [imap] values: a rotated password must reach it
             self.connect_delivery(*self._delivery_io)
         if self.store is not None:  # [memory], [policy] and the model reach the agent only through a new one

@@ -1,6 +1,6 @@
 """The per-mail state machine as data: the states a mail goes through and every move allowed between them.
 
-    received ─┬─► handling ─┬─► replied | drafted                          final
+    received ─┬─► handling ─┬─► replied | drafted | imported               final (imported: `quinn import`)
               │             ├─► deferred ──(due)──► handling …             waits: a retry, a rate cap, a hold
               │             └─► failed | quarantined                       final: the operator's to look at
               ├─► ignored | rejected | quarantined                          final: policy, size, unreadable

@@ -88,13 +88,18 @@ class Dovecot(LabServer):
         port: int | None = None,
         without: Sequence[str] = (),
         tls: tuple[Path, Path] | None = None,
+        oauth2_introspection_url: str | None = None,
     ) -> None:
         """Prepare the config in a new temp dir; nothing runs until `start()`.
 
         idle: advertise the IDLE capability (False: a server without IDLE, for the polling fallback).
         without: more capabilities not to advertise, e.g. ``("MOVE", "UIDPLUS")`` (clients must cope).
         tls: ``(cert, key)`` PEM files: STARTTLS on the plain port and implicit TLS on `tls_port`.
+        oauth2_introspection_url: also accept SASL XOAUTH2 and OAUTHBEARER, each token checked by Dovecot's
+        ``oauth2`` passdb at this RFC 7662 introspection endpoint (``http://id:secret@host:port/path``); the
+        introspection's ``username`` must be the login name. The lab password keeps working for PLAIN/LOGIN.
         """
+        self.oauth2_introspection_url = oauth2_introspection_url
         self.idle = idle
         self.without = {c.upper() for c in without} | (set() if idle else {"IDLE"})
         self.tls = tls
@@ -154,6 +159,18 @@ class Dovecot(LabServer):
             users = f"default_internal_user = {me}\ndefault_login_user = {me}"
             owner = f"uid={me} gid={group}"
             capability += _UNPRIVILEGED
+        mechanisms = "plain login"
+        oauth2 = static_only = ""
+        if self.oauth2_introspection_url:
+            # Dovecot 2.3's oauth2 passdb (doc.dovecot.org 2.3, "Open Authentication v2.0 database"): tokens are
+            # validated by RFC 7662 introspection, POSTed (introspection_mode = post), active = true required.
+            mechanisms += " xoauth2 oauthbearer"
+            ext = self.dir / "dovecot-oauth2.conf.ext"
+            ext.write_text(f"introspection_mode = post\nintrospection_url = {self.oauth2_introspection_url}\n"
+                           "force_introspection = yes\nusername_attribute = username\n"
+                           "active_attribute = active\nactive_value = true\n")  # fmt: skip
+            oauth2 = f"passdb {{\n  driver = oauth2\n  mechanisms = xoauth2 oauthbearer\n  args = {ext}\n}}\n"
+            static_only = "  mechanisms = plain login\n"  # a token is never compared with the lab password
         return f"""\
 # Written by quinn/lab/dovecot.py for one lab or demo run.
 instance_name = quinn-lab-{self._port}
@@ -163,15 +180,15 @@ listen = 127.0.0.1
 protocols = imap
 {ssl}
 disable_plaintext_auth = no
-auth_mechanisms = plain login
+auth_mechanisms = {mechanisms}
 auth_failure_delay = 0
 auth_verbose = yes
 log_path = {self.log_path}
 mail_location = maildir:{self.mail_dir}/%u/Maildir
 {users}
-passdb {{
+{oauth2}passdb {{
   driver = static
-  args = password={self._password}
+{static_only}  args = password={self._password}
 }}
 userdb {{
   driver = static

@@ -10,17 +10,20 @@ fields that claim its authserv-id ``LAB_AUTHSERV`` (RFC 8601 §5) and puts its o
 Received field of the hop. The lab cannot look up DNS, so its DMARC stands in: pass when the envelope sender's
 domain is the (single) From domain, as SPF-aligned DMARC would for a domain whose SPF record lists the lab;
 fail otherwise. A forger who writes alice's From and sends from their own domain gets dmarc=fail, as in life.
+A From domain in ``no_dmarc`` publishes no DMARC record: its mail gets dmarc=none, the "no verdict" of a stranger.
 ``strip_forged=False`` plays a misconfigured MX that leaves the sender's fields in place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import re
 import smtplib
 import ssl
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from email.utils import getaddresses
 from pathlib import Path
 from types import TracebackType
@@ -129,7 +132,7 @@ class _Handler:
     async def handle_MAIL(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, mail_options: list[str]
     ) -> str:
-        if self.lab.auth is not None and not session.authenticated:
+        if (self.lab.auth is not None or self.lab.oauth is not None) and not session.authenticated:
             return "530 5.7.0 Authentication required"
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
@@ -151,11 +154,47 @@ class _Handler:
         return "250 2.0.0 OK: delivered"
 
 
+class _OAuthHandler(_Handler):
+    """The hooks plus SASL XOAUTH2 and OAUTHBEARER (RFC 7628), each token checked by ``lab.oauth(user, token)``."""
+
+    async def auth_XOAUTH2(self, server: SMTP, args: list[str]) -> AuthResult:
+        return await self._bearer(server, args, "XOAUTH2")
+
+    async def auth_OAUTHBEARER(self, server: SMTP, args: list[str]) -> AuthResult:
+        return await self._bearer(server, args, "OAUTHBEARER")
+
+    async def _bearer(self, server: SMTP, args: list[str], mechanism: str) -> AuthResult:
+        try:
+            text = base64.b64decode(args[1] if len(args) > 1 else "", validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            return AuthResult(success=False, handled=False)
+        fields = dict(part.split("=", 1) for part in text.split("\x01") if "=" in part)
+        user = fields.get("user", "")
+        if mechanism == "OAUTHBEARER":  # gs2-header "n,a=USER," (RFC 7628 §3.1, RFC 5801 §4)
+            gs2 = text.split("\x01", 1)[0]
+            named = next((p[2:] for p in gs2.split(",") if p.startswith("a=")), "")
+            user = named.replace("=2C", ",").replace("=3D", "=")
+        token = fields.get("auth", "").removeprefix("Bearer ")
+        check = self.lab.oauth
+        assert check is not None
+        valid: bool = bool(user and token) and await asyncio.to_thread(check, user, token)
+        if valid:
+            self.lab.oauth_logins.append((mechanism, user))
+            return AuthResult(success=True, auth_data=user)
+        # RFC 7628 §3.2.2: the error as a JSON challenge; the client answers (%x01, or an empty line for XOAUTH2)
+        error = json.dumps({"status": "invalid_token", "schemes": "bearer", "scope": "mail"})
+        await server.challenge_auth(error)
+        self.lab.oauth_refusals.append((mechanism, user))
+        return AuthResult(success=False, handled=False)
+
+
 class SmtpLab:
     """An SMTP server on 127.0.0.1 that delivers into `dovecot`'s INBOXes.
 
     auth: ``(user, password)`` to require SMTP AUTH (PLAIN/LOGIN; offered without TLS when `tls` is "none");
     None accepts anyone.
+    oauth: ``check(user, token) -> bool`` to require SMTP AUTH with XOAUTH2 or OAUTHBEARER instead (the tests ask
+    the lab's OAuth server, as Dovecot's oauth2 passdb does).
     tls: "starttls" (required before MAIL) or "ssl" (implicit TLS), with `cert` = ``(cert.pem, key.pem)``.
     """
 
@@ -170,13 +209,19 @@ class SmtpLab:
         cert: tuple[Path, Path] | None = None,
         stamp: bool = True,
         strip_forged: bool = True,
+        oauth: Callable[[str, str], bool] | None = None,
+        no_dmarc: Sequence[str] = (),
     ) -> None:
         """Prepare; nothing listens until `start()`. ``stamp``: act as the MX (`mx_stamp`); off, only a Received
-        field is added (an MX that checks nothing: an unstamped path into the mailbox)."""
+        field is added (an MX that checks nothing: an unstamped path into the mailbox). ``no_dmarc``: From domains
+        without a DMARC record, stamped dmarc=none (no verdict)."""
         if tls not in ("none", "starttls", "ssl") or (tls != "none") != (cert is not None):
             raise ValueError("tls is none, starttls or ssl; starttls and ssl need cert=(cert, key)")
         self.dovecot = dovecot
         self.auth = auth
+        self.oauth = oauth
+        self.oauth_logins: list[tuple[str, str]] = []  # (mechanism, user) of each accepted token
+        self.oauth_refusals: list[tuple[str, str]] = []
         self.tls = tls
         self.cert = cert
         self.host = "127.0.0.1"
@@ -184,6 +229,7 @@ class SmtpLab:
         self.data_size_limit = data_size_limit
         self.stamp = stamp
         self.strip_forged = strip_forged
+        self.no_dmarc = {d.lower() for d in no_dmarc}
         self.received: list[Received] = []
         self._failures: list[str] = []
         self._lock = threading.Lock()
@@ -201,14 +247,14 @@ class SmtpLab:
         if self._controller is not None:
             return
         kwargs: dict[str, Any] = {}
-        if self.auth is not None:
+        if self.auth is not None or self.oauth is not None:
             kwargs = {"authenticator": self._authenticate, "auth_require_tls": self.tls == "starttls"}
         if self.cert is not None and self.tls == "ssl":
             kwargs["ssl_context"] = server_context(*self.cert)
         elif self.cert is not None:
             kwargs |= {"tls_context": server_context(*self.cert), "require_starttls": True}
         controller = Controller(
-            _Handler(self),
+            _OAuthHandler(self) if self.oauth is not None else _Handler(self),
             hostname=self.host,
             port=self.port,
             server_hostname="smtp.lab.example.test",
@@ -281,7 +327,9 @@ class SmtpLab:
 
     def _deliver(self, mail_from: str, rcpt_tos: Sequence[str], raw: bytes) -> None:
         # An MTA always adds its Received field, even one that checks nothing (stamp off).
-        raw = mx_stamp(raw, mail_from, strip_forged=self.strip_forged) if self.stamp else mx_received(raw)
+        result = "none" if from_domain(raw) in self.no_dmarc else None
+        raw = mx_stamp(raw, mail_from, strip_forged=self.strip_forged, result=result) if self.stamp else (
+            mx_received(raw))  # fmt: skip
         stamped = return_path(mail_from) + raw
         for rcpt in rcpt_tos:
             self.dovecot.append(rcpt, stamped)

@@ -24,6 +24,7 @@ HOMES = {
     "Delivery": "delivery",
     "canonical_address": "identity",
     "user_for": "identity",
+    "Fetched": "imap",
     "IMAP_FAILURES": "imap",
     "HostUnknown": "imap",
     "ImapLoginRejected": "imap",
@@ -33,6 +34,7 @@ HOMES = {
     "MailKey": "ledger",
     "MailLedger": "ledger",
     "MailRecord": "ledger",
+    "POISON_STRIKES": "ledger",
     "Address": "message",
     "Attachment": "message",
     "InboundEmail": "message",
@@ -40,6 +42,7 @@ HOMES = {
     "Outbox": "outbox",
     "html_to_text": "parse",
     "parse_email": "parse",
+    "parse_or_reason": "parse",
     "UNVERIFIED_PREFIX": "policy",
     "MAX_DRAFT_CHARS": "review",
     "DraftText": "review",
@@ -49,13 +52,19 @@ HOMES = {
     "Rules": "policy",
     "check_trust": "policy",
     "decide": "policy",
+    "decide_sent": "policy",
     "trust_warnings": "policy",
     "LOOP_HEADER": "smtp",
     "Reply": "smtp",
     "SmtpSender": "smtp",
     "compose_reply": "smtp",
     "html_alternative": "smtp",
+    "reply_addresses": "smtp",
     "reply_message_id": "smtp",
+    "IMPORT_PREFIX": "sources",
+    "MailSource": "sources",
+    "SourceMail": "sources",
+    "open_source": "sources",
     "Sessions": "threads",
     "thread_key": "threads",
 }
@@ -75,11 +84,13 @@ if TYPE_CHECKING:
     from quinn.mailbox.identity import canonical_address as canonical_address
     from quinn.mailbox.identity import user_for as user_for
     from quinn.mailbox.imap import IMAP_FAILURES as IMAP_FAILURES
+    from quinn.mailbox.imap import Fetched as Fetched
     from quinn.mailbox.imap import HostUnknown as HostUnknown
     from quinn.mailbox.imap import ImapLoginRejected as ImapLoginRejected
     from quinn.mailbox.imap import ImapMailbox as ImapMailbox
     from quinn.mailbox.ledger import FINAL_STATES as FINAL_STATES
     from quinn.mailbox.ledger import HANDED_ON_STATES as HANDED_ON_STATES
+    from quinn.mailbox.ledger import POISON_STRIKES as POISON_STRIKES
     from quinn.mailbox.ledger import MailKey as MailKey
     from quinn.mailbox.ledger import MailLedger as MailLedger
     from quinn.mailbox.ledger import MailRecord as MailRecord
@@ -90,11 +101,13 @@ if TYPE_CHECKING:
     from quinn.mailbox.outbox import Outbox as Outbox
     from quinn.mailbox.parse import html_to_text as html_to_text
     from quinn.mailbox.parse import parse_email as parse_email
+    from quinn.mailbox.parse import parse_or_reason as parse_or_reason
     from quinn.mailbox.policy import UNVERIFIED_PREFIX as UNVERIFIED_PREFIX
     from quinn.mailbox.policy import Decision as Decision
     from quinn.mailbox.policy import Rules as Rules
     from quinn.mailbox.policy import check_trust as check_trust
     from quinn.mailbox.policy import decide as decide
+    from quinn.mailbox.policy import decide_sent as decide_sent
     from quinn.mailbox.policy import trust_warnings as trust_warnings
     from quinn.mailbox.review import MAX_DRAFT_CHARS as MAX_DRAFT_CHARS
     from quinn.mailbox.review import DraftText as DraftText
@@ -105,6 +118,11 @@ if TYPE_CHECKING:
     from quinn.mailbox.smtp import SmtpSender as SmtpSender
     from quinn.mailbox.smtp import compose_reply as compose_reply
     from quinn.mailbox.smtp import html_alternative as html_alternative
+    from quinn.mailbox.smtp import reply_addresses as reply_addresses
     from quinn.mailbox.smtp import reply_message_id as reply_message_id
+    from quinn.mailbox.sources import IMPORT_PREFIX as IMPORT_PREFIX
+    from quinn.mailbox.sources import MailSource as MailSource
+    from quinn.mailbox.sources import SourceMail as SourceMail
+    from quinn.mailbox.sources import open_source as open_source
     from quinn.mailbox.threads import Sessions as Sessions
     from quinn.mailbox.threads import thread_key as thread_key

@@ -10,6 +10,14 @@ have written it, so Quinn counts a field only when
   further down (RFC 8601 §5, §7.2: "forged" fields) or one in a mail our server never stamped is ignored.
   The MX must still remove incoming fields that claim our id (RFC 8601 §5); the position check is the second lock.
 
+Exchange Online (Microsoft 365, Outlook.com) breaks RFC 8601 §2.2 and writes its field without an authserv-id
+(``Authentication-Results: spf=pass (sender IP is …) smtp.mailfrom=…; dkim=pass …;dmarc=pass action=none
+header.from=…;compauth=pass reason=100``), so no id can name it. For such a server (``policy.idless_stamp``)
+the position alone must do it, and is made strict: only the topmost Authentication-Results field of the whole
+mail counts, only if it has no authserv-id, and only with exactly ``received_above_stamp`` Received fields
+above it (``read_idless_stamp``). Exchange stamps every mail that enters from outside, above the Received field
+of its front door, so whatever the sender wrote sits below that stamp and is never read.
+
 The verdict uses the server's own DMARC result when it gave one: a ``dmarc=fail`` is final, whatever DKIM said,
 because only the server knows the domain's policy and organisational domain. Without a DMARC result, a DKIM pass
 whose signing domain aligns with the From domain counts (RFC 7489 §3.1.1, relaxed); SPF alone never does: it
@@ -45,6 +53,8 @@ def read_stamp(trace: Sequence[TraceField], ours: str, received_above_stamp: int
     be read, does not.
     """
     ours = ours.strip().lower()
+    if not ours:  # "" would match every field without an id: those are read_idless_stamp's, by position alone
+        return Stamp((), False)
     results: list[Result] = []
     ignored: list[str] = []
     found = False
@@ -67,11 +77,51 @@ def read_stamp(trace: Sequence[TraceField], ours: str, received_above_stamp: int
     return Stamp(tuple(results), found, tuple(ignored))
 
 
+def read_idless_stamp(trace: Sequence[TraceField], received_above_stamp: int) -> Stamp:
+    """The results of an Exchange Online stamp: the topmost Authentication-Results field, if it has no
+    authserv-id and exactly ``received_above_stamp`` Received fields sit above it; nothing otherwise."""
+    position, value = _topmost(trace)
+    if value is None:
+        return Stamp((), False)
+    named = authserv_id(value)
+    if named:
+        return Stamp((), False, (f"the topmost field names {named}, not an id-less Exchange Online stamp",))
+    if position != received_above_stamp:
+        return Stamp((), False, (f"the topmost field sits below {position} Received field(s), not "
+                                 f"{received_above_stamp} (policy.received_above_stamp)",))  # fmt: skip
+    # A stand-in id lets the one parser read it; the id was checked above and plays no part from here.
+    parsed = parse_authentication_results("exchange-online; " + value)
+    if parsed is None:
+        return Stamp((), False, ("an unreadable topmost field",))
+    return Stamp(tuple(parsed), True)
+
+
+def idless_stamp_position(trace: Sequence[TraceField]) -> int | None:
+    """How many Received fields sit above the topmost Authentication-Results field when it has no authserv-id
+    (None: there is none, or it names an id): what ``quinn check`` measures for ``policy.idless_stamp``."""
+    position, value = _topmost(trace)
+    return position if value is not None and not authserv_id(value) else None
+
+
+def _topmost(trace: Sequence[TraceField]) -> tuple[int, str | None]:
+    received = 0
+    for name, value in trace:
+        if name == "received":
+            received += 1
+        elif name == "authentication-results":
+            return received, value
+    return received, None
+
+
 def verdict(stamp: Stamp, from_domain: str) -> tuple[bool, str]:
     """Whether our server vouched for ``from_domain``, and why (or why not)."""
     from_domain = from_domain.strip().lower()
     if not stamp.found:
         return False, "no Authentication-Results from our server" + (f" ({stamp.ignored[0]})" if stamp.ignored else "")
+    # Microsoft's composite verdict on the From domain: whatever DMARC said, a compauth other than pass is final.
+    for method, result, _props in stamp.results:
+        if method == "compauth" and result != "pass":
+            return False, f"compauth={result}"
     dmarc = [(r, p) for m, r, p in stamp.results if m == "dmarc"]
     if dmarc:
         for result, _props in dmarc:
@@ -88,6 +138,26 @@ def verdict(stamp: Stamp, from_domain: str) -> tuple[bool, str]:
                 return True, f"dkim=pass header.d={signer.lower()}"
     seen = ", ".join(f"{m}={r}" for m, r, _ in stamp.results) or "none"
     return False, f"no DMARC pass and no DKIM pass aligned with {from_domain} ({seen}; SPF alone does not count)"
+
+
+def failed(stamp: Stamp, from_domain: str) -> str | None:
+    """Why our server marked the sender of ``from_domain`` as failing, or None when it did not (a pass, or no
+    verdict: no stamp, dmarc=none, a temporary error). A ``dmarc=fail`` (RFC 7489 §11.2) is one; without any DMARC
+    result, an ``spf=fail`` for an envelope sender of the From domain (or aligned with it) is the domain's own
+    policy saying this host may not send its mail (RFC 7208 §2.6.4). Such a From is most likely forged: a reply
+    to it is backscatter."""
+    from_domain = from_domain.strip().lower()
+    if not stamp.found:
+        return None
+    dmarc = [r for m, r, _ in stamp.results if m == "dmarc"]
+    if dmarc:
+        return "dmarc=fail" if "fail" in dmarc else None
+    for method, result, props in stamp.results:
+        if method == "spf" and result == "fail":
+            envelope = props.get("smtp.mailfrom", "").strip("<>").rpartition("@")[2] or props.get("smtp.helo", "")
+            if envelope and aligned(envelope, from_domain):
+                return f"spf=fail smtp.mailfrom={envelope.lower()}"
+    return None
 
 
 def aligned(domain: str, from_domain: str) -> bool:
@@ -137,12 +207,19 @@ def topmost_ids(trace: Sequence[TraceField]) -> list[str]:
 
 
 def authserv_id(field_value: str) -> str:
-    """The authserv-id of an Authentication-Results value (RFC 8601 §2.2), lower-cased; "" if none."""
+    """The authserv-id of an Authentication-Results value (RFC 8601 §2.2), lower-cased; "" if none.
+
+    A value that opens with a result (``spf=pass …``, as Exchange Online writes it) has none: "=" cannot be
+    part of a token (RFC 2045 tspecials), so a first word holding one is a method, not an id.
+    """
     text = _strip_comments(field_value).strip()
     match = re.match(r'"((?:[^"\\]|\\.)*)"|([^\s;]+)', text)
     if not match:
         return ""
-    return (match.group(1) if match.group(1) is not None else match.group(2)).lower()
+    if match.group(1) is not None:
+        return match.group(1).lower()
+    word = match.group(2)
+    return "" if "=" in word or text[match.end() :].lstrip().startswith("=") else word.lower()
 
 
 def parse_authentication_results(field_value: str) -> list[Result] | None:

@@ -15,13 +15,16 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, IMAPClientError, LoginError
 
 from quinn.config import ImapConfig
 from quinn.errors import ConfigError, ConnectError
+
+if TYPE_CHECKING:
+    from quinn.oauth import TokenSource
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,9 @@ def tls_context(ca_file: Path | None) -> ssl.SSLContext:
 class ImapMailbox:
     """One logged-in IMAP connection watching ``config.folder``."""
 
-    def __init__(self, config: ImapConfig) -> None:
+    def __init__(self, config: ImapConfig, tokens: TokenSource | None = None) -> None:
         self.config = config
+        self.tokens = tokens  # with auth = "oauth2": where the access token comes from
         self._client: Any = None
         self.delimiter = "/"
         self.can_idle = False
@@ -104,13 +108,22 @@ class ImapMailbox:
                 tls_hint("imap", c.tls, c.port, exc, "check imap.tls and imap.ca_file"),
             ) from None
         try:
-            client.login(c.username, self.config.secret("password") or "")
+            if c.auth == "oauth2":
+                self._token_login(client)
+            else:
+                client.login(c.username, self.config.secret("password") or "")
         except LoginError as exc:
             _close_quietly(client)
             raise ImapLoginRejected(
                 f"IMAP login as {c.username} at {c.host}:{c.port} rejected: {_text(exc)}",
-                f"check imap.username and the variable {c.password_env}",
+                f"check imap.username and the variable {c.password_env}"
+                if c.auth == "password"
+                else "check imap.username and the app's scopes (IMAP); `quinn auth login` signs in anew",
             ) from None
+        except ConfigError as exc:  # no usable token (quinn.oauth.LoginNeeded), or the token endpoint refused us
+            _close_quietly(client)
+            where = f"{c.username} at {c.host}:{c.port}"
+            raise ImapLoginRejected(f"IMAP login as {where}: {exc.message}", exc.hint) from None
         except (*DEAD_CONNECTION, IMAPClientError) as exc:
             _close_quietly(client)
             raise ConnectError(f"IMAP {c.host}:{c.port} failed during login: {_describe(exc)}") from None
@@ -135,6 +148,23 @@ class ImapMailbox:
         except (*DEAD_CONNECTION, IMAPClientError) as exc:
             self.close()
             raise ConnectError(f"IMAP {c.host}:{c.port} failed after login: {_describe(exc)}") from None
+
+    def _token_login(self, client: Any) -> None:
+        """SASL XOAUTH2 or OAUTHBEARER (RFC 7628) with the access token; a refused token is renewed once and
+        tried again (it may have been revoked or expired early), then the refusal stands."""
+        assert self.tokens is not None, 'auth = "oauth2" without a token source'
+        token = self.tokens.access_token()
+        try:
+            self._authenticate(client, token)
+        except LoginError:
+            self._authenticate(client, self.tokens.access_token(rejected=token))
+
+    def _authenticate(self, client: Any, token: str) -> None:
+        c = self.config
+        if self.tokens is not None and self.tokens.config.mechanism == "oauthbearer":
+            client.oauthbearer_login(c.username, token)
+        else:
+            client.oauth2_login(c.username, token)
 
     def own_folders(self) -> list[str]:
         """The folders Quinn reads or writes, as configured."""
@@ -234,6 +264,19 @@ class ImapMailbox:
         if isinstance(moment, datetime) and moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)  # imapclient normalises to local time without tz
         return Fetched(uid, bytes(item[b"BODY[]"]), moment)
+
+    def headers(self, uids: list[int]) -> dict[int, tuple[int, bytes, datetime | None]]:
+        """Size, header block (``BODY.PEEK[HEADER]``: nothing is flagged) and INTERNALDATE of each UID of the
+        selected folder (`quinn import` orders a folder by date before it reads any body)."""
+        if not uids:
+            return {}
+        found = {}
+        for uid, item in self._client.fetch(uids, ["RFC822.SIZE", "BODY.PEEK[HEADER]", "INTERNALDATE"]).items():
+            moment = item.get(b"INTERNALDATE")
+            if isinstance(moment, datetime) and moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            found[int(uid)] = (int(item.get(b"RFC822.SIZE", 0)), bytes(item.get(b"BODY[HEADER]", b"")), moment)
+        return found
 
     def recent_headers(self, folders: list[str], count: int = 5) -> list[bytes]:
         """The header blocks of the newest ``count`` messages of each existing folder, read-only (``quinn check``

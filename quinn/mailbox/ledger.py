@@ -18,10 +18,14 @@ from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
 from quinn.mailbox.policy import UNVERIFIED_PREFIX
 
-FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed"})
+#: ``imported``: taken in by `quinn import` (stored, threaded, queued for learning) and never answered.
+FINAL_STATES = frozenset({"replied", "drafted", "ignored", "rejected", "quarantined", "failed", "imported"})
 REPLIED_STATES = ("replied", "drafted")
 #: Rows whose mail lives on under another key: the next copy seen with the same Message-ID carries it on.
 HANDED_ON_STATES = ("superseded", "retried")
+#: Tries at reading a mail that never ended (the daemon killed meanwhile, or the parse at its deadline) before
+#: the mail is quarantined as poison instead of read again (issue 30): one kill may be bad luck, three are the mail.
+POISON_STRIKES = 3
 _FINAL_SQL = ", ".join(f"'{state}'" for state in sorted(FINAL_STATES))  # constants, never user text
 
 
@@ -46,6 +50,7 @@ class MailRecord:
     attempts: int
     next_attempt_at: str | None
     moved: bool
+    strikes: int = 0  # tries at reading it that never ended (``MailLedger.strike``)
 
     @property
     def final(self) -> bool:
@@ -77,14 +82,14 @@ class MailLedger:
     def get(self, key: MailKey) -> MailRecord | None:
         """The record for this key, or None when the mail was never seen."""
         row = self.db.query_one(
-            "SELECT message_id, state, reason, user_id, attempts, next_attempt_at, moved FROM mail_state"
+            "SELECT message_id, state, reason, user_id, attempts, next_attempt_at, moved, strikes FROM mail_state"
             " WHERE folder = ? AND uidvalidity = ? AND uid = ?",
             (key.folder, key.uidvalidity, key.uid),
         )
         if row is None:
             return None
-        message_id, state, reason, user_id, attempts, next_at, moved = row
-        return MailRecord(key, message_id, state, reason, user_id, int(attempts), next_at, bool(moved))
+        message_id, state, reason, user_id, attempts, next_at, moved, strikes = row
+        return MailRecord(key, message_id, state, reason, user_id, int(attempts), next_at, bool(moved), int(strikes))
 
     def receive(self, key: MailKey) -> MailRecord:
         """Record a newly seen mail as ``received`` (no-op when already known) and return its record."""
@@ -123,6 +128,23 @@ class MailLedger:
             "UPDATE mail_state SET lease_holder = NULL, lease_until = NULL"
             " WHERE folder = ? AND uidvalidity = ? AND uid = ? AND lease_holder = ?",
             (key.folder, key.uidvalidity, key.uid, holder),
+        )
+
+    def strike(self, key: MailKey) -> int:
+        """A try at reading the mail begins: counted as a strike until ``clear_strikes`` says it ended, so a try
+        the daemon never came back from (killed, frozen) stays counted. Returns the strikes now."""
+        self.db.execute(
+            "UPDATE mail_state SET strikes = strikes + 1 WHERE folder = ? AND uidvalidity = ? AND uid = ?",
+            (key.folder, key.uidvalidity, key.uid),
+        )
+        record = self.get(key)
+        return record.strikes if record else 0
+
+    def clear_strikes(self, key: MailKey) -> None:
+        """The try at reading the mail ended (whatever its outcome): the mail is not poison."""
+        self.db.execute(
+            "UPDATE mail_state SET strikes = 0 WHERE folder = ? AND uidvalidity = ? AND uid = ? AND strikes != 0",
+            (key.folder, key.uidvalidity, key.uid),
         )
 
     def lease_of(self, key: MailKey) -> tuple[str | None, str | None]:
@@ -330,6 +352,68 @@ class MailLedger:
                 until = max(oldest + timedelta(hours=1), now + timedelta(seconds=1))
                 return f"rate cap: {count} replies to this {what} in the last hour (cap {cap})", until
         return None
+
+    def message_ids(self, folder: str, state: str) -> list[str]:
+        """The Message-IDs of the mails of ``folder`` in ``state`` (`quinn import`: what it imported from a
+        source), in the order they were first seen."""
+        rows = self.db.query("SELECT message_id FROM mail_state WHERE folder = ? AND state = ?"
+                             " AND message_id IS NOT NULL ORDER BY received_at, rowid", (folder, state))  # fmt: skip
+        return [row[0] for row in rows]
+
+    def outbound_cap_reached(
+        self, domains: Iterable[str], *, per_domain: int, per_hour: int, unverified: bool, per_unverified: int,
+        now: datetime | None = None,
+    ) -> tuple[str, datetime] | None:  # fmt: skip
+        """``(reason, until)`` when a reply now would pass an outbound cap, else None: the replies of the last hour
+        touching one of ``domains`` (the sender's and the recipients', ``count_outbound``), all replies, and (for
+        mail nobody vouched for, ``unverified``) all replies to unverified senders. ``until`` is when the oldest
+        counted reply leaves the hour, as in ``cap_reached``: the mail waits, never dropped."""
+        now = now or utcnow()
+        since = iso(now - timedelta(hours=1))
+
+        def until(moment: str | None) -> datetime:
+            oldest = datetime.fromisoformat(moment) if moment else now
+            return max(oldest + timedelta(hours=1), now + timedelta(seconds=1))
+
+        for domain in sorted(set(domains)):
+            count = int(
+                self.db.query_value(
+                    "SELECT count(*) FROM outbound_domains WHERE domain = ? AND sent_at >= ?", (domain, since)
+                )
+                or 0
+            )
+            if count >= per_domain:
+                moment = self.db.query_value(
+                    "SELECT sent_at FROM outbound_domains WHERE domain = ? AND sent_at >= ? ORDER BY sent_at"
+                    " LIMIT 1 OFFSET ?", (domain, since, count - per_domain))  # fmt: skip
+                return f"rate cap: {count} replies touching {domain} in the last hour (cap {per_domain})", until(moment)
+        checks = [("", per_hour, "replies")]
+        if unverified:
+            checks.append(
+                (
+                    f"AND substr(sender_key, 1, {len(UNVERIFIED_PREFIX)}) = '{UNVERIFIED_PREFIX}'",
+                    per_unverified,
+                    "replies to unverified senders",
+                )
+            )  # fmt: skip (constants, no user text)
+        for where, cap, what in checks:
+            count = int(self.db.query_value(
+                f"SELECT count(*) FROM mail_state WHERE replied_at >= ? {where}", (since,)) or 0)  # fmt: skip
+            if count >= cap:
+                moment = self.db.query_value(
+                    f"SELECT replied_at FROM mail_state WHERE replied_at >= ? {where} ORDER BY replied_at"
+                    " LIMIT 1 OFFSET ?", (since, max(count - cap, 0)))  # fmt: skip
+                return f"rate cap: {count} {what} in the last hour (cap {cap})", until(moment)
+        return None
+
+    def count_outbound(self, domains: Iterable[str], at: datetime | None = None) -> None:
+        """A reply went out (or was drafted) touching ``domains``: counted once per domain for the domain cap.
+        Rows older than a day go at the same time (the cap looks back one hour)."""
+        moment = at or utcnow()
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM outbound_domains WHERE sent_at < ?", (iso(moment - timedelta(days=1)),))
+            for domain in sorted(set(domains)):
+                tx.execute("INSERT INTO outbound_domains (domain, sent_at) VALUES (?, ?)", (domain, iso(moment)))
 
     def seen_in(self, folder: str) -> bool:
         """Whether any mail of ``folder`` is in the ledger (under any UIDVALIDITY): Quinn has read it before."""

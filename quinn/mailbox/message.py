@@ -48,6 +48,7 @@ class InboundEmail:
     # what tells our server's stamp from one the sender wrote (quinn/mailbox/authresults.py).
     trace: tuple[tuple[str, str], ...] = ()
     attachments: tuple[Attachment, ...] = ()
+    attachments_left_out: int = 0  # attachments past parse.MAX_ATTACHMENTS: counted, not kept (the raw mail has them)
     defects: tuple[str, ...] = ()
     content_type: str = "text/plain"
     size: int = 0

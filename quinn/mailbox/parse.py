@@ -42,6 +42,26 @@ MAX_SCAN_LINE_CHARS = 300
 #: HTML beyond this is not converted (html2text is slow); deeper list/quote nesting is flattened.
 MAX_HTML_CHARS = 500_000
 MAX_HTML_NESTING = 20
+#: Counts an attacker controls are bounded here, before anything reads them (issue 30): a References field of
+#: 80,000 ids froze the daemon. References keeps its first and last ids, as threading practice trims it (RFC 5322
+#: §3.6.4 keeps the root first; JWZ threading needs the root and the nearest parents): the root names the
+#: thread (threads.thread_key), the last ids its newest messages.
+MAX_REFERENCES_HEAD = 3
+MAX_REFERENCES_TAIL = 17
+#: Addresses kept per address field (To, Cc, Reply-To, From): replies go to a handful at most.
+MAX_ADDRESSES = 100
+#: Header fields read, topmost first (trust reads the topmost trace fields: quinn/mailbox/authresults.py), and
+#: the characters kept of each value (ids are taken from the whole value first).
+MAX_HEADER_FIELDS = 1000
+MAX_HEADER_CHARS = 16_384
+#: A longer header section is refused before the MIME parser reads it: it costs ~1.5 s per MB of tiny fields,
+#: and real headers stay under 100 kB (RFC 5322 §2.1.1 lines are at most 998 characters).
+MAX_HEADER_BYTES = 2 * 1024 * 1024
+#: A MIME tree of more parts is refused before mail-parser walks it: 60,000 tiny parts (9 MB) cost ~6 s of its
+#: time on top of the stdlib's ~3 s; real mail has a few dozen.
+MAX_MIME_PARTS = 20_000
+#: Attachments kept (with their bytes); the rest are counted in ``InboundEmail.attachments_left_out``.
+MAX_ATTACHMENTS = 500
 #: Header names that any email carries at least one of; without them the input is not an email.
 _EMAIL_HEADERS = frozenset(
     "from sender to cc subject date message-id received return-path mime-version content-type "
@@ -87,18 +107,43 @@ def parse_email(raw: bytes, *, internal_date: datetime | None = None, max_bytes:
         raise MailParseError(f"parser failed: {type(exc).__name__}: {exc}", hint=_HINT) from exc
 
 
+def parse_or_reason(
+    raw: bytes, internal_date: datetime | None = None, max_bytes: int | None = None
+) -> InboundEmail | str:
+    """``parse_email``'s result, or the message of its refusal: what a child process sends back (never raises;
+    quinn/confined.py)."""
+    try:
+        return parse_email(raw, internal_date=internal_date, max_bytes=max_bytes)
+    except MailParseError as exc:
+        return exc.message
+
+
 def _parse(raw: bytes, internal_date: datetime | None) -> InboundEmail:
     # IMAP delivers CRLF; files and tests use LF. Normalise first so text, hashes and ids agree.
     normalised = raw.replace(b"\r\n", b"\n")
-    parsed = mailparser.parse_from_bytes(normalised)
-    msg: Message = parsed.message
+    end = normalised.find(b"\n\n")
+    header_bytes = len(normalised) if end < 0 else end
+    if header_bytes > MAX_HEADER_BYTES:
+        raise MailParseError(f"header section too large: {header_bytes} bytes > limit {MAX_HEADER_BYTES}",
+                             hint=_HINT)  # fmt: skip
+    # The stdlib builds the tree once (what mailparser.parse_from_bytes does too); its shape is checked before
+    # mail-parser walks it, the costlier part. A RecursionError (deep nesting) is caught by parse_email.
+    msg: Message = email.message_from_bytes(normalised)
     _check_shape(msg)
+    parsed = mailparser.MailParser(msg)
     defects: list[str] = _library_defects(parsed.defects)
 
     headers: dict[str, list[str]] = {}
     trace: list[tuple[str, str]] = []
-    for name, value in msg.raw_items():
+    references: list[str] = []
+    fields = _bounded_fields(msg, defects)
+    for name, value in fields:
         text = decode_header_value(_unfold(str(value)), defects, name)
+        if name.lower() == "references":  # from the whole value: its last ids are the nearest parents
+            references.append(text)
+        if len(text) > MAX_HEADER_CHARS:
+            defects.append(f"header {name}: {len(text)} characters, kept the first {MAX_HEADER_CHARS}")
+            text = text[:MAX_HEADER_CHARS]
         headers.setdefault(name.lower(), []).append(text)
         if name.lower() in TRACE_FIELDS:
             trace.append((name.lower(), text))
@@ -108,16 +153,16 @@ def _parse(raw: bytes, internal_date: datetime | None) -> InboundEmail:
         message_id = f"<{hashlib.sha256(normalised).hexdigest()[:32]}@quinn.invalid>"
         defects.append(f"missing Message-ID: synthesised {message_id}")
 
-    from_ = next(iter(_addresses(msg, "from", defects)), None)
-    to, cc = _addresses(msg, "to", defects), _addresses(msg, "cc", defects)
-    reply_to = _addresses(msg, "reply-to", defects)
+    from_ = next(iter(_addresses(fields, "from", defects)), None)
+    to, cc = _addresses(fields, "to", defects), _addresses(fields, "cc", defects)
+    reply_to = _addresses(fields, "reply-to", defects)
     date = _date(_first(headers, "date"), parsed, internal_date, defects)
     full_text = _body_text(parsed, defects)
     text = strip_reply(full_text, defects)
     return InboundEmail(
         message_id=message_id,
         in_reply_to=_first_id(_first(headers, "in-reply-to")),
-        references=_all_ids(" ".join(headers.get("references", []))),
+        references=_trimmed_references(_all_ids(" ".join(references)), defects),
         from_=from_,
         to=to,
         cc=cc,
@@ -128,23 +173,55 @@ def _parse(raw: bytes, internal_date: datetime | None) -> InboundEmail:
         full_text=full_text,
         headers={name: tuple(values) for name, values in headers.items()},
         trace=tuple(trace),
-        attachments=_attachments(parsed.attachments),
+        attachments=_attachments(parsed.attachments[:MAX_ATTACHMENTS]),
+        attachments_left_out=_left_out(len(parsed.attachments), defects),
         defects=tuple(dict.fromkeys(defects)),  # the same defect may repeat per encoded word
         content_type=msg.get_content_type(),
         size=len(raw),
     )
 
 
+def _bounded_fields(msg: Message, defects: list[str]) -> list[tuple[str, Any]]:
+    """The topmost ``MAX_HEADER_FIELDS`` header fields, as (name, raw value)."""
+    fields = list(msg.raw_items())
+    if len(fields) > MAX_HEADER_FIELDS:
+        defects.append(f"{len(fields)} header fields: read the topmost {MAX_HEADER_FIELDS}")
+        fields = fields[:MAX_HEADER_FIELDS]
+    return fields
+
+
+def _trimmed_references(ids: tuple[str, ...], defects: list[str]) -> tuple[str, ...]:
+    """References cut to its first ``MAX_REFERENCES_HEAD`` and last ``MAX_REFERENCES_TAIL`` ids."""
+    if len(ids) <= MAX_REFERENCES_HEAD + MAX_REFERENCES_TAIL:
+        return ids
+    defects.append(f"References: {len(ids)} ids, kept the first {MAX_REFERENCES_HEAD} and the last "
+                   f"{MAX_REFERENCES_TAIL}")  # fmt: skip
+    return ids[:MAX_REFERENCES_HEAD] + ids[-MAX_REFERENCES_TAIL:]
+
+
+def _left_out(count: int, defects: list[str]) -> int:
+    """How many attachments beyond ``MAX_ATTACHMENTS`` were not kept (said in ``defects``)."""
+    if count <= MAX_ATTACHMENTS:
+        return 0
+    defects.append(f"{count} attachments: kept the first {MAX_ATTACHMENTS}")
+    return count - MAX_ATTACHMENTS
+
+
 def _check_shape(msg: Message) -> None:
-    """Refuse inputs that are not email at all, and MIME trees deeper than ``MAX_MIME_DEPTH``."""
+    """Refuse inputs that are not email at all, and MIME trees deeper than ``MAX_MIME_DEPTH`` or with more than
+    ``MAX_MIME_PARTS`` parts."""
     names = {name.lower() for name in msg}
     if not names:
         raise MailParseError("not an email: no header fields", hint=_HINT)
     if not names & _EMAIL_HEADERS:
         raise MailParseError(f"not an email: none of the usual header fields (saw {len(names)})", hint=_HINT)
     stack: list[tuple[Message, int]] = [(msg, 1)]  # iterative: recursion is what deep nesting attacks
+    parts = 0
     while stack:
         part, depth = stack.pop()
+        parts += 1
+        if parts > MAX_MIME_PARTS:
+            raise MailParseError(f"more than {MAX_MIME_PARTS} MIME parts", hint=_HINT)
         if depth > MAX_MIME_DEPTH:
             raise MailParseError(f"MIME nesting deeper than {MAX_MIME_DEPTH} levels", hint=_HINT)
         if part.is_multipart():
@@ -238,10 +315,11 @@ def _first(headers: dict[str, list[str]], name: str) -> str:
     return values[0] if values else ""
 
 
-def _addresses(msg: Message, name: str, defects: list[str]) -> tuple[Address, ...]:
-    """Mailboxes of every ``name`` header: structure by mail-parser, then display names decoded here."""
+def _addresses(fields: list[tuple[str, Any]], name: str, defects: list[str]) -> tuple[Address, ...]:
+    """Mailboxes of every ``name`` header (at most ``MAX_ADDRESSES``): structure by mail-parser, then display
+    names decoded here."""
     result: list[Address] = []
-    for field_name, raw in msg.raw_items():  # raw: get_all() would turn 8-bit bytes into U+FFFD
+    for field_name, raw in fields:  # raw: get_all() would turn 8-bit bytes into U+FFFD
         if field_name.lower() != name:
             continue
         where = f"header {field_name}"
@@ -251,24 +329,30 @@ def _addresses(msg: Message, name: str, defects: list[str]) -> tuple[Address, ..
         found: list[dict[str, Any]] = []
         for display, addr in get_addresses(value, defects=found):
             if addr:
-                result.append(Address(decode_header_value(display).strip(), canonical_address(_clean(addr))))
-        defects.extend(f"{where}: {item.get('reason')}: {_clean(str(item.get('raw')))}" for item in found)
-    return tuple(result)
+                # An encoded word may decode to CR or LF: a display name is one line (it is written into replies).
+                name = " ".join(decode_header_value(display).split())
+                result.append(Address(name, canonical_address(_clean(addr))))
+        defects.extend(f"{where}: {item.get('reason')}: {_clean(str(item.get('raw')))[:200]}" for item in found[:20])
+    if len(result) > MAX_ADDRESSES:
+        defects.append(f"header {name}: {len(result)} addresses, kept the first {MAX_ADDRESSES}")
+    return tuple(result[:MAX_ADDRESSES])
 
 
 def _first_id(value: str) -> str | None:
+    for match in _MSG_ID.finditer(value):  # the first only: an In-Reply-To of 80,000 ids is not all read
+        clean = re.sub(r"\s+", "", match.group(0))
+        if clean != "<>":
+            return clean
     ids = _all_ids(value)
     return ids[0] if ids else None
 
 
 def _all_ids(value: str) -> tuple[str, ...]:
-    """Message ids with angle brackets and no whitespace (RFC 5322 §3.6.4); bare ids get brackets."""
+    """Message ids with angle brackets and no whitespace (RFC 5322 §3.6.4); bare ids get brackets. Linear in
+    the value: duplicates are dropped through a dict (issue 30: a list made 80,000 ids take minutes)."""
     found = _MSG_ID.findall(value) or [f"<{token.strip('<>')}>" for token in value.split() if token.strip("<>")]
-    ids: list[str] = []
-    for found_id in found:
-        clean = re.sub(r"\s+", "", found_id)
-        if clean != "<>" and clean not in ids:
-            ids.append(clean)
+    ids = dict.fromkeys(re.sub(r"\s+", "", found_id) for found_id in found)
+    ids.pop("<>", None)
     return tuple(ids)
 
 

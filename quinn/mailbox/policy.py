@@ -4,6 +4,9 @@ The order of the checks matters and is the order of ``decide``: our own mail and
 an auto-responder must never answer (RFC 3834 and practice), then addressing, the sender's identity, the
 allowlist and sender authentication (RFC 8601, quinn/mailbox/authresults.py).
 
+No backscatter: mail whose sender our server marked ``fail`` (DMARC, or the domain's SPF policy) is rejected
+unanswered unless the operator set ``answer_failed_senders``; a reply would go to the forged address.
+
 Trust is decided here, once per mail, before anything reads memory. Memory (read or written, commands, exports,
 purges) is used only for a trusted sender: one our own server authenticated (``trust = "authenticated"``, the
 default), or anyone the From field names when the operator wrote ``trust = "insecure-from-header"``. Even a
@@ -19,7 +22,17 @@ from typing import Literal
 
 from quinn.config import Config
 from quinn.errors import ConfigError
-from quinn.mailbox.authresults import TraceField, read_stamp, stamp_position, topmost_ids, verdict
+from quinn.mailbox.authresults import (
+    Stamp,
+    TraceField,
+    failed,
+    idless_stamp_position,
+    read_idless_stamp,
+    read_stamp,
+    stamp_position,
+    topmost_ids,
+    verdict,
+)
 from quinn.mailbox.identity import (
     PlusAddressing,
     canonical_address,
@@ -64,10 +77,15 @@ class Rules:
     trust: Trust = "authenticated"
     authserv_id: str | None = None  # our receiving server's id in Authentication-Results
     received_above_stamp: int = 0  # Received fields our own servers put above their Authentication-Results
+    idless_stamp: bool = False  # our server (Exchange Online) writes no authserv-id: the topmost field, by position
     unauthenticated: Literal["no_memory", "reject"] = "no_memory"
+    answer_failed_senders: bool = False  # answer mail whose sender our server marked fail (see sender_failed)
     plus_addressing: PlusAddressing = "separate"
     loop_header: str = "X-Quinn-Loop"
     own_message_id_domain: str | None = None  # None: recognise only Quinn's own "<quinn.…@own domain>" ids
+    # `quinn import --vouch`: senders (addresses or bare domains) the operator vouches for in an archive, trusted
+    # as if our server had authenticated them. Empty for live mail: only an import may vouch.
+    vouched: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: Config, loop_header: str) -> Rules:
@@ -75,7 +93,9 @@ class Rules:
         p = config.policy
         return cls(own_address=config.smtp.from_address, allow=tuple(p.allow), aliases=dict(p.aliases),
                    trust=p.trust, authserv_id=p.authserv_id, received_above_stamp=p.received_above_stamp,
-                   unauthenticated=p.unauthenticated, plus_addressing=p.plus_addressing,
+                   idless_stamp=p.idless_stamp,
+                   unauthenticated=p.unauthenticated, answer_failed_senders=p.answer_failed_senders,
+                   plus_addressing=p.plus_addressing,
                    loop_header=loop_header)  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -123,13 +143,16 @@ def reply_subject(subject: str) -> str:
     return f"Re: {' '.join(_PREFIX.sub('', subject).split())}".rstrip()
 
 
-def decide(email: InboundEmail, rules: Rules) -> Decision:
-    """Handle, ignore or reject one email; the reason is short enough for one log line."""
+def decide(email: InboundEmail, rules: Rules, *, imported: bool = False) -> Decision:
+    """Handle, ignore or reject one email; the reason is short enough for one log line.
+
+    ``imported`` (`quinn import`): the mail comes from an archive the operator chose (a backlog, an old support
+    address), so it need not be addressed to Quinn; every other rule holds as for live mail."""
     reason = _ours(email, rules) or _never_reply(email)
     if reason:
         return Decision("ignore", reason)
     own = rules.own_address
-    if not any(same_mailbox(a.address, own) for a in (*email.to, *email.cc)):
+    if not imported and not any(same_mailbox(a.address, own) for a in (*email.to, *email.cc)):
         return Decision("ignore", "not addressed to quinn")
     problem = from_problem(email.header_all("From"))
     if problem:  # RFC 5322 §3.6: one From field with one mailbox; anything else names no single sender
@@ -140,12 +163,19 @@ def decide(email: InboundEmail, rules: Rules) -> Decision:
     if not _allowed(sender, rules.allow) and not _allowed(user, rules.allow):
         return Decision("reject", f"not allowed: {sender}")
     ok, why = authenticated(email, rules)
+    if not ok and rules.vouched and (_allowed(sender, rules.vouched) or _allowed(user, rules.vouched)):
+        ok, why = True, f"vouched for by the operator at import ({why})"
     if name_poses_as_address(email.from_.name, sender):
         why += f"; the display name poses as another address, bound to {sender}"
     trusted = ok or rules.trust == INSECURE
+    if not trusted and rules.unauthenticated == "reject":
+        return Decision("reject", f"sender not authenticated: {why}")
+    forged = None if ok or rules.answer_failed_senders else sender_failed(email, rules)
+    if forged:
+        # No backscatter: a reply would go to the address the forger wrote. Recorded and filed, never answered.
+        return Decision("reject", f"sender failed authentication ({forged}): not answered, a reply would go to a "
+                        "forged address (policy.answer_failed_senders)")  # fmt: skip
     if not trusted:
-        if rules.unauthenticated == "reject":
-            return Decision("reject", f"sender not authenticated: {why}")
         if _foreign(email.reply_to, sender, rules):
             # A stranger asking us to write to someone else: Quinn would be a relay for their text.
             return Decision("reject", f"sender not authenticated and Reply-To names someone else: {why}")
@@ -154,10 +184,31 @@ def decide(email: InboundEmail, rules: Rules) -> Decision:
     reason = f"authenticated: {why}" if ok else f"trusted by the From field alone ({INSECURE}; {why})"
     foreign = _foreign(email.reply_to, user, rules)
     if foreign:
-        return Decision("handle", f"{reason}; no memory: the reply goes to {', '.join(foreign)}", user, ok,
+        return Decision("handle", f"{reason}; no memory: the reply goes to {_some(foreign)}", user, ok,
                         use_memory=False, sender=sender, withheld=foreign_reply_to_note(foreign),
                         rate_key=user)  # fmt: skip
     return Decision("handle", reason, user, ok, use_memory=True, sender=sender, rate_key=user)
+
+
+def decide_sent(email: InboundEmail, rules: Rules) -> Decision:
+    """`quinn import --sent`: a mail the operator's side sent (a Sent folder), kept as the outbound side of its
+    first To recipient's conversation. The operator vouches for the folder by naming it so; the text is theirs,
+    not the recipient's, so it joins the recipient's threads and recall and is never learnt as their words. Mail
+    an auto-responder sent, to a robot, or to someone the allowlist does not admit is not kept."""
+    reason = _never_reply(email)
+    if reason:
+        return Decision("ignore", reason)
+    own = rules.own_address
+    recipients = [canonical_address(a.address) for a in email.to if not same_mailbox(a.address, own)]
+    if not recipients:
+        return Decision("ignore", "sent mail without a recipient")
+    if _ROBOT_LOCAL.search(recipients[0].rpartition("@")[0]):
+        return Decision("ignore", f"sent to an automated address: {recipients[0]}")
+    user = user_for(recipients[0], rules.aliases, rules.plus_addressing)
+    if not _allowed(recipients[0], rules.allow) and not _allowed(user, rules.allow):
+        return Decision("reject", f"not allowed: {recipients[0]}")
+    return Decision("handle", f"sent to {user}: the outbound side of their conversation (--sent)", user, True,
+                    use_memory=True, sender=user, rate_key=user)  # fmt: skip
 
 
 def trust_warnings(rules: Rules) -> list[str]:
@@ -168,7 +219,7 @@ def trust_warnings(rules: Rules) -> list[str]:
             "export and erase that user's memory. Use it only where no outsider can mail Quinn; set "
             'trust = "authenticated" and authserv_id (deploy/SECURITY.md).'
         ]
-    if not rules.authserv_id:
+    if not rules.authserv_id and not rules.idless_stamp:
         return [
             "policy.authserv_id is not set, so no sender can be authenticated: every mail is answered without "
             "memory. Set it to the authserv-id your receiving server writes in Authentication-Results "
@@ -182,9 +233,16 @@ def check_trust(rules: Rules, samples: Sequence[InboundEmail]) -> tuple[bool, st
     warnings = trust_warnings(rules)
     if rules.trust == INSECURE:
         return True, "WARNING " + warnings[0]
+    if rules.idless_stamp:
+        return _check_idless(rules, samples)
     seen = sorted({i for email in samples for i in topmost_ids(trace_of(email))})
     if not rules.authserv_id:
         hint = f"; the newest mail carries Authentication-Results of: {', '.join(seen)}" if seen else ""
+        idless = [p for p in (idless_stamp_position(trace_of(e)) for e in samples) if p is not None]
+        if idless:  # Exchange Online's stamp: no id to suggest, a position instead
+            hint += (f"; {len(idless)} of the {len(samples)} newest mails carry an Authentication-Results without "
+                     f"an authserv-id on top, as Exchange Online writes it: set idless_stamp = true and "
+                     f"received_above_stamp = {max(set(idless), key=idless.count)}")  # fmt: skip
         return False, warnings[0] + hint
     if not samples:
         return True, f"authserv_id {rules.authserv_id}: no mail in the mailbox yet to check the stamp on"
@@ -207,6 +265,30 @@ def check_trust(rules: Rules, samples: Sequence[InboundEmail]) -> tuple[bool, st
     return True, f"authserv_id {rules.authserv_id}: {len(stamped)} of the {len(samples)} newest mails stamped{tail}"
 
 
+def _check_idless(rules: Rules, samples: Sequence[InboundEmail]) -> tuple[bool, str]:
+    """``check_trust`` for a server that stamps without an authserv-id (Exchange Online): where is the topmost
+    id-less field on recent mail, and is that exactly where ``received_above_stamp`` says?"""
+    want = rules.received_above_stamp
+    if not samples:
+        return True, f"id-less stamp (Exchange Online) below {want} Received: no mail in the mailbox yet to check"
+    positions = [idless_stamp_position(trace_of(email)) for email in samples]
+    stamped = [p for p in positions if p is not None]
+    where = "; ".join(f"{e.message_id}: {'no id-less stamp on top' if p is None else f'stamp below {p} Received'}"
+                      for e, p in zip(samples, positions, strict=True))  # fmt: skip
+    if not stamped:
+        return False, (f"none of the {len(samples)} newest mails has an Authentication-Results field without an "
+                       "authserv-id on top: nothing will authenticate. Is this mailbox on Exchange Online? "
+                       f"Otherwise set idless_stamp = false and authserv_id ({where})")  # fmt: skip
+    exact = [p for p in stamped if p == want]
+    if not exact:
+        common = max(set(stamped), key=stamped.count)
+        return False, (f"the stamp sits below {common} Received field(s), but policy.received_above_stamp is "
+                       f"{want}: set it to {common} or no mail will authenticate ({where})")  # fmt: skip
+    tail = f"; the others will not authenticate ({where})" if len(exact) < len(positions) else ""
+    return True, (f"id-less stamp (Exchange Online) below {want} Received: {len(exact)} of the {len(samples)} "
+                  f"newest mails stamped there{tail}")  # fmt: skip
+
+
 UNVERIFIED_NOTE = (
     "I could not verify that this email really comes from your address, so I answered it without anything I "
     "remember about you, and I did not change your memory."
@@ -214,11 +296,19 @@ UNVERIFIED_NOTE = (
 
 
 def foreign_reply_to_note(addresses: Sequence[str]) -> str:
-    """What the reply says when it is sent to a Reply-To of someone else."""
+    """What the reply says when it is sent to a Reply-To of someone else. It names no address: everyone on the
+    reply reads it, and a list of hundreds is the attacker's (issue 30)."""
+    whom = "the address" if len(addresses) == 1 else "the addresses"
     return (
-        f"This reply goes to {', '.join(addresses)} (the email's Reply-To), not to your own address, so I answered "
-        "without anything I remember about you and changed nothing in your memory."
+        f"This reply goes to {whom} in the email's Reply-To, not to your own address, so I answered without "
+        "anything I remember about you and changed nothing in your memory."
     )
+
+
+def _some(addresses: Sequence[str], shown: int = 3) -> str:
+    """A few addresses and how many more, for a log line and the ledger's reason (bounded, whatever the mail)."""
+    more = f" and {len(addresses) - shown} more" if len(addresses) > shown else ""
+    return ", ".join(addresses[:shown]) + more
 
 
 def _foreign(reply_to: Sequence[Address], user: str, rules: Rules) -> list[str]:
@@ -297,13 +387,40 @@ def _allowed(address: str, allow: Sequence[str]) -> bool:
 
 def authenticated(email: InboundEmail, rules: Rules) -> tuple[bool, str]:
     """Whether our own server vouched for the From domain, and why (or why not)."""
-    if not rules.authserv_id:
+    if not rules.authserv_id and not rules.idless_stamp:
         return False, "no authserv_id configured"
     problem = from_problem(email.header_all("From"))
     if problem or email.from_ is None:
         return False, f"no single sender ({problem or 'no From'})"  # RFC 7489 §6.6.1: such mail cannot be aligned
-    stamp = read_stamp(trace_of(email), rules.authserv_id, rules.received_above_stamp)
+    stamp = our_stamp(email, rules)
+    if isinstance(stamp, str):
+        return False, stamp
     return verdict(stamp, canonical_address(email.from_.address).rpartition("@")[2])
+
+
+def sender_failed(email: InboundEmail, rules: Rules) -> str | None:
+    """Why our own server marked the From domain as failing its check (``authresults.failed``), or None."""
+    if (not rules.authserv_id and not rules.idless_stamp) or email.from_ is None:
+        return None
+    stamp = our_stamp(email, rules)
+    if isinstance(stamp, str):
+        return None
+    return failed(stamp, canonical_address(email.from_.address).rpartition("@")[2])
+
+
+def our_stamp(email: InboundEmail, rules: Rules) -> Stamp | str:
+    """What our own server stamped on ``email`` (by ``authserv_id``, or Exchange's id-less stamp by position),
+    or why nothing it carries can be our server's."""
+    if not rules.idless_stamp:
+        return read_stamp(trace_of(email), rules.authserv_id or "", rules.received_above_stamp)
+    # Exchange stamps mail from outside only. Mail a user of the tenant submitted (AuthAs Internal, Partner) gets
+    # no stamp, so a topmost field there is the sender's own text. Exchange's header firewall removes
+    # X-MS-Exchange-Organization-* fields a sender wrote, and a sender can only add one, never remove Exchange's:
+    # any value but Anonymous refuses, whatever else the mail says.
+    auth_as = {v.strip().lower() for v in email.header_all("X-MS-Exchange-Organization-AuthAs")}
+    if auth_as - {"anonymous"}:
+        return f"submitted inside the tenant (AuthAs {', '.join(sorted(auth_as))}): Exchange stamps none"
+    return read_idless_stamp(trace_of(email), rules.received_above_stamp)
 
 
 def trace_of(email: InboundEmail) -> tuple[TraceField, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,6 +56,10 @@ class Unsummarized:
     summary: str | None
     summarized_upto: int
     messages: list[tuple[int, str, str, str]]  # (id, from_addr, sent_at, body), oldest first
+
+
+#: Ids asked about per ``IN (...)`` list: far below SQLite's limit on parameters per statement.
+IN_CHUNK = 500
 
 
 def thread_key(email: InboundEmail) -> str:
@@ -105,15 +110,19 @@ class Sessions:
         return session_id
 
     def _sessions_of(self, tx: Transaction, ids: tuple[str, ...]) -> list[str]:
-        ids = tuple(i for i in ids if i)
-        if not ids:
-            return []
-        rows = tx.query(
-            "SELECT DISTINCT s.id, s.created_at FROM session_ids x JOIN sessions s ON s.id = x.session_id"
-            f" WHERE x.message_id IN ({','.join('?' * len(ids))}) ORDER BY s.created_at, s.id",
-            ids,
-        )
-        return [r[0] for r in rows]
+        """The sessions any of ``ids`` joined, oldest first; asked ``IN_CHUNK`` ids at a time (SQLite refuses more
+        than 32,766 parameters in one statement, and a mail's ids are the sender's to choose: issue 30)."""
+        wanted = tuple(dict.fromkeys(i for i in ids if i))
+        found: dict[str, str] = {}
+        for start in range(0, len(wanted), IN_CHUNK):
+            chunk = wanted[start : start + IN_CHUNK]
+            rows = tx.query(
+                "SELECT DISTINCT s.id, s.created_at FROM session_ids x JOIN sessions s ON s.id = x.session_id"
+                f" WHERE x.message_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            found.update((str(r[0]), str(r[1])) for r in rows)
+        return sorted(found, key=lambda session: (found[session], session))
 
     @staticmethod
     def _owner(tx: Transaction, session_id: str) -> str | None:
@@ -164,18 +173,43 @@ class Sessions:
             ),
         )  # fmt: skip
 
+    def subjects(self, user_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+        """The subjects of the user's inbound mails among ``message_ids`` (the console names a reply by the mail
+        it answers, not by its Message-ID)."""
+        wanted = sorted(set(message_ids))[:500]
+        if not wanted:
+            return {}
+        rows = self.db.query(
+            f"SELECT message_id, subject FROM messages WHERE user_id = ? AND direction = 'in'"
+            f" AND message_id IN ({','.join('?' * len(wanted))})",
+            (user_id, *wanted),
+        )
+        return {row[0]: row[1] or "" for row in rows}
+
+    def withdraw(self, session_id: str, message_id: str) -> None:
+        """Take an inbound message back out (``quinn ask`` when no reply came): the message, its passages (a
+        trigger), its id, and the session when nothing else is left in it."""
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM messages WHERE session_id = ? AND message_id = ? AND direction = 'in'",
+                       (session_id, message_id))  # fmt: skip
+            tx.execute("DELETE FROM session_ids WHERE message_id = ?", (message_id,))
+            if not tx.query("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (session_id,)):
+                tx.execute("DELETE FROM session_ids WHERE session_id = ?", (session_id,))
+                tx.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
     def store_outbound(
         self, session_id: str, user_id: str, message_id: str, in_reply_to: str, subject: str, from_addr: str,
-        to_addrs: list[str], body: str,
+        to_addrs: list[str], body: str, *, sent_at: datetime | None = None,
     ) -> None:  # fmt: skip
-        """Keep our reply in the conversation store (idempotent on Message-ID)."""
+        """Keep our reply in the conversation store (idempotent on Message-ID); ``sent_at``: an imported sent
+        mail's own date (default now)."""
         now = iso(utcnow())
         self.db.execute(
             "INSERT OR IGNORE INTO messages (session_id, user_id, direction, message_id, in_reply_to, subject,"
             " from_addr, to_addrs, sent_at, body, full_text, created_at)"
             " VALUES (?, ?, 'out', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (session_id, user_id, message_id, in_reply_to, subject, from_addr, json.dumps(to_addrs), now, body,
-             body, now),
+            (session_id, user_id, message_id, in_reply_to, subject, from_addr, json.dumps(to_addrs),
+             iso(sent_at) or now, body, body, now),
         )  # fmt: skip
 
     def thread(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
@@ -190,6 +224,24 @@ class Sessions:
     def summary(self, session_id: str) -> str | None:
         """The rolling summary of the session's older messages, if one was written."""
         return self.db.query_value("SELECT summary FROM sessions WHERE id = ?", (session_id,))
+
+    def summaries_of(self, user_id: str) -> list[dict[str, str]]:
+        """The user's thread summaries, newest first: what the export and the person page show (issue 35)."""
+        rows = self.db.query("SELECT subject, summary, last_message_at FROM sessions WHERE user_id = ? AND summary"
+                             " IS NOT NULL ORDER BY last_message_at DESC", (user_id,))  # fmt: skip
+        return [{"subject": r[0] or "", "summary": r[1], "date": r[2]} for r in rows]
+
+    def rewrite_summaries(self, user_id: str, rewrite: Callable[[str], str | None]) -> int:
+        """A forget's part of the threads (issue 35): each of the user's rolling summaries ``rewrite`` changes
+        (None: left alone) is written without the forgotten fact. Returns how many."""
+        changed = 0
+        rows = self.db.query("SELECT id, summary FROM sessions WHERE user_id = ? AND summary IS NOT NULL", (user_id,))
+        for session_id, summary in rows:
+            new = rewrite(summary)
+            if new is not None:
+                self.db.execute("UPDATE sessions SET summary = ? WHERE id = ?", (new, session_id))
+                changed += 1
+        return changed
 
     def recent(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
         """The last ``limit`` messages after the rolling summary (all of them while there is none), oldest first.
@@ -236,6 +288,13 @@ class Sessions:
     def message_ids(self, session_id: str) -> list[str]:
         """The Message-IDs that join mail to the session (``session_ids``: theirs and our replies')."""
         return [r[0] for r in self.db.query("SELECT message_id FROM session_ids WHERE session_id = ?", (session_id,))]
+
+    def placed(self, message_id: str) -> tuple[str, str, int] | None:
+        """Where a stored inbound mail sits: its session (after any merge), its date and the length of its own
+        text; None when it is not stored (`quinn import` batches learning by thread with it)."""
+        row = self.db.query_one("SELECT session_id, sent_at, length(body) FROM messages WHERE message_id = ?"
+                                " AND direction = 'in' ORDER BY id LIMIT 1", (message_id,))  # fmt: skip
+        return None if row is None else (str(row[0]), str(row[1]), int(row[2] or 0))
 
     def user_of(self, session_id: str) -> str | None:
         """The user the session belongs to, or None when there is no such session."""

@@ -6,9 +6,11 @@ own. Loaded whole: every command that opens the store needs most of it anyway.
 
 from quinn.memory import expiry, people
 from quinn.memory.clusters import current_with_vectors, similar_groups
+from quinn.memory.earlier import earlier_versions, retire_earlier
 from quinn.memory.embed import Embedder, embedder_for
 from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
-from quinn.memory.graph import Relation, linked_hits, save_graph
+from quinn.memory.graph import Relation, forget_in_graph, graph_of, linked_hits, save_graph
+from quinn.memory.history import whole_history
 from quinn.memory.models import Change, Memory, NewMemory, SearchHit
 from quinn.memory.passages import (
     KNOWLEDGE_OWNER,
@@ -23,6 +25,7 @@ from quinn.memory.passages import (
     insert_passages,
     passages_by_id,
     reembed,
+    rewrite_passages,
     search_passages,
     split_passages,
     stored_message,
@@ -34,13 +37,15 @@ from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
 from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks
-from quinn.memory.store import MemoryStore, PurgeUser
+from quinn.memory.sensitive import asked_to_keep, mask
+from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser, versions_of
 
 __all__ = [
     "AGE_ANCHOR",
     "CURRENT",
     "KNOWLEDGE_OWNER",
     "NOT_CURRENT",
+    "NOT_WIPED",
     "Change",
     "Embedder",
     "Memory",
@@ -53,6 +58,7 @@ __all__ = [
     "SearchHit",
     "StoredMessage",
     "apply_spacing",
+    "asked_to_keep",
     "backfill",
     "content_words",
     "current_by_scope",
@@ -60,16 +66,20 @@ __all__ = [
     "document_passage_counts",
     "drop_document_passages",
     "dump_document",
+    "earlier_versions",
     "embedded_text",
     "embedder_for",
     "expiry",
     "export_document",
     "find_similar",
+    "forget_in_graph",
+    "graph_of",
     "hybrid_search",
     "index_message",
     "insert_passages",
     "linked_hits",
     "list_users",
+    "mask",
     "memory_filter",
     "normalise_user",
     "passage_counts",
@@ -79,11 +89,15 @@ __all__ = [
     "query_chunks",
     "record_retrievals",
     "reembed",
+    "retire_earlier",
+    "rewrite_passages",
     "save_graph",
     "search_passages",
     "similar_groups",
     "split_passages",
     "stored_message",
     "user_passages",
+    "versions_of",
+    "whole_history",
     "write_passages",
 ]

@@ -14,11 +14,12 @@ not tell the relation a mail means; the role words do, exactly. The ``embedding`
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from quinn.clock import iso
+from quinn.memory.filters import normalise_user
 from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit
 from quinn.memory.store import MemoryStore, memory_filter
 
@@ -184,3 +185,46 @@ def linked_hits(
     floor = min((h.score for h in hits), default=1.0) * 0.9
     extra = [SearchHit(m, floor) for m in linked_memories(store, user_id, text, limit=limit) if m.id not in have]
     return [*hits, *extra]
+
+
+def forget_in_graph(
+    store: MemoryStore, user_id: str, mentions: Callable[[str], bool], memory_ids: Sequence[int]
+) -> int:
+    """A forget's part of the graph (issue 35): the relations learnt from the forgotten memories (any version
+    of them, ``memory_ids``) end, and so do the relations ``mentions`` finds in "source relation target" and
+    the entities it names, with every relation they are in. Returns the relations and entities deleted."""
+    user = normalise_user(user_id)
+    named = [int(i) for i, name in store.db.query("SELECT id, name FROM entities WHERE user_id = ?", (user,))
+             if mentions(str(name))]  # fmt: skip
+    stated = store.db.query(
+        "SELECT r.id, s.name || ' ' || r.relation || ' ' || t.name FROM relationships r"
+        " JOIN entities s ON s.id = r.source_id JOIN entities t ON t.id = r.target_id WHERE r.user_id = ?",
+        (user,),
+    )
+    with store.db.transaction() as tx:
+        gone = 0
+        for relation_id, text in stated:
+            if mentions(str(text)):
+                gone += tx.delete("relationships", "id = ?", (relation_id,))
+        for memory_id in memory_ids:
+            gone += tx.delete("relationships", "user_id = ? AND memory_id = ?", (user, memory_id))
+        for entity in named:
+            gone += tx.delete("relationships", "user_id = ? AND (source_id = ? OR target_id = ?)",
+                              (user, entity, entity))  # fmt: skip
+            gone += tx.delete("entities", "user_id = ? AND id = ?", (user, entity))
+    return gone
+
+
+def graph_of(store: MemoryStore, user_id: str) -> dict[str, list[dict[str, object]]]:
+    """The user's entities and relations, as the export and the person page show them (issue 35)."""
+    user = normalise_user(user_id)
+    entities = store.db.query("SELECT name, kind FROM entities WHERE user_id = ? ORDER BY name", (user,))
+    relations = store.db.query(
+        "SELECT s.name, r.relation, t.name, r.memory_id FROM relationships r JOIN entities s ON s.id = r.source_id"
+        " JOIN entities t ON t.id = r.target_id WHERE r.user_id = ? ORDER BY r.id",
+        (user,),
+    )
+    return {
+        "entities": [{"name": n, "kind": k} for n, k in entities],
+        "relations": [{"source": s, "relation": r, "target": t, "memory_id": m} for s, r, t, m in relations],
+    }

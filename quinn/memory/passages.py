@@ -34,6 +34,7 @@ from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
 from quinn.memory.lexical import CANDIDATES, idf, owned, query_terms, within_budget
 from quinn.memory.models import iso, utcnow
 from quinn.memory.search import CHUNK_WEIGHT_DECAY, VECTOR_WEIGHT, query_chunks
+from quinn.memory.sensitive import mask
 
 if TYPE_CHECKING:
     from quinn.memory.store import MemoryStore
@@ -210,6 +211,8 @@ def write_passages(
     file when ``document_id`` is given), numbered after the message's passages so far; returns how many."""
     if not pieces:
         return 0
+    if user != KNOWLEDGE_OWNER:  # a person's secrets never become recall (issue 35); the admin's files stay whole
+        pieces = [(ref, mask(content)) for ref, content in pieces]
     embedder = store.embedder
     vectors = embedder.embed([embedded_text(message.subject, content) for _ref, content in pieces]) \
         if embedder is not None else None  # fmt: skip
@@ -362,6 +365,9 @@ def retracted_messages(db: Database, user_id: str, domains: Sequence[str] = ()) 
     return sorted({r[0] for r in rows if r[0]})
 
 
+_JSON_LIST = "(SELECT value FROM json_each(?))"  # a list of ids, any length, as one parameter
+
+
 def passage_filter(
     user_id: str, exclude_message_ids: Sequence[str] = (), others: Sequence[str] = (), retracted: Sequence[str] = (),
     documents_only: bool = False, knowledge: bool = False,
@@ -375,13 +381,14 @@ def passage_filter(
     owner = f"(p.user_id = ? OR (p.user_id = ? AND {IN_SCOPE}))" if knowledge else "p.user_id = ?"
     clauses = [owner, "p.document_id IS NOT NULL"] if documents_only else [owner]
     params: list[Any] = [user, KNOWLEDGE_OWNER, user_domain(user or "")] if knowledge else [user]
+    # Id lists go in as one JSON parameter each: what memory retracted grows with the user's history, and SQLite
+    # refuses more than 32,766 parameters in one statement (issue 30).
     if exclude_message_ids:
-        clauses.append(f"p.message_id NOT IN ({','.join('?' * len(exclude_message_ids))})")
-        params += list(exclude_message_ids)
+        clauses.append(f"p.message_id NOT IN {_JSON_LIST}")
+        params.append(json.dumps(list(exclude_message_ids)))
     if retracted:
-        marks = ",".join("?" * len(retracted))
-        clauses.append(f"p.message_id NOT IN ({marks}) AND coalesce(p.in_reply_to, '') NOT IN ({marks})")
-        params += [*retracted, *retracted]
+        clauses.append(f"p.message_id NOT IN {_JSON_LIST} AND coalesce(p.in_reply_to, '') NOT IN {_JSON_LIST}")
+        params += [json.dumps(list(retracted))] * 2
     if others:
         seen = (
             "NOT EXISTS (SELECT 1 FROM json_each(?) o WHERE o.value NOT IN (SELECT value FROM json_each(p.audience)))"
@@ -478,13 +485,11 @@ def _left_out(db: Database, user: str, exclude_message_ids: Sequence[str], retra
         return np.zeros(0, dtype=np.int64)
     # Two lookups by index (an OR of the two columns scanned every row of the user, vectors included: 26 ms).
     # "+user_id": not by the user's index, which the planner would otherwise prefer (and read every row of).
-    sql = f"SELECT id FROM passages WHERE message_id IN ({','.join('?' * len(messages))}) AND +user_id = ?"
-    params: list[Any] = [*messages, user]
+    sql = f"SELECT id FROM passages WHERE message_id IN {_JSON_LIST} AND +user_id = ?"
+    params: list[Any] = [json.dumps(messages), user]
     if retracted:
-        sql += (
-            f" UNION SELECT id FROM passages WHERE in_reply_to IN ({','.join('?' * len(retracted))}) AND +user_id = ?"
-        )
-        params += [*retracted, user]
+        sql += f" UNION SELECT id FROM passages WHERE in_reply_to IN {_JSON_LIST} AND +user_id = ?"
+        params += [json.dumps(list(retracted)), user]
     rows = db.query(sql, params)
     return np.asarray([r[0] for r in rows], dtype=np.int64)
 
@@ -590,3 +595,30 @@ def passages_by_id(db: Database, ids: Sequence[int]) -> dict[int, Passage]:
     marks = ", ".join("?" * len(wanted))
     rows = db.query(f"SELECT {PASSAGE_COLUMNS} FROM passages p WHERE p.id IN ({marks})", wanted)
     return {passage.id: passage for passage in map(Passage.from_row, rows)}
+
+
+PASSAGE_COPY = ("user_id, message_row, message_id, in_reply_to, direction, sent_at, position, audience, created_at,"
+                " document_id, document, ref")  # fmt: skip
+
+
+def rewrite_passages(db: Database, user_id: str, rewrite: Callable[[str], str | None]) -> int:
+    """A forget's part of recall (issue 35): each of the user's passages whose subject or text ``rewrite``
+    changes (it returns None for a text it leaves alone) is replaced by one without the forgotten fact, with no
+    vector (found by full-text until `quinn memory reembed`), so the fact stays out of recall and of the export.
+    Passages are never updated in place (the vector caches rely on it): the old row is deleted and the new one
+    inserted at its place in the message, so backfill never indexes the message again. Returns how many."""
+    user = normalise_user(user_id)
+    rows = db.query("SELECT id, subject, content FROM passages WHERE user_id = ?", (user,))
+    changed = 0
+    with db.transaction() as tx:
+        for passage_id, subject, content in rows:
+            new_subject, new_content = rewrite(subject or ""), rewrite(content or "")
+            if new_subject is None and new_content is None:
+                continue
+            old = tx.query(f"SELECT {PASSAGE_COPY} FROM passages WHERE id = ?", (passage_id,))[0]
+            tx.execute("DELETE FROM passages WHERE id = ?", (passage_id,))
+            tx.execute(f"INSERT INTO passages ({PASSAGE_COPY}, subject, content) VALUES ({', '.join('?' * 14)})",
+                       (*old, subject if new_subject is None else new_subject,
+                        content if new_content is None else new_content))  # fmt: skip
+            changed += 1
+    return changed

@@ -84,3 +84,56 @@ def detect(text: str) -> tuple[str, ...]:
     if _HEALTH.search(text):
         found.add("health")
     return tuple(sorted(found))
+
+
+#: The kinds that are secrets: kept only when the person asks (issue 35), masked everywhere else. Health and the
+#: like are kept, private (withheld from shared threads), and not masked: they are what the person told.
+SECRETS = frozenset({"iban", "card", "national_id", "credential"})
+_ID_VALUE = re.compile(_ID_WORDS.pattern + r"(?:\W{0,3}(?:is|was|=|:))?\s*(?=\S*\d)\S+", re.IGNORECASE)
+_TAIL = re.compile(r"(\S+?)([.,;:!?)\]'\"]*)$")
+_ASKED = re.compile(
+    r"\b(?:remember|keep|save|store|note down|hold on to)\b[^.?!\n]{0,60}?\b(?:iban|password|passphrase|pin|"
+    r"passcode|code|card|account|number|passport|licen[cs]e|key|token|it|this|that|them)\b",
+    re.IGNORECASE,
+)
+
+
+def _hidden(kind: str) -> str:
+    return {"iban": "[IBAN withheld]", "card": "[card number withheld]", "national_id": "[id number withheld]",
+            "credential": "[secret withheld]"}[kind]  # fmt: skip
+
+
+def _last_value(match: re.Match[str], kind: str) -> str:
+    """The match with its last word (the value after "password is", "PIN") hidden, its punctuation kept."""
+    text = match.group(0)
+    tail = _TAIL.search(text)
+    if tail is None:
+        return text
+    return text[: tail.start(1)] + _hidden(kind) + tail.group(2)
+
+
+def mask(text: str) -> str:
+    """``text`` with every secret's value replaced by a note of its kind ("password is [secret withheld]"):
+    IBANs and card numbers whose checks hold, national id numbers, and the values of credentials."""
+    text = _IBAN.sub(lambda m: _hidden("iban") if iban_ok(m.group(1)) else m.group(0), text)
+    upper = text.upper()
+    for m in reversed(list(_IBAN.finditer(upper))):  # lower-case IBANs: found on the upper-cased text
+        if iban_ok(m.group(1)):
+            text = text[: m.start(1)] + _hidden("iban") + text[m.end(1) :]
+
+    def card(m: re.Match[str]) -> str:
+        digits = re.sub(r"\D", "", m.group(1))
+        ok = 13 <= len(digits) <= 19 and luhn_ok(digits) and len(set(digits)) > 1
+        return _hidden("card") if ok else m.group(0)
+
+    text = _CARD.sub(card, text)
+    text = _SSN.sub(_hidden("national_id"), text)
+    text = _NINO.sub(_hidden("national_id"), text)
+    text = _ID_VALUE.sub(lambda m: _last_value(m, "national_id"), text)
+    return _CREDENTIAL.sub(lambda m: _last_value(m, "credential"), text)
+
+
+def asked_to_keep(text: str) -> bool:
+    """Whether the person's own text asks Quinn to keep something ("remember my IBAN", "keep it for the
+    invoice"): only then is a secret in it kept (private) rather than masked."""
+    return bool(_ASKED.search(text))

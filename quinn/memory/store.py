@@ -66,6 +66,8 @@ STABILITY_GROWTH = 1.2  # each retrieval multiplies a memory's stability (hours 
 STABILITY_CAP_H = 1000.0  # the design's cap: even a memory used every day fades within weeks once unused
 REEMBED_BATCH = 64
 DEFAULT = "default"
+#: The key of a purge's counts saying a reader kept the deleted rows' bytes in the file (see ``purge``).
+NOT_WIPED = "file_not_wiped"
 T = TypeVar("T")
 
 
@@ -494,7 +496,9 @@ class MemoryStore:
         the same transaction, the other owners' rows (``others``; ``quinn.agent.purge`` passes all of them).
 
         Then every full-text index is merged and a local file is vacuumed, so the user's text leaves the file's
-        bytes. Returns the number of rows removed per table.
+        bytes. Returns the number of rows removed per table, and ``NOT_WIPED`` = 1 when a reader of the file
+        (another process in a read transaction) kept the checkpoint from reaching the bytes: the receipt and
+        the operator's log say so (issue 35), and the next vacuum finishes it.
         """
         user = normalise_user(user_id)
         if not user:
@@ -504,7 +508,12 @@ class MemoryStore:
             for other in others:
                 counts |= other(tx, user)
         self.db.merge_text_indexes()
-        self.db.vacuum()
+        if not self.db.vacuum():
+            counts[NOT_WIPED] = 1
+            log.warning("purge of %s: another process holds a read transaction on the database file (a backup, a "
+                        "second `quinn console`, Litestream?), so the deleted rows' bytes are still in it; they "
+                        "leave it at the next vacuum once that reader is done (`quinn database vacuum`)",
+                        user)  # fmt: skip
         for cache in (self.vector_cache, self.passage_cache):
             if cache is not None:
                 cache.forget(user)
@@ -521,3 +530,13 @@ def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     for table in ("memories", "memory_versions", "passages", "relationships", "entities"):
         counts[table] = tx.delete(table, "user_id = ?", (user,))
     return counts
+
+
+def versions_of(db: Database, user: str) -> dict[int, list[dict[str, object]]]:
+    """Each of the user's memories' versions by root id (number, change, time; not the words: a forgotten or
+    rewritten version's words stay in history, out of every read): what the export shows (issue 35)."""
+    out: dict[int, list[dict[str, object]]] = {}
+    for root, version, change, at in db.query("SELECT root_id, version, change, changed_at FROM memory_versions"
+                                              " WHERE user_id = ? ORDER BY id", (normalise_user(user),)):  # fmt: skip
+        out.setdefault(int(root), []).append({"version": version, "change": change, "at": at})
+    return out

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from quinn.agent import opted_out_among
 from quinn.errors import RetryLater, StoreError
 from quinn.memory import CURRENT, Memory, MemoryStore, NewMemory, current_with_vectors, similar_groups
 from quinn.scheduler.context import JobContext
@@ -101,11 +102,13 @@ def merge(store: MemoryStore, group: Group, content: str, valid_from: str, reaso
 
 
 def users_with_memories(store: MemoryStore) -> list[str]:
-    """Users who have current memories."""
+    """Users who have current memories, but not those who asked to stop being remembered (agent/consent.py): a
+    merge writes a new memory in the model's words, and their memory stays as they left it."""
     rows = store.db.query(
         f"SELECT DISTINCT user_id FROM memories WHERE user_id IS NOT NULL AND {CURRENT} ORDER BY user_id"
     )
-    return [r[0] for r in rows]
+    stopped = opted_out_among(store.db, [r[0] for r in rows])
+    return [r[0] for r in rows if r[0] not in stopped]
 
 
 async def consolidate_job(ctx: JobContext) -> None:

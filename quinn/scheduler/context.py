@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
-from quinn.agent import LLM, PromptStore, Usage, record_usage
+from quinn.agent import LLM, PromptStore, TemplateTrials, Usage, record_usage
 from quinn.clock import Clock
 from quinn.config import RetentionConfig, SchedulerConfig
 from quinn.errors import ConfigError, RetryLater
@@ -56,6 +56,8 @@ class JobContext:
     cursor: int = 0  # the cursor the previous successful run left (0: start from the beginning)
     consecutive_failures: int = 0
     retention: RetentionConfig = field(default_factory=RetentionConfig)  # the cleanup job's windows
+    #: Where a template the model wrote is trial-rendered: a child process with limits (the runner's, one at a time)
+    trials: TemplateTrials = field(default_factory=lambda: TemplateTrials(slots=1))
 
     def now(self) -> datetime:
         """The job's notion of now (a ``ManualClock`` in tests)."""

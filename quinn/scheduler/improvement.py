@@ -9,9 +9,10 @@ reward, latest suggestions) so admins can compare template versions; ``prompt_st
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any
 
-from quinn.agent import TemplateRewrite, proposals, sample_variables
+from quinn.agent import TemplateRewrite, TrialsBusy, proposals
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.scheduler.context import JobContext
@@ -39,6 +40,13 @@ class PromptVersionStats:
     mean_reward: float | None
     last_at: str
     suggestions: tuple[str, ...]
+    reviews: tuple[int, ...] = ()  # the ids of the conversation reviews the suggestions come from
+
+    def counts(self) -> dict[str, Any]:
+        """What a run's counts keep of it (job_runs): figures and ids, never a review's words (issue 35: a purge
+        deletes the reviews; a copy in the run log would outlive it)."""
+        return {"prompt_version": self.prompt_version, "conversations": self.conversations, "scored": self.scored,
+                "mean_reward": self.mean_reward, "last_at": self.last_at, "reviews": list(self.reviews)}  # fmt: skip
 
 
 def prompt_stats(db: Database) -> list[PromptVersionStats]:
@@ -50,13 +58,13 @@ def prompt_stats(db: Database) -> list[PromptVersionStats]:
     stats = []
     for version, conversations, scored, mean, last_at in rows:
         suggestions = db.query(
-            "SELECT improvement_suggestion FROM conversation_summaries WHERE prompt_version = ?"
+            "SELECT improvement_suggestion, id FROM conversation_summaries WHERE prompt_version = ?"
             " AND improvement_suggestion != '' ORDER BY created_at DESC, id DESC LIMIT ?",
             (version, SUGGESTIONS_PER_VERSION),
         )
         stats.append(PromptVersionStats(
             version, int(conversations), int(scored), None if mean is None else round(float(mean), 3), last_at,
-            tuple(s[0] for s in suggestions),
+            tuple(s[0] for s in suggestions), tuple(int(s[1]) for s in suggestions),
         ))  # fmt: skip
     return stats
 
@@ -69,7 +77,7 @@ async def improvement_job(ctx: JobContext) -> None:
         if len(s.suggestions) >= proposals.MIN_SUGGESTIONS and s.prompt_version.startswith("reply@"):
             await propose(ctx, s)
     ctx.counts.processed = sum(s.conversations for s in stats)
-    ctx.counts.details["versions"] = [asdict(s) for s in stats]
+    ctx.counts.details["versions"] = [s.counts() for s in stats]
     for s in stats:
         log.info("prompt %s: %d conversations, %d scored, mean reward %s", s.prompt_version or "(no reply)",
                  s.conversations, s.scored, "n/a" if s.mean_reward is None else f"{s.mean_reward:+.2f}")  # fmt: skip
@@ -94,13 +102,21 @@ async def propose(ctx: JobContext, stats: PromptVersionStats) -> None:
         ctx.item_failed(f"proposal for {stats.prompt_version}", exc)
         return
     await ctx.record_usage(usage, None)
-    problem = proposals.checked(name, rewrite.source, sample_variables())
+    # The model wrote it (steered by reviews of people's mail): rendered only in a child process with limits,
+    # awaited here, so the loop keeps running and the job's own timeout can fire (agent/trials.py).
+    try:
+        problem = await ctx.trials.problem_async(name, rewrite.source)
+    except TrialsBusy as exc:
+        ctx.item_failed(f"proposal for {stats.prompt_version}", RetryLater(exc.message))
+        return
     if problem is not None:
         log.info("improvement: the rewrite of %s was discarded: %s", stats.prompt_version, problem)
         ctx.counts.details.setdefault("discarded", []).append({"version": stats.prompt_version, "why": problem})
         return
+    # The reviews by id, not their words: the proposal shows them while they exist (proposals.listing), and a
+    # purge of their person removes them and what was drawn from them (proposals.purge_user).
     evidence = {"conversations": stats.conversations, "scored": stats.scored, "mean_reward": stats.mean_reward,
-                "suggestions": list(stats.suggestions)}  # fmt: skip
+                "reviews": list(stats.reviews)}  # fmt: skip
     proposal_id = await ctx.db(proposals.add, db, name, stats.prompt_version, rewrite.source, rewrite.rationale,
                                evidence, ctx.now())  # fmt: skip
     ctx.counts.created += 1

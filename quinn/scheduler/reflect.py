@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from quinn.agent import opted_out_among
 from quinn.errors import RetryLater
 from quinn.memory import Memory, MemoryStore, Relation, current_with_vectors, find_similar, save_graph, similar_groups
 from quinn.scheduler.context import JobContext
@@ -147,15 +148,21 @@ def graph_batches(store: MemoryStore, after_id: int, upto_id: int) -> list[tuple
         (after_id, upto_id),
     )
     out: list[tuple[str, list[Memory]]] = []
+    stopped = opted_out_among(store.db, [r[0] for r in rows])
     for (user_id,) in rows:
+        if user_id in stopped:  # no graph grows about a person who asked not to be remembered
+            continue
         fresh = sorted((m for m in store.get_all(user_id) if after_id < m.id <= upto_id), key=lambda m: m.id)
         out += [(user_id, fresh[i : i + GRAPH_BATCH]) for i in range(0, len(fresh), GRAPH_BATCH)]
     return out
 
 
 def users_with_memories(store: MemoryStore) -> list[str]:
-    """Users who have any memory."""
-    return [r[0] for r in store.db.query("SELECT DISTINCT user_id FROM memories WHERE user_id IS NOT NULL")]
+    """Users who have any memory and have not asked to stop being remembered (agent/consent.py): reflection
+    writes new memories and graph entries about a person, so it leaves those who opted out alone."""
+    users = [r[0] for r in store.db.query("SELECT DISTINCT user_id FROM memories WHERE user_id IS NOT NULL")]
+    stopped = opted_out_among(store.db, users)
+    return [u for u in users if u not in stopped]
 
 
 async def reflect_job(ctx: JobContext) -> None:

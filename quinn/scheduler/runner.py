@@ -31,7 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from quinn.agent import LLM, PromptStore
+from quinn.agent import LLM, PromptStore, TemplateTrials
 from quinn.clock import Clock
 from quinn.config import RetentionConfig, SchedulerConfig
 from quinn.db import Database
@@ -136,6 +136,7 @@ class JobRunner:
         self.runs = RunLog(store.db)
         self._scheduler: AsyncIOScheduler | None = None
         self._one_at_a_time = asyncio.Lock()
+        self.trials = TemplateTrials(slots=1)  # jobs run one at a time: one template trial at a time too
         self._ticks: set[asyncio.Task[Any]] = set()
 
     async def _db(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
@@ -247,7 +248,7 @@ class JobRunner:
         cursor = int((previous_ok.counts.get("cursor") if previous_ok else 0) or 0)
         counts = JobCounts(cursor=None, details={"holder": self.holder})
         ctx = JobContext(name, self.store, self.llm, self.prompts, self.settings, self.clock, counts, cursor,
-                         retention=self.retention)  # fmt: skip
+                         retention=self.retention, trials=self.trials)  # fmt: skip
         run_id = await self._db(self.runs.start, name, now, self.holder)
         log.info("job %s started (run %d)", name, run_id)
         started = time.monotonic()

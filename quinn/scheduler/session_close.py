@@ -25,6 +25,7 @@ from quinn.agent import (
     RenderedPrompt,
     Usage,
     apply_extraction,
+    grounded,
     opted_out,
     state,
     user_state,
@@ -32,6 +33,7 @@ from quinn.agent import (
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.mailbox import Outbox, Sessions, threads
+from quinn.memory import mask
 from quinn.scheduler.context import JobContext
 from quinn.scheduler.summarize import Message, SessionText, session_text
 
@@ -98,6 +100,15 @@ def close_session(
     return True
 
 
+def own_state(update: StateUpdate, grounding: Grounding) -> StateUpdate:
+    """The state the review proposes, each field cut to the sentences the person's own words support, as
+    extraction's memories are (issue 35: a belief the person never stated is not kept as fact, and a field the
+    review filled from nothing they wrote is left as it was), and secrets masked."""
+    fields = {name: getattr(update, name) for name in STATE_FIELDS}
+    return StateUpdate(**{name: (mask(grounded(value, grounding)) or None) if value else value
+                          for name, value in fields.items()})  # fmt: skip
+
+
 async def ask_for_review(
     ctx: JobContext, session_id: str, text: SessionText
 ) -> tuple[SessionReview, Usage, list[Message], RenderedPrompt] | None:
@@ -162,9 +173,14 @@ async def session_close_job(ctx: JobContext) -> None:
         last_date = messages[-1].date if messages else quiet.last_message_at
         source = {"source": {"session_id": quiet.id, "subject": text.subject, "date": last_date}}
         own = await ctx.db(Sessions(ctx.store.db).own_words, quiet.id, text.user_id)  # not Quinn's replies
+        grounding = Grounding.of(own, [text.user_id])
         applied = await ctx.db(apply_extraction, ctx.store, text.user_id, review.memories, source=source,
                                valid_from=last_date, reason=f"by session close {rendered.version}",
-                               restate=False, grounding=Grounding.of(own, [text.user_id]))  # fmt: skip
+                               restate=False, grounding=grounding)  # fmt: skip
+        review = review.model_copy(update={
+            "state": own_state(review.state, grounding), "summary": mask(review.summary),
+            "feedback_text": mask(review.feedback_text), "improvement_suggestion": mask(review.improvement_suggestion),
+        })  # fmt: skip
         created, updated, skipped = len(applied.created), len(applied.updated), applied.skipped
         version = await ctx.db(Outbox(ctx.store.db).session_prompt_version, quiet.id)
         closed = await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, review,

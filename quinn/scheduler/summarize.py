@@ -17,7 +17,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from quinn.agent import Answer, Usage, estimate_tokens
+from quinn.agent import Answer, Usage, estimate_tokens, opted_out, opted_out_among
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.mailbox import Sessions
@@ -157,7 +157,8 @@ def summary_content(subject: str, summary: str) -> str:
 def sync_summary_memories(store: MemoryStore, session_id: str | None = None) -> tuple[int, int, int | None]:
     """Bring each session's ``summary`` memory up to its session summary: (created, updated, last memory id).
 
-    A summary memory the user forgot (inactive, not superseded) is not brought back.
+    A summary memory the user forgot (inactive, not superseded) is not brought back, and nothing is written for a
+    person who asked not to be remembered (agent/consent.py): their summary memory stays as it was.
     """
     where = "AND s.id = ?" if session_id else ""
     rows = store.db.query(
@@ -169,7 +170,10 @@ def sync_summary_memories(store: MemoryStore, session_id: str | None = None) -> 
     )
     created = updated = 0
     last: int | None = None
+    stopped = opted_out_among(store.db, sorted({str(r[1]) for r in rows}))
     for sid, user_id, subject, summary, upto in rows:
+        if user_id in stopped:
+            continue
         latest = store.db.query_one(
             "SELECT id, active, superseded_by FROM memories WHERE user_id = ? AND type = 'summary'"
             " AND json_extract(metadata, '$.session_id') = ? ORDER BY id DESC LIMIT 1",
@@ -193,8 +197,14 @@ def sync_summary_memories(store: MemoryStore, session_id: str | None = None) -> 
 async def summarize_job(ctx: JobContext) -> None:
     """Summarize every thread over the threshold, then bring the summary memories up to date."""
     # A cheap length test (4 characters a token); fold_session's plan is the exact one.
-    over = await ctx.db(Sessions(ctx.store.db).over_length, ctx.settings.summarize_threshold_tokens * 4)
+    sessions = Sessions(ctx.store.db)
+    over = await ctx.db(sessions.over_length, ctx.settings.summarize_threshold_tokens * 4)
     for session_id in over:
+        # "Stop remembering me" (agent/consent.py): their threads are not folded into a new summary.
+        owner = await ctx.db(sessions.user_of, session_id)
+        if owner is not None and await ctx.db(opted_out, ctx.store.db, owner):
+            ctx.counts.skipped += 1
+            continue
         try:
             outcome = await fold_session(ctx, session_id)
         except RetryLater as exc:  # the batches before it are saved; the rest waits for the next run
@@ -224,7 +234,11 @@ class RequestedSummary:
 
 
 async def summarize_on_request(ctx: JobContext, session_id: str) -> RequestedSummary | None:
-    """Fold the whole thread now and store its summary memory; None when there was nothing to summarize."""
+    """Fold the whole thread now and store its summary memory; None when there was nothing to summarize, or the
+    person asked not to be remembered (then the agent answers the mail, and stores nothing)."""
+    user = await ctx.db(Sessions(ctx.store.db).user_of, session_id)
+    if user is None or await ctx.db(opted_out, ctx.store.db, user):
+        return None
     outcome = await fold_session(ctx, session_id, everything=True)
     if outcome.summary is None:
         return None

@@ -19,7 +19,7 @@ from quinn.agent.memory_mail import (
 )
 from quinn.agent.samples import SAMPLE_USER, sample_email, sample_memory, sample_variables
 from quinn.agent.tools import MemoryChange
-from quinn.mailbox.message import Address
+from quinn.mailbox.message import Address, Attachment
 from quinn.memory.models import SearchHit
 from quinn.memory.passages import Passage, PassageHit
 
@@ -97,6 +97,25 @@ def test_one_token_budget_for_profile_and_retrieved_memories() -> None:
 def test_actions_and_domains_reach_the_template_variables() -> None:
     variables = reply_variables(inputs(domains=["work"], actions=["Saved, as asked: x [memory:1]"]))
     assert variables["domains"] == ["work"] and variables["actions"] == ["Saved, as asked: x [memory:1]"]
+
+
+def test_the_mail_and_its_attachment_list_are_cut_to_the_budget() -> None:
+    """Issue 30: a 2.9 MB mail with 15,000 attachments became a 3.2 MB prompt; now the text and the list are cut,
+    and the prompt says how much was left out."""
+    files = tuple(Attachment(f"f{i:05d}.bin", "application/octet-stream", 10) for i in range(15000))
+    big = replace(sample_email("word " * 100_000), attachments=files)
+    variables = reply_variables(inputs(email=big, memory_enabled=False, mail_tokens=1500, attachments_listed=10))
+    text = variables["email"]["text"]
+    assert estimate_tokens(text) <= 1500 and text.endswith("more characters, not shown here)")
+    assert [a["name"] for a in variables["attachments"]] == [f"f{i:05d}.bin" for i in range(10)]
+    assert variables["attachments_more"] == 14990
+    whole = reply_variables(inputs(email=big, memory_enabled=False))  # no budget given: as before
+    assert len(whole["attachments"]) == 15000 and whole["attachments_more"] == 0
+    # Those the parser only counted past its own limit (parse.MAX_ATTACHMENTS) are said too.
+    counted = replace(big, attachments=files[:500], attachments_left_out=14500)
+    assert (
+        reply_variables(inputs(email=counted, memory_enabled=False, attachments_listed=10))["attachments_more"] == 14990
+    )
 
 
 def test_sample_variables_cover_every_template() -> None:

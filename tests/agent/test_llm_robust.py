@@ -10,10 +10,10 @@ import pytest
 from mirascope import llm
 from pydantic import BaseModel, Field
 
-from quinn.agent.llm import LLM
+from quinn.agent.llm import LLM, PromptTooLong
 from quinn.errors import RetryLater
 from tests.agent.test_llm import make_llm
-from tests.lab.llm_server import Error, Json, ScriptedLLM, Text, ToolCall
+from tests.lab.llm_server import Error, Json, ScriptedLLM, Text, ToolCall, ToolCalls
 
 MODEL = "openai/qwen2.5-coder-0.5b-instruct"  # a name OpenAI does not know, at a base_url
 
@@ -256,6 +256,64 @@ async def test_a_model_stuck_on_tool_calls_is_asked_once_without_tools(llm_serve
     assert "tools" not in last.body_json
     # The tool results come before the email: a small model copies the last thing it read.
     assert last.text.index("never copy them into the reply):\nremember: saved") < last.text.index("I like tea.")
+
+
+@llm.tool
+async def note(ctx: llm.Context[list[str]], content: str) -> str:
+    """Note something about the user."""
+    ctx.deps.append(content)
+    return "noted"
+
+
+@pytest.mark.parametrize("text", ["Hello Ana, I have noted it.", None], ids=["with-text", "call-alone"])
+async def test_a_tool_call_in_the_retry_without_tools_is_not_run(llm_server: ScriptedLLM, text: str | None) -> None:
+    """Issue 30: the last-resort request offers no tools, yet the model calls one. Running it raised "execute_tools()
+    takes 1 positional argument but 2 were given" (a plain call's response takes no context) and the mail was
+    deferred as a bug. Nothing was offered, so nothing runs: its text is the answer, or the mail waits."""
+    junk = json.dumps({"name": "delete_everything", "arguments": {}})
+    llm_server.script(Text(junk), Text(junk), ToolCalls([ToolCall("note", {"content": "Ana likes tea"})], text=text))
+    notes: list[str] = []
+    ask = local(llm_server).text("You are Quinn.", "I like tea.", tools=[note], ctx=llm.Context(deps=notes))
+    if text is None:
+        with pytest.raises(RetryLater, match="a tool call and no text; nothing was sent"):
+            await ask
+    else:
+        assert (await ask).text == text
+    assert notes == [] and "tools" not in llm_server.requests[-1].body_json and len(llm_server.requests) == 3
+
+
+async def test_what_the_model_wrote_is_never_in_a_log_line_or_a_reason(
+    llm_server: ScriptedLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30: a model pasting a memory instead of replying put 200 characters of it in the WARNING log and in
+    the mail's deferral reason (the ledger, the console). Now its length and hash only."""
+    pasted = "Ana keeps the bank PIN 4242 private. Her card number is 4111 1111 1111 1111."
+    llm_server.script(Text(pasted), Text(pasted), Text(pasted))
+    with pytest.raises(RetryLater) as raised:
+        await local(llm_server).text("You are Quinn.", "What is my PIN?", tools=[remember],
+                                     echo_of=("What is my PIN?",), recalled=[pasted])  # fmt: skip
+    assert "4242" not in raised.value.message and "sha256" in raised.value.message
+    assert caplog.records and not [r for r in caplog.records if "4242" in r.getMessage()]
+
+
+async def test_a_request_larger_than_the_models_context_is_never_sent(llm_server: ScriptedLLM) -> None:
+    """Issue 30: the context a server named in its refusal, or [llm] context_tokens, keeps a request that cannot
+    fit from being sent at all (each sent one is a bill, and each failed try was up to three calls)."""
+    llm_server.script(Error(400, "This model's maximum context length is 1000 tokens. However, you requested 5000 "
+                                 "tokens (4800 in the messages, 200 in the completion)."))  # fmt: skip
+    seam = local(llm_server)
+    with pytest.raises(PromptTooLong):
+        await seam.text("You are Quinn.", "x" * 20000)
+    with pytest.raises(PromptTooLong, match="not sent"):
+        await seam.text("You are Quinn.", "x" * 20000)
+    with pytest.raises(PromptTooLong, match="not sent"):
+        await seam.structured("Extract.", "x" * 20000, Facts)
+    assert len(llm_server.requests) == 1
+    assert (await seam.text("You are Quinn.", "Hi")).text  # what fits is sent
+    configured = local(llm_server, context_tokens=2000, max_output_tokens=500)
+    with pytest.raises(PromptTooLong, match="context of 2000: not sent"):
+        await configured.text("You are Quinn.", "x" * 6200)  # 1,555 + 500 of answer
+    assert len(llm_server.requests) == 2
 
 
 async def test_a_server_refusing_tools_is_asked_without_them_from_then_on(llm_server: ScriptedLLM) -> None:

@@ -74,10 +74,13 @@ async def test_remember_digest_export_and_forget_by_email(make_quinn, mail_lab, 
     await quinn.send(alice, "Old", "Please forget that I live in Porto.", date=DAY0 + timedelta(days=4))
     reply = body(quinn.replies(alice, 7)[6])
     assert re.search(r"- forgotten \[memory:\d+\]: Alice lives in Porto\.", reply)
-    assert current(quinn, alice) == ["Alice asked to remember: I moved to Porto"]
+    # Every memory that says it goes (issue 35: forget reaches what was written from the fact), her own
+    # "remember" of the move too; each is reported.
+    assert re.search(r"- forgotten \[memory:\d+\]: Alice asked to remember: I moved to Porto", reply)
+    assert current(quinn, alice) == []
     forgotten = quinn.query("SELECT change, reason FROM memory_versions WHERE user_id = ? AND change = 'forgotten'",
                             (alice,))  # fmt: skip
-    assert forgotten == [("forgotten", 'asked by email: "forget I live in Porto"')]
+    assert forgotten == [("forgotten", 'asked by email: "forget I live in Porto"')] * 2
     # Commands are not fed to extraction a second time; what "remember" stated is.
     commands = ("remember that I moved", "What do you know", "export my memory", "forget that I live")
     extraction = brain.extractions()
@@ -410,14 +413,16 @@ async def test_quinn_classifies_what_is_private_and_a_cc_never_sees_it(make_quin
                      "and I love jazz.", date=DAY0)  # fmt: skip
     rows = quinn.query("SELECT content, metadata FROM memories WHERE user_id = ? ORDER BY id", (alice,))
     private = {content: json.loads(metadata).get("private", False) for content, metadata in rows}
-    assert private == {"Alice's new card is 4111 1111 1111 1111.": True,  # by its shape (Luhn)
+    # The card number is not kept: she did not ask (issue 35); what held it stays private.
+    assert private == {"Alice's new card is [card number withheld].": True,
                        "Alice is being treated for a sleep problem.": True,  # by the model
                        "Alice loves jazz.": False}  # fmt: skip
 
     await quinn.send(alice, "Alone", "Any jazz concerts for me this week? Also my card and my sleep problem.",
                      date=DAY0 + timedelta(days=1))  # fmt: skip
     alone = brain.prompt("Any jazz concerts")
-    assert "4111" in alone and "sleep problem." in alone and "Alice loves jazz." in alone
+    assert "4111" not in brain.context("Any jazz concerts") and "[card number withheld]" in alone
+    assert "sleep problem." in alone and "Alice loves jazz." in alone
     await quinn.send(alice, "Plans", "Bob and I want jazz tickets; my card and my sleep problem too.", cc=(bob,),
                      date=DAY0 + timedelta(days=2))  # fmt: skip
     shared = brain.prompt("Bob and I want jazz")

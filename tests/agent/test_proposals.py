@@ -4,8 +4,11 @@ checks and writes."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import os
 import shutil
+import time
 from pathlib import Path
 
 from quinn.agent import audit_log, proposals
@@ -65,6 +68,41 @@ async def test_a_rewrite_that_breaks_the_template_is_discarded(job_bench, llm_se
     outcome = await job_bench.runner().run_job("improvement")
     assert outcome.status == "ok" and outcome.counts.get("created") is None
     assert "nosuchfilter" in outcome.counts["details"]["discarded"][0]["why"]
+    assert proposals.listing(job_bench.db) == []
+
+
+async def test_a_rewrite_that_would_render_for_hours_is_discarded_and_the_loop_goes_on(job_bench, llm_server) -> None:
+    """Issue 30: the model's rewrite was trial-rendered on the daemon's event loop; a nested loop stopped the
+    loop (a 0.25 s ticker never ran again) and the job's own timeout could not fire. Now it renders in a child
+    process, killed at its deadline; the loop ticks on."""
+    from quinn.agent.trials import TRIAL_LIMITS
+
+    version, text = PromptStore().text_of("reply")
+    proposals.keep_version(job_bench.db, version, "reply", text, utcnow())
+    reviewed(job_bench.db, version, ["Be thorough.", "Think longer.", "Consider everything."])
+    loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    looping = text.replace("{% block system %}", "{% block system %}" + loop, 1)
+    assert looping != text
+    llm_server.responder = lambda r: Json({"source": looping, "rationale": "Thorough."}) if r.purpose == REWRITER \
+        else None  # fmt: skip
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.25)
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        outcome = await job_bench.runner().run_job("improvement")
+    finally:
+        ticking.cancel()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
+    print(f"improvement job: {len(ticks)} ticks over {ticks[-1] - ticks[0]:.1f} s, the longest gap {max(gaps):.2f} s")
+    assert max(gaps) < 2.0  # a 0.25 s ticker, on a busy machine: never stalled
+    assert outcome.status == "ok" and outcome.counts.get("created") is None
+    why = outcome.counts["details"]["discarded"][0]["why"]
+    assert f"took longer than the {TRIAL_LIMITS.timeout_s:g} s limit" in why
     assert proposals.listing(job_bench.db) == []
 
 

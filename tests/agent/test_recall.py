@@ -32,8 +32,10 @@ FILLER = [
 
 
 def conversations_block(prompt: str) -> str:
-    """The part of a reply prompt that conversation recall filled (empty when there is none)."""
-    match = re.search(r"From your past emails with this person.*?:\n(.*?)(?:\n\n|\Z)", prompt, re.S)
+    """The part of a reply prompt that conversation recall filled (empty when there is none): retrieved passages,
+    or the person's whole past mail when it fits the budget (issue 32)."""
+    heading = r"(?:From your past emails with this person|Everything this person wrote to you before)"
+    match = re.search(heading + r".*?:\n(.*?)(?:\n\n|\Z)", prompt, re.S)
     return match.group(1) if match else ""
 
 
@@ -61,8 +63,10 @@ async def test_a_statement_reaches_a_later_mail_in_a_new_thread(make_quinn, mail
 @pytest.mark.timeout(600)  # 40 mails through the whole pipeline: about 20 s on a quiet box, more on a busy one
 async def test_a_fact_from_mail_3_of_a_40_mail_thread_reaches_mail_40(make_quinn, mail_lab, brain: Brain) -> None:
     alice = mail_lab.new_user("alice")
+    # A small memory budget: 39 mails do not fit it whole (issue 32), so the fact must be retrieved.
     quinn: LabQuinn = await make_quinn(
         "[policy]\nmax_replies_per_sender_per_hour = 100\nmax_replies_per_thread_per_hour = 100\n"
+        "[memory]\ntoken_budget = 300\n"
     )
     bodies = [FILLER[i % len(FILLER)] + f" (note {i})" for i in range(1, 41)]
     bodies[2] = "For the record, the badge code for the lab door is 4417; I keep forgetting it."
@@ -84,6 +88,7 @@ async def test_a_fact_from_mail_3_of_a_40_mail_thread_reaches_mail_40(make_quinn
     recalled = conversations_block(prompt)
     assert "4417" in recalled and f"[mail:{datetime.now(UTC).date()}]" in recalled  # ...recall brought it back
     assert "coffee machine" in buffer and "coffee machine" not in recalled  # the buffer is not repeated
+    assert "From your past emails with this person" in prompt  # retrieved, not the whole history
 
 
 @pytest.mark.parametrize("cc_seen", [False, True])

@@ -19,6 +19,14 @@ from tests.lab.llm_server import Text
 DAY0 = datetime(2026, 9, 1, 9, 0, tzinfo=UTC)
 
 
+EARLIER = re.compile(r" \| earlier: [^\n]*? \(until \d{4}-\d{2}-\d{2}\)")
+
+
+def as_current(prompt: str) -> str:
+    """The prompt without the earlier values memory lines carry (issue 32): what it gives as true now."""
+    return EARLIER.sub("", prompt)
+
+
 def versions(quinn: LabQuinn, user: str, like: str) -> list[tuple[Any, ...]]:
     """(id, version, content, valid_from, valid_to, superseded_by, metadata) of every row matching ``like``."""
     return quinn.query(
@@ -52,7 +60,9 @@ async def test_formal_spanish_then_casual_is_fine(make_quinn, mail_lab, brain: B
 
     prompt = brain.prompt("rename a git branch")
     assert "Alice prefers casual answers in Spanish." in prompt
-    assert "formal answers" not in prompt  # the later preference wins; the old one never reaches the model
+    # The later preference wins: the old one reaches the model only as what held until the change.
+    assert "formal answers" not in as_current(prompt)
+    assert f"| earlier: Alice wants formal answers in Spanish. (until {second.date()})" in prompt
     rows = versions(quinn, alice, "Alice % answers in Spanish.")
     assert [(r[1], r[2]) for r in rows] == [(1, "Alice wants formal answers in Spanish."),
                                             (2, "Alice prefers casual answers in Spanish.")]  # fmt: skip
@@ -80,7 +90,11 @@ async def test_python_on_linux_then_moved_to_node_on_docker(make_quinn, mail_lab
 
     prompt = brain.prompt("Which base image")
     assert "Alice builds with Node on Docker." in prompt and "[memory:" in prompt
-    assert "Python on Linux" not in prompt
+    assert "Python on Linux" not in as_current(prompt)
+    assert (
+        f"Alice builds with Node on Docker. | earlier: Alice builds with Python on Linux. (until {moved.date()})"
+        in prompt
+    )
     old, new = versions(quinn, alice, "Alice builds with %")
     assert old[4] == moved.isoformat() and old[5] == new[0]
     assert json.loads(new[6])["contradicts"] == old[0]
@@ -173,7 +187,8 @@ async def test_project_alpha_deadline_change_within_the_work_domain(make_quinn, 
     quinn.replies(alice, 4)
 
     prompt = brain.prompt("When is Project Alpha due again")
-    assert "Project Alpha is due on March 15." in prompt and "March 1." not in prompt
+    assert "Project Alpha is due on March 15." in prompt and "March 1." not in as_current(prompt)
+    assert "| earlier: Project Alpha is due on March 1. (until " in prompt
     assert "This email is about: work." in prompt
     assert "physio" not in prompt  # another domain's memory stays out of a work email
     rows = quinn.query("SELECT content, domain, scope FROM memories WHERE user_id = ? AND valid_to IS NULL"
@@ -288,7 +303,8 @@ async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_
 
     alice, carol = mail_lab.new_user("alice"), mail_lab.new_user("carol")
     quinn = await make_quinn("[scheduler]\nstartup_delay_s = 3600\nsession_close_after_min = 0.01\n")
-    await quinn.send(alice, "Kitchen", "We are planning the kitchen renovation; the tiler comes on Friday.", date=DAY0)
+    await quinn.send(alice, "Kitchen", "We are planning the kitchen renovation; the tiler comes on Friday. Keep your "
+                     "answers short, with dates first, please.", date=DAY0)  # fmt: skip
     quinn.replies(alice, 1)
     review = {
         "summary": "Alice is renovating her kitchen; the tiler was booked for Friday.",
@@ -313,8 +329,9 @@ async def test_a_returning_user_finds_where_the_last_conversation_left_off(make_
     _mid, raw = build_mail(alice, quinn.address, "Again", "Where did we leave off with my plans?")
     mail_lab.smtp.send("mallory@evil.test", [quinn.address], raw)
     await quinn.process()
-    forged = brain.prompt("Where did we leave off")
-    assert "Recent context with this person" not in forged and "kitchen" not in forged.lower()
+    # Not answered at all since issue 30 (no backscatter): none of it reaches a prompt, and the mail is kept.
+    assert not brain.prompts("Where did we leave off")
+    assert quinn.query("SELECT state FROM mail_state WHERE message_id = ?", (_mid,)) == [("rejected",)]
 
 
 async def test_the_profile_keeps_what_matters_when_more_than_fits(make_quinn, mail_lab, brain: Brain) -> None:

@@ -19,6 +19,7 @@ from bench import (
     concurrency,
     documents,
     documents_data,
+    hostile_parse,
     memory_search,
     pipeline,
     real_recall,
@@ -250,3 +251,12 @@ def test_console_speed_times_every_console_page(tmp_path: Path) -> None:
         if isinstance(route, Route) and "GET" in (route.methods or ()) and route.path not in ("/", "/login"):
             scopes = [{"type": "http", "path": path, "method": "GET"} for path in pages]
             assert any(route.matches(scope)[0] == Match.FULL for scope in scopes), route.path
+
+
+@pytest.mark.lab  # machine_info runs git
+def test_hostile_parse_runs_and_says_what_came_out(tmp_path: Path) -> None:
+    hostile_parse.main(["--quick", "--out", str(tmp_path), "--label", "smoke"])
+    report = json.loads((tmp_path / "hostile_parse-smoke.json").read_text())
+    assert len(report["shapes"]) == len(hostile_parse.SHAPES)
+    assert all(shape["outcome"].startswith(("parsed", "refused")) for shape in report["shapes"].values())
+    assert "| References ids 2,000 |" in (tmp_path / "hostile_parse.md").read_text()

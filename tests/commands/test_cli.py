@@ -20,13 +20,41 @@ def quinn(config, *args: str, env: dict[str, str] | None = None, timeout: float 
                           text=True, timeout=timeout, env=full_env)  # fmt: skip
 
 
-def test_check_reports_all_ok(lab_config):
+def test_check_reports_all_ok(lab_config, brain, llm_server):
     result = quinn(lab_config(), "check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["imap", "trust", "smtp", "llm", "database", "backlog", "embeddings"]
+    assert [line.split()[0] for line in lines] == ["imap", "trust", "smtp", "llm", "model", "database", "backlog",
+                                                   "embeddings"]  # fmt: skip
     assert all(line.split()[1] == "ok" for line in lines), result.stdout
+    assert f"openai/gpt-test at {llm_server.openai_base_url}" in lines[3]  # names the server it asked
+    assert "does not echo the mail" in lines[4]  # the scripted model answers well: the model check passes
     assert "local/all-MiniLM-L6-v2, 384 dimensions" in lines[-1]
+
+
+def test_check_says_a_model_that_echoes_the_mail_is_too_small(lab_config, brain, llm_server):
+    """Issue 34: the model check flags a model that sends the mail back; the check still passes (it works)."""
+    from tests.lab.brain import first_user_message
+    from tests.lab.llm_server import Text
+
+    llm_server.responder = lambda request: Text(first_user_message(request))
+    result = quinn(lab_config(), "check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("model")]
+    assert line.split()[1] == "POOR" and "sends the mail back" in line, line
+    assert "this model is too small for Quinn: replies will be poor" in line
+
+
+def test_check_names_the_model_server_that_does_not_answer_once(lab_config, llm_server):
+    config = lab_config()
+    url = llm_server.openai_base_url
+    llm_server.stop()
+    result = quinn(config, "check")
+    assert result.returncode == 1
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("llm")]
+    assert f"openai/gpt-test at {url} did not answer" in line and line.count("Connection error") == 1, line
+    assert "hint: is the model's server running" in line
+    assert not [line for line in result.stdout.splitlines() if line.startswith("model")]  # nothing to probe
 
 
 def test_check_reports_an_embedding_model_that_is_not_installed(lab_config, tmp_path):
@@ -74,7 +102,7 @@ def test_check_fails_on_a_trust_setup_that_authenticates_nobody(lab_config, mail
     assert code == 0 and "INSECURE" in line, line
 
 
-def test_check_reports_stopped_dovecot(make_dovecot, lab_config, tmp_path):
+def test_check_reports_stopped_dovecot(make_dovecot, lab_config, tmp_path, brain):
     server = make_dovecot()
     config = lab_config()
     text = config.path.read_text().replace(f"port = {_imap_port(config)}", f"port = {server.port}")

@@ -46,6 +46,8 @@ def test_demo_mails_quinn_which_answers_and_remembers(
     out, err = capsys.readouterr()
     assert code == 0, err
     answer = json.loads(out)
+    # Issue 34: with --json, progress goes to stderr as it happens; the model check's verdict is in the JSON.
+    assert err.count("waiting for Quinn's reply...") == 2 and answer["model_check"]["passed"], err
     assert [(e["text"], e["reply"]) for e in answer["exchanges"]] == [
         ("I live in Lisbon, near the river.", "Noted."), ("Where do I live?", "You live in Lisbon.")]  # fmt: skip
     [memory] = answer["memories"]
@@ -66,7 +68,7 @@ def test_demo_mails_quinn_which_answers_and_remembers(
     out, err = capsys.readouterr()
     assert code == 0, err
     assert re.search(r"you: Hello again\nquinn \(\d+\.\d s\):\nNoted\.\n", out), out
-    folder = Path(re.search(r"the demo's quinn.toml is (\S+)", out).group(1)).parent  # type: ignore[union-attr]
+    folder = Path(re.search(r"the demo's quinn.toml is (\S+?),? ", out).group(1)).parent  # type: ignore[union-attr]
     assert folder != kept and not folder.exists()
 
 
@@ -95,7 +97,10 @@ def test_demo_with_a_model_server_that_does_not_answer_says_so_and_stops(
     kept = tmp_path / "demo"
     assert main(["demo", "--model", "ollama/llama3.2", "--base-url", url, "--send", "Hello", "--keep", str(kept)]) == 3
     err = capsys.readouterr().err
-    assert "LLM ollama/llama3.2" in err and "is the model's server running and --base-url right?" in err
+    assert (
+        f"ollama/llama3.2 at {url} did not answer" in err
+        and "is the model's server running and --base-url right?" in err
+    )
     imap_port = int(re.search(r"port = (\d+)", (kept / "quinn.toml").read_text()).group(1))  # type: ignore[union-attr]
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", imap_port), timeout=5):
         pass  # the demo's Dovecot was stopped on the way out
@@ -150,7 +155,16 @@ def test_demo_at_the_prompt_answers_shows_memory_and_stops_clean_on_ctrl_c(
             proc.stdin.flush()
             shown = printed("(fact) The user lives in Lisbon.")
             assert "quinn (" in shown and "Noted, thank you." in shown  # the scripted model's reply, read over IMAP
-            folder = Path(re.search(r"the demo's quinn.toml is (\S+)", started).group(1)).parent  # type: ignore[union-attr]
+            assert "model check: " in started and "does not echo the mail" in started  # the model check at start
+            # Issue 34: an export's attachment is saved where the demo says, and its path shown.
+            proc.stdin.write("export my memory\n")
+            proc.stdin.flush()
+            code = re.search(r"\bQ-[A-Z2-9]{4}(?:-[A-Z2-9]{4})+", printed("Q-")).group(0)  # type: ignore[union-attr]
+            proc.stdin.write(f"yes {code}\n")
+            proc.stdin.flush()
+            attached = Path(re.search(r"attached: (\S+)", printed("attached: ")).group(1))  # type: ignore[union-attr]
+            assert "The user lives in Lisbon." in attached.read_text()
+            folder = Path(re.search(r"the demo's quinn.toml is (\S+?),? ", started).group(1)).parent  # type: ignore[union-attr]
             imap_port = int(re.search(r"IMAP 127\.0\.0\.1:(\d+)", started).group(1))  # type: ignore[union-attr]
             assert folder.is_dir()
             proc.send_signal(signal.SIGINT)  # Ctrl-C at the prompt

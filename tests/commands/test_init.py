@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lab.brain import Brain
 from tests.lab.daemon import init_flags
 from tests.lab.dovecot import Dovecot
 from tests.lab.llm_server import ScriptedLLM
@@ -25,8 +26,9 @@ def quinn(*args: str, env: dict[str, str] | None = None, stdin: str | None = Non
 
 
 def test_init_writes_a_config_that_quinn_check_passes(
-    tmp_path: Path, dovecot: Dovecot, smtp_lab: SmtpLab, llm_server: ScriptedLLM, users: Callable[[str], str]
-) -> None:
+    tmp_path: Path, dovecot: Dovecot, smtp_lab: SmtpLab, llm_server: ScriptedLLM, users: Callable[[str], str],
+    brain: Brain,
+) -> None:  # fmt: skip
     address = users("quinn")
     path = tmp_path / "etc" / "quinn.toml"
     flags = init_flags(address, dovecot, smtp_lab, llm_server, tmp_path)
@@ -46,7 +48,7 @@ def test_init_writes_a_config_that_quinn_check_passes(
     env = {"LAB_MAIL_PASSWORD": dovecot.password, "LAB_LLM_KEY": "test-key"}
     check = quinn("check", "-c", str(path), env=env)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert [line.split()[1] for line in check.stdout.splitlines()] == ["ok"] * 7, check.stdout
+    assert [line.split()[1] for line in check.stdout.splitlines()] == ["ok"] * 8, check.stdout
 
     again = quinn("init", "-c", str(path), *flags)  # an existing file is kept...
     assert again.returncode == 2 and "pass --force to overwrite it" in again.stderr
@@ -77,5 +79,9 @@ def test_init_asks_for_what_the_flags_leave_out(tmp_path: Path) -> None:
 def test_init_refuses_answers_that_make_no_config(tmp_path: Path) -> None:
     made = quinn("init", "-c", str(tmp_path / "q.toml"), "--non-interactive", "--address", "quinn@example.test",
                  "--provider", "openai-compatible", "--base-url", "http://127.0.0.1:1/v1")  # fmt: skip
-    assert made.returncode == 2 and "needs Model" in made.stderr  # no model named for a generic server
+    assert made.returncode == 2 and "needs --model" in made.stderr  # no model named for a generic server
     assert not (tmp_path / "q.toml").exists()
+    # Every missing flag at once, named as a flag, before any server is probed (issue 34).
+    made = quinn("init", "-c", str(tmp_path / "q.toml"), "--non-interactive", "--provider", "openai-compatible")
+    assert made.returncode == 2 and "needs --address and --model and --base-url" in made.stderr, made.stderr
+    assert "not reachable" not in made.stdout and not (tmp_path / "q.toml").exists()

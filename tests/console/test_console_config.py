@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 
 from quinn.cli import main
 from quinn.config import load_config
 from quinn.console.auth import PasswordHash, Token, admins_from, hash_password
 from quinn.errors import ConfigError
-from tests.console.conftest import CONFIG, TEST_COST
+from tests.console.conftest import CONFIG, PASSWORDS, TEST_COST
 
 BASE = CONFIG.split("[console]")[0]
 
@@ -85,10 +87,12 @@ def test_a_short_token_is_refused_at_start_naming_how_to_make_one(tmp_path):
 def test_hash_password_round_trip(capsys, monkeypatch):
     parsed = PasswordHash.parse(hash_password("s3cret", **TEST_COST), owner="test")
     assert parsed.matches("s3cret") and not parsed.matches("s3cret ")
-    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("from a pipe\n"))
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("from a pipe, long enough\n"))
     assert main(["console", "hash-password"]) == 0
     printed = capsys.readouterr().out.strip()
-    assert printed.startswith("scrypt$32768$8$1$") and PasswordHash.parse(printed, owner="cli").matches("from a pipe")
+    assert printed.startswith("scrypt$32768$8$1$") and PasswordHash.parse(printed, owner="cli").matches(
+        "from a pipe, long enough"
+    )
 
 
 def test_quinn_console_refuses_while_disabled(tmp_path, capsys):
@@ -106,17 +110,43 @@ def test_admins_hashes_are_redacted_from_logs(tmp_path):
 
 
 def test_login_limiter_window_slides():
-    from quinn.console.auth import LoginLimiter
+    from quinn.console.auth import Attempt, LoginLimiter
 
     now = [1000.0]
     limiter = LoginLimiter(attempts=2, window_s=60, clock=lambda: now[0])
-    limiter.failed("address:a", "name:x")
-    assert limiter.wait_s("address:a") == 0
+
+    def fail(address: str, name: str) -> None:
+        attempt = limiter.take(address, name)
+        assert isinstance(attempt, Attempt)
+        limiter.done(attempt, failed=True)
+
+    fail("address:a", "name:x")
     now[0] += 10
-    limiter.failed("address:a", "name:y")
-    assert limiter.wait_s("address:a") == 50 and limiter.wait_s("name:x") == 0 and limiter.wait_s("address:b") == 0
+    fail("address:a", "name:y")
+    assert limiter.take("address:a", "name:z") == 50  # seconds until the first failure leaves the window
+    assert isinstance(limiter.take("address:b", "name:x"), Attempt)
     now[0] += 50
-    assert limiter.wait_s("address:a") == 0  # the first failure left the window
+    assert isinstance(limiter.take("address:a", "name:z"), Attempt)  # the first failure left the window
+
+
+def test_login_limiter_counts_attempts_in_flight_and_slows_a_name_never_locks_it():
+    from quinn.console.auth import NAME_DELAY_S, Attempt, LoginLimiter
+
+    now = [1000.0]
+    limiter = LoginLimiter(attempts=3, window_s=300, clock=lambda: now[0])
+    taken = [limiter.take("address:a", "name:root") for _ in range(5)]  # five at once, none checked yet
+    assert [isinstance(t, Attempt) for t in taken] == [True, True, True, False, False]
+    for attempt in taken[:3]:
+        assert isinstance(attempt, Attempt)
+        limiter.done(attempt, failed=True)
+    assert not isinstance(limiter.take("address:a", "name:root"), Attempt)  # the stranger's address: refused
+    first = limiter.take("address:b", "name:root")  # the admin elsewhere: slowed, not locked
+    second = limiter.take("address:c", "name:root")
+    assert isinstance(first, Attempt) and first.delay_s == NAME_DELAY_S
+    assert isinstance(second, Attempt) and second.delay_s == 2 * NAME_DELAY_S  # one slot after the other
+    limiter.done(first, failed=False)  # a dropped request counts as no attempt
+    ok = limiter.take("address:b", "name:other")
+    assert isinstance(ok, Attempt) and ok.delay_s == 0
 
 
 def test_without_the_extra_the_console_names_it(world, monkeypatch):
@@ -140,3 +170,51 @@ def test_a_port_in_use_is_one_clear_error(world):
         assert f"console 127.0.0.1:{world.console.config.port}: Address already in use" in str(caught.value)
     finally:
         taken.close()
+
+
+def test_hash_password_refuses_a_short_password(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("hunt2\n"))
+    assert main(["console", "hash-password"]) == 2
+    assert "the password has 5 characters, fewer than 12" in capsys.readouterr().err
+
+
+def test_console_enable_edits_the_config_init_wrote_and_keeps_it_loading(tmp_path, capsys):
+    """Issue 34: the README's snippet, appended, broke the file (``[console]`` twice); the command edits it."""
+    from quinn.packaged import packaged_file
+
+    path = tmp_path / "quinn.toml"
+    example = packaged_file("quinn.example.toml").read_text(encoding="utf-8")
+    path.write_text(BASE + example[example.index("[console]") :], encoding="utf-8")  # as init writes it
+    path.chmod(0o640)
+    before = path.read_text()
+    assert main(["console", "enable", "-c", str(path), "--admin", "Alice"]) == 0
+    said = capsys.readouterr().out
+    assert "QUINN_CONSOLE_ALICE=$(quinn console hash-password)" in said
+    after = path.read_text()
+    assert [line for line in before.splitlines() if line not in after.splitlines()] == ["enabled = false"]
+    assert (path.stat().st_mode & 0o777) == 0o640  # the file's mode is kept
+    config = load_config(path, env={"QUINN_CONSOLE_ALICE": hash_password(PASSWORDS["root"], **TEST_COST)},
+                         secrets_of=("console",))  # fmt: skip
+    assert config.console.enabled and [(a.name, a.role) for a in config.console.admins] == [("alice", "admin")]
+    # A second admin joins the first; the same one again changes nothing.
+    assert main(["console", "enable", "-c", str(path), "--admin", "bob", "--role", "read-only"]) == 0
+    assert main(["console", "enable", "-c", str(path), "--admin", "bob"]) == 2
+    assert "bob is already an admin" in capsys.readouterr().err
+    names = [a["name"] for a in tomllib.loads(path.read_text())["console"]["admins"]]
+    assert names == ["alice", "bob"]
+    # A file without [console] gets one; a file that is not TOML is left alone.
+    bare = tmp_path / "bare.toml"
+    bare.write_text(BASE, encoding="utf-8")
+    assert main(["console", "enable", "-c", str(bare), "--admin", "alice"]) == 0
+    assert tomllib.loads(bare.read_text())["console"]["enabled"] is True
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[imap\n", encoding="utf-8")
+    assert main(["console", "enable", "-c", str(broken), "--admin", "alice"]) == 2
+    assert broken.read_text() == "[imap\n" and "nothing was changed" in capsys.readouterr().err
+    # quinn check names every missing variable at once, not one per run (issue 34).
+    with pytest.raises(ConfigError) as caught:
+        load_config(bare, env={})
+    assert "2 environment variables are not set: Q_IMAP (named by imap.password_env), QUINN_CONSOLE_ALICE" in str(
+        caught.value
+    )
+    assert "export Q_IMAP=... QUINN_CONSOLE_ALICE=..." in (caught.value.hint or "")

@@ -45,7 +45,7 @@ def test_quinn_check_reports_the_console_and_a_hash_that_does_not_parse(lab_conf
     config.env["Q_CONSOLE_ROOT"] = hash_password(PASSWORDS["root"], **TEST_COST)
     result = quinn(config, "check")
     [line] = [line for line in result.stdout.splitlines() if line.startswith("console")]
-    assert " ok " in line and "1 admins (0 read-only), every password hash parses" in line, result.stdout
+    assert " ok " in line and "1 admin (0 read-only), every password hash parses" in line, result.stdout
     config.env["Q_CONSOLE_ROOT"] = "the-password-itself"
     result = quinn(config, "check")
     [line] = [line for line in result.stdout.splitlines() if line.startswith("console")]

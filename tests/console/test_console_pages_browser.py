@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.agent import audit_log, proposals, reply_trace
+from quinn.agent import TemplateTrials, audit_log, proposals, reply_trace
 from quinn.agent.consent import opt_out
 from quinn.agent.llm import Usage
 from quinn.agent.prompts import PromptStore
@@ -83,8 +83,12 @@ def seed(world: World, admin_dir: Path) -> dict[str, str]:
     prompts = PromptStore(admin_dir, samples=sample_variables)
     default_version, default_text = prompts.text_of("reply")
     proposals.keep_version(db, default_version, "reply", default_text, now - timedelta(days=9))
-    first = proposals.save(db, prompts, "reply", EXTEND.replace("MARK", "Example"), now - timedelta(days=3))
-    saved = proposals.save(db, prompts, "reply", EXTEND.replace("MARK", "Example Ltd, Lisbon"), now - timedelta(days=1))
+    trials = TemplateTrials()
+    first = proposals.save(
+        db, prompts, trials.check("reply", EXTEND.replace("MARK", "Example")), now - timedelta(days=3)
+    )
+    saved = proposals.save(db, prompts, trials.check("reply", EXTEND.replace("MARK", "Example Ltd, Lisbon")),
+                           now - timedelta(days=1))  # fmt: skip
     for old, new, days, why in ((default_version, first, 3, "sign as the company"), (first, saved, 1, "full name")):
         audit_log.record(db, "root", "save template", "template reply", detail=f"{old} -> {new}; {why}",
                          now=now - timedelta(days=days))  # fmt: skip
@@ -186,6 +190,10 @@ def test_every_page_renders_for_both_roles(world, seeded, browser):
         for page, path in seeded.pages.items():
             driver.get(url + path)
             shown_fine(driver, url + path, HEADINGS[page])
+            # No page scrolls sideways at 1200 px (issue 34: the person page did, with a reply's Message-ID).
+            wide = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            scroll_width, client_width = driver.execute_script(wide)
+            assert scroll_width <= client_width, f"{page}: {scroll_width} px wide in a {client_width} px window"
             if folder and name == "root":
                 if page == "prompt":  # the editor, below the variables
                     driver.execute_script("scrollTo(0, document.getElementById('source').offsetTop - 110)")

@@ -174,3 +174,28 @@ def test_attacker_address_stays_inert_on_the_purge_page(world, client):
     assert done.status_code == 200 and "<b>" not in done.text
     assert "quinn memory purge &#39;o&#39;&#34;&#39;&#34;&#39;&lt;b&gt;x;rm@example.org&#39; --yes" in done.text
     assert world.store.db.query_value("SELECT count(*) FROM memories WHERE user_id = ?", (evil,)) == 0
+
+
+def test_a_persons_page_shows_everything_else_that_shapes_their_replies(world, client):
+    """Issue 35: the short-term state (beliefs included), conversation reviews with their reward, thread
+    summaries, the graph and the files kept are on the person's page, escaped (their words are data)."""
+    from quinn.agent import state
+    from quinn.mailbox import Sessions
+    from quinn.memory import Relation, save_graph
+
+    store, now = world.store, datetime.now(UTC)
+    with store.db.transaction() as tx:
+        state.update_user_state(tx, ALICE, {"agent_beliefs": "Alice <b>prefers</b> trains."}, now)
+        state.add_conversation_summary(tx, "s-1", ALICE, summary="Planned the lake trip.", feedback_text="thanks",
+                                       reward_score=0.5, improvement_suggestion="Be brief.", prompt_version="reply@x",
+                                       now=now)  # fmt: skip
+    memory = store.add(ALICE, "Alice's sister Clara lives in Porto.")
+    save_graph(store, ALICE, [("Alice", "person"), ("Clara", "person")], [Relation("Alice", "has sister", "Clara",
+                                                                                  memory)], now)  # fmt: skip
+    assert Sessions(store.db).summaries_of(ALICE) == []
+    log_in(client)
+    page = client.get(f"/people/{ALICE}").text
+    shaping = page.split('id="shaping"')[1].split("<h2>")[0]
+    assert "agent beliefs" in shaping and "Alice &lt;b&gt;prefers&lt;/b&gt; trains." in shaping
+    assert "Planned the lake trip." in shaping and "0.5" in shaping and "Be brief." in shaping
+    assert "Alice has sister Clara" in shaping and f"/memories/{memory}" in shaping

@@ -81,6 +81,8 @@ async def test_a_reply_records_what_reached_its_prompt_and_the_console_shows_it(
         log_in(client, "viewer")  # the read-only role may look
         person = client.get(f"/people/{alice}").text
         assert f'href="/replies/{trace_id}"' in person
+        # The reply is named by the subject of the mail it answers, its Message-ID only on hover (issue 34).
+        assert re.search(r'<td class="subject" title="[^"]+">Cello and rent</td>', person), person
         assert f'href="/replies/{trace_id}"' in client.get("/mail").text
         page = client.get(f"/replies/{trace_id}")
         assert page.status_code == 200

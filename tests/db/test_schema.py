@@ -43,7 +43,13 @@ def test_an_already_migrated_database_opens_without_running_a_migration(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = str(tmp_path / "quinn.db")
-    first = Database.open(path)
+    with caplog.at_level(logging.INFO, logger="quinn.db"):
+        first = Database.open(path)
+    # A new database says so in one line, not one per migration (issue 34: 20 lines on a newcomer's first run).
+    latest = len(migration_scripts())
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and "database" in r.getMessage()]
+    assert said == [f"database {path}: schema brought from version 0 to {latest}"], said
+    caplog.clear()
     version = first.query_value("PRAGMA user_version")
     first.execute("INSERT INTO memory_consent (user_id, opted_out_at) VALUES (?, ?)", ("alice", "2026-11-24"))
     first.close()

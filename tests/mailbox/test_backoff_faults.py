@@ -36,6 +36,7 @@ def test_fault_spec_parsing() -> None:
         "before_move",
         "before_learn",
         "after_learn",
+        "after_store",
     }
     for bad in ("after_send", "after_send:0", "nowhere:1", "after_send:x"):
         with pytest.raises(ConfigError, match="QUINN_FAULT"):

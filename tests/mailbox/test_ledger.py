@@ -151,6 +151,32 @@ def test_rate_caps_per_sender_and_per_thread(db: Database) -> None:
     assert ledger.cap_reached("alice@x", "<t1@x>", 3, 2, now=NOW + timedelta(hours=2)) is None
 
 
+def test_outbound_caps_per_domain_in_all_and_to_strangers(db: Database) -> None:
+    """Issue 30: an attacker has unlimited local parts, so a reply also counts for each domain it touches, for all
+    replies together, and (to a sender nobody vouched for) for all such replies; the mail waits for the oldest."""
+    ledger = MailLedger(db)
+    ledger.count_outbound({"victims.test"}, NOW - timedelta(days=2))  # swept by the next count: older than a day
+    for minute in (10, 20, 30):  # three replies from attacker.test to victims.test
+        ledger.count_outbound({"attacker.test", "victims.test"}, NOW - timedelta(minutes=60 - minute))
+    assert db.query_value("SELECT count(*) FROM outbound_domains WHERE domain = 'victims.test'") == 3
+    caps = {"per_domain": 3, "per_hour": 10, "unverified": False, "per_unverified": 1, "now": NOW}
+    reason, until = ledger.outbound_cap_reached({"victims.test"}, **caps)  # type: ignore[misc, arg-type]
+    assert reason == "rate cap: 3 replies touching victims.test in the last hour (cap 3)"
+    assert until == datetime(2026, 11, 22, 9, 10, tzinfo=UTC)  # when the 08:10 one leaves the hour
+    assert ledger.outbound_cap_reached({"example.test"}, **caps) is None  # type: ignore[arg-type]
+    for uid, key in enumerate(("alice@x", "unverified:carol@y"), start=1):
+        mail = MailKey("INBOX", 1, uid)
+        ledger.receive(mail)
+        ledger.set(mail, "replied", "ok", sender_key=key)
+        db.execute("UPDATE mail_state SET replied_at = ? WHERE uid = ?", (f"2026-11-22T08:{uid}5:00+00:00", uid))
+    reason, until = ledger.outbound_cap_reached({"y"}, **{**caps, "unverified": True})  # type: ignore[misc, arg-type]
+    assert reason.startswith("rate cap: 1 replies to unverified senders") and until.minute == 25
+    assert ledger.outbound_cap_reached({"x"}, **caps) is None  # type: ignore[arg-type]  # alice is vouched for
+    reason, _ = ledger.outbound_cap_reached({"x"}, **{**caps, "per_hour": 2})  # type: ignore[misc, arg-type]
+    assert reason == "rate cap: 2 replies in the last hour (cap 2)"
+    assert ledger.outbound_cap_reached({"victims.test"}, **{**caps, "now": NOW + timedelta(hours=2)}) is None  # type: ignore[arg-type]
+
+
 def test_outbox_in_flight_states(db: Database) -> None:
     outbox = Outbox(db)
     item = outbox.put("<quinn.1@q>", "<m@x>", "alice@x", None, ["alice@x"], b"raw")
@@ -254,3 +280,17 @@ def test_settling_leaves_a_mail_another_daemon_is_filing(db: Database) -> None:
     ledger.set(third, "replied", "ok")  # B crashed after moving it, before saying so; restarted as A
     assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == "nobody") == 0
     assert ledger.settle_moved("INBOX", 7, [1, 2], holder=A, now=NOW, dead=lambda h: h == B) == 1  # no waiting
+
+
+def test_strikes_count_tries_that_never_ended_and_a_try_that_ends_clears_them(db: Database) -> None:
+    """Issue 30: a try at reading a mail is a strike until it ends; kills leave them counted, per mail."""
+    ledger = MailLedger(db)
+    key, other = MailKey("INBOX", 7, 1), MailKey("INBOX", 7, 2)
+    ledger.receive(key)
+    ledger.receive(other)
+    assert ledger.get(key).strikes == 0  # type: ignore[union-attr]
+    assert ledger.strike(key) == 1
+    assert ledger.strike(key) == 2  # the daemon was killed during the first try
+    assert ledger.get(other).strikes == 0  # type: ignore[union-attr]
+    ledger.clear_strikes(key)
+    assert ledger.get(key).strikes == 0  # type: ignore[union-attr]

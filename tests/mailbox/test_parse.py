@@ -388,10 +388,10 @@ def test_deep_nesting_raises(depth: int) -> None:
 
 
 def test_library_exceptions_are_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(_raw: bytes) -> None:
+    def boom(_message: object) -> None:
         raise KeyError("surprise")
 
-    monkeypatch.setattr(parse_module.mailparser, "parse_from_bytes", boom)
+    monkeypatch.setattr(parse_module.mailparser, "MailParser", boom)
     with pytest.raises(MailParseError, match="parser failed: KeyError") as info:
         parse("plain.eml")
     assert isinstance(info.value.__cause__, KeyError)

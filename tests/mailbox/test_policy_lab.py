@@ -148,10 +148,13 @@ def ar(*values: str) -> Build:
 
 
 FORGER = "mallory@evil.test"  # the envelope sender of forged mail: the lab's MX stamps it dmarc=fail
+NO_DMARC = "nodmarc.test"  # a domain without a DMARC record: the lab's MX stamps its mail dmarc=none (no verdict)
 
 OPEN_HANDLED = [
-    Case("unauthenticated-no-memory", simple(), "replied", "sender not authenticated: dmarc=fail", local="carol",
-         envelope=FORGER),
+    Case("unauthenticated-no-memory", simple(), "replied", "sender not authenticated: dmarc=none", local="carol",
+         domain=NO_DMARC, envelope=FORGER),
+    Case("forged-no-backscatter", simple(), "rejected", "sender failed authentication (dmarc=fail): not answered",
+         local="erin", envelope=FORGER),
     Case("authenticated-dmarc", simple(), "replied", "authenticated: dmarc=pass header.from=example.test",
          local="dave"),
 ]  # fmt: skip
@@ -187,7 +190,7 @@ def run_daemon(
     dovecot: Dovecot, tmp: Path, cases: list[Case], policy: str, extra_mail: Callable[[Run], None] | None = None
 ) -> Iterator[Run]:
     quinn = unique_address("quinn")
-    smtp, llm = SmtpLab(dovecot), ScriptedLLM()
+    smtp, llm = SmtpLab(dovecot, no_dmarc=[NO_DMARC]), ScriptedLLM()
     smtp.start()
     llm.start()
     llm.responder = plain_model
@@ -287,8 +290,13 @@ def test_no_memory_without_authentication(open_run: Run) -> None:
     ]
 
 
+def test_forged_sender_gets_no_reply(open_run: Run) -> None:
+    """No backscatter (issue 30): rejected unanswered, recorded with the reason and filed."""
+    check(open_run, OPEN_HANDLED[1])
+
+
 def test_authenticated_sender_gets_memory(open_run: Run) -> None:
-    case = OPEN_HANDLED[1]
+    case = OPEN_HANDLED[2]
     check(open_run, case)
     dave = open_run.senders[case.id]
     assert query(open_run.db_path, "SELECT direction FROM messages WHERE user_id = ? ORDER BY id", (dave,)) == [

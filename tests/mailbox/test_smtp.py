@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quinn.errors import ConfigError, ConnectError, RetryLater
-from quinn.mailbox.parse import parse_email
+from quinn.mailbox.parse import MAX_ADDRESSES, parse_email
 from quinn.mailbox.smtp import (
     MAX_REFERENCES,
     MaybeSent,
@@ -116,6 +116,22 @@ def test_reply_all_keeps_the_others_on_cc_only_when_configured() -> None:
     everyone = compose_reply(mail, "x", own_address=QUINN, reply_all=True)  # type: ignore[arg-type]
     assert parsed(everyone.raw)["Cc"] == "bob@example.test, carol@example.test"
     assert everyone.recipients == ["alice@example.test", "bob@example.test", "carol@example.test"]
+
+
+def test_a_reply_goes_to_at_most_the_cap_and_says_how_many_got_nothing() -> None:
+    """Issue 30: 300 Reply-To addresses made one reply to 301 recipients. To first, then Cc, up to the cap; the
+    body counts the rest and names none of them."""
+    victims = [f"v{i}@victims.test" for i in range(300)]
+    mail = inbound(headers={"Reply-To": ", ".join(victims)}, cc=["carol@example.test"])
+    reply = compose_reply(mail, "Hello.", own_address=QUINN, reply_all=True, max_recipients=5)  # type: ignore[arg-type]
+    # The parser keeps the first MAX_ADDRESSES of a field (issue 30's parsing bounds); the rest never reach a reply.
+    kept = MAX_ADDRESSES + 1  # and carol on Cc
+    assert reply.recipients == victims[:5] and reply.left_out == kept - 5 and parsed(reply.raw)["Cc"] is None
+    assert reply.body.startswith("Hello.") and f"{kept - 5} of them got nothing" in reply.body
+    assert not [v for v in victims if v in reply.body]
+    few = compose_reply(inbound(cc=["carol@example.test"]), "Hi.", own_address=QUINN, reply_all=True,  # type: ignore[arg-type]
+                        max_recipients=5)  # fmt: skip
+    assert few.recipients == ["alice@example.test", "carol@example.test"] and few.left_out == 0 and few.body == "Hi."
 
 
 # --- sending ------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ that stays with one correspondent and one window (FACTS.md: subject threading me
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -121,3 +122,14 @@ def test_thread_key_is_the_root_id() -> None:
     assert thread_key(mail(ALICE, "<a1@x>")) == "<a1@x>"
     assert thread_key(mail(ALICE, "<a2@x>", in_reply_to="<a1@x>")) == "<a1@x>"
     assert thread_key(mail(ALICE, "<a3@x>", in_reply_to="<a2@x>", references=["<a1@x>", "<a2@x>"])) == "<a1@x>"
+
+
+def test_many_ids_are_asked_in_bounded_chunks(sessions: Sessions) -> None:
+    """Issue 30: one SQL parameter per id made 80,000 ids fail with "too many SQL variables". Built without the
+    parser (which keeps 20 References ids): the store itself must hold any number, older session first."""
+    older = sessions.assign(mail(ALICE, "<old@x>"), ALICE, NOW)
+    sessions.assign(mail(ALICE, "<new@x>", "other"), ALICE, NOW + timedelta(minutes=1))
+    ids = tuple(f"<n{i}@x>" for i in range(40_000))
+    linked = replace(mail(ALICE, "<link@x>", "third"), references=(*ids[:30_000], "<new@x>", *ids[30_000:], "<old@x>"))
+    assert sessions.assign(linked, ALICE, NOW + timedelta(minutes=2)) == older
+    assert "<new@x>" in members(sessions, older)

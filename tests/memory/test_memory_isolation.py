@@ -130,9 +130,15 @@ def _plant(store: MemoryStore, user: str, marker: str, uid: int) -> None:
         tx.execute(
             "INSERT INTO user_state (user_id, user_info, updated_at) VALUES (?, ?, ?)", (user, f"{marker} user info", t)
         )
-        tx.execute(
-            "INSERT INTO conversation_summaries (session_id, user_id, summary, created_at) VALUES (?, ?, ?, ?)",
-            (sid, user, f"{marker} conversation summary", t),
+        review = tx.execute(
+            "INSERT INTO conversation_summaries (session_id, user_id, summary, improvement_suggestion, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (sid, user, f"{marker} conversation summary", f"{marker} suggestion", t),
+        )
+        tx.execute(  # a proposal the improvement job drew from the review (issue 35), quoting it
+            "INSERT INTO prompt_proposals (name, base_version, source, rationale, evidence, created_at)"
+            " VALUES ('reply', ?, 'text', ?, ?, ?)",
+            (f"reply@{uid}", f"answers {marker} suggestion", f'{{"reviews": [{review}]}}', t),
         )
         tx.execute(
             "INSERT INTO entities (user_id, name, kind, created_at) VALUES (?, ?, 'person', ?)",
@@ -200,7 +206,7 @@ def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,
             "mail_state": 1, "memory_retrievals": 1, "confirmations": 0, "passages": 1, "digests": 1,
             "documents": 1, "document_parts": 1, "message_documents": 1, "learning_queue": 1, "audit_log": 1,
-            "reply_traces": 1,
+            "reply_traces": 1, "prompt_proposals": 1,
         }  # fmt: skip
         assert store.get_all("alice@example.test", include_inactive=True) == []
         assert store.search("alice@example.test", "qzalicemark flat", k=5, include_inactive=True) == []

@@ -213,3 +213,34 @@ def test_version_12_with_passages_migrates_to_13(database_url: str):
         assert store.db.query("SELECT count(*) FROM documents") == [(0,)]
     finally:
         store.close()
+
+
+def test_version_22_with_improvement_runs_migrates_to_23(database_url: str):
+    """Migration 0023 (issue 35) drops the review suggestions the improvement job copied into its run log, keeps
+    the figures, and leaves other jobs' counts alone."""
+    import json
+
+    db = Database.open(database_url, migrate=False)
+    try:
+        assert db.migrate(target=22) == 22
+        versions = [{"prompt_version": "reply@a", "conversations": 3, "suggestions": ["Alice hates long mails."]},
+                    {"prompt_version": "reply@b", "conversations": 1, "suggestions": []}]  # fmt: skip
+        db.execute("INSERT INTO job_runs (job, started_at, status, counts) VALUES ('improvement', 't', 'ok', ?)",
+                   (json.dumps({"processed": 4, "details": {"versions": versions, "holder": "me"}}),))  # fmt: skip
+        db.execute("INSERT INTO job_runs (job, started_at, status, counts) VALUES ('decay', 't', 'ok', ?)",
+                   (json.dumps({"details": {"versions": [{"suggestions": ["kept"]}]}}),))  # fmt: skip
+        assert db.migrate(target=23) == 23
+        improvement, decay = (json.loads(r[0]) for r in db.query("SELECT counts FROM job_runs ORDER BY id"))
+        assert improvement == {
+            "processed": 4,
+            "details": {
+                "holder": "me",
+                "versions": [
+                    {"prompt_version": "reply@a", "conversations": 3},
+                    {"prompt_version": "reply@b", "conversations": 1},
+                ],
+            },
+        }
+        assert decay["details"]["versions"] == [{"suggestions": ["kept"]}]
+    finally:
+        db.close()

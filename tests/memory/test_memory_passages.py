@@ -157,3 +157,13 @@ def test_mail_whose_memories_are_all_of_another_domain_stays_out_of_that_domains
     assert {h.passage.message_id for h in search_passages(store, ALICE, "physio knee", domains=["health"])} == every
     work = search_passages(store, ALICE, "physio knee", domains=["work"])
     assert [h.passage.message_id for h in work] == ["<plain@x>"]  # no domain known for it: eligible, as memories
+
+
+def test_id_lists_of_any_length_are_one_parameter(store: MemoryStore):
+    """Issue 30: one SQL parameter per id fails past 32,766 ("too many SQL variables"); what memory retracted grows
+    with a user's history. 40,000 ids to leave out, the real one last."""
+    store_message(store, ALICE, "<a1@x>", "The badge code for the lab door is 4417.")
+    store_message(store, ALICE, "<a2@x>", "Reminder: the lab door badge code is 4417.", session="s2")
+    many = [f"<n{i}@x>" for i in range(40_000)] + ["<a2@x>"]
+    hits = search_passages(store, ALICE, "lab door badge code", exclude_message_ids=many)
+    assert [h.passage.message_id for h in hits] == ["<a1@x>"]

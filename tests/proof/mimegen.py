@@ -151,3 +151,61 @@ def build_mail(seed: int) -> bytes:
 def hostile_mail() -> st.SearchStrategy[bytes]:
     """Hypothesis strategy: a seed, turned into a hostile mail."""
     return st.integers(min_value=0, max_value=2**63).map(build_mail)
+
+
+# --- header floods (issue 30): counts an attacker chooses ---------------------------------------------------
+
+
+def _ids(rng: random.Random, count: int) -> bytes:
+    """``count`` message ids, some repeated, some bare, some folded over lines, with junk between them."""
+    ids = []
+    for n in range(count):
+        if rng.random() < 0.02 and ids:
+            ids.append(rng.choice(ids))  # repeats: de-duplication must stay linear
+        elif rng.random() < 0.01:
+            ids.append(f"bare{n}@{_token(rng, 'abz09', 6)}".encode())
+        else:
+            ids.append(f"<{n}.{_token(rng, 'abcz019.$-', 10)}@example.test>".encode())
+    separators = [b" ", b",", b"\n ", b" (c) ", b"\t"]
+    return b"".join(rng.choice(separators) + i for i in ids).lstrip(b" ,\n\t")
+
+
+def _recipients(rng: random.Random, count: int) -> bytes:
+    """``count`` addresses, some with encoded or 8-bit display names, some broken."""
+    found = []
+    for n in range(count):
+        kind = rng.random()
+        if kind < 0.2:
+            found.append(f"{encoded_word(rng)} <u{n}@example.test>".encode("ascii", "replace"))
+        elif kind < 0.3:
+            found.append(text(rng, 20).encode("utf-8", "replace").replace(b"\n", b" ") + b" <u%d@ex.test>" % n)
+        elif kind < 0.35:
+            found.append(b"<broken%d@" % n)
+        else:
+            found.append(b"u%d@example.test" % n)
+    return b",\n ".join(found)
+
+
+def build_header_flood(seed: int) -> bytes:
+    """A mail whose header fields carry many ids, many recipients and many encoded words, in any mix."""
+    rng = random.Random(seed)
+    big = rng.choice([10, 200, 3_000, 20_000])  # how many of the thing that floods
+    lines = [b"From: " + (_recipients(rng, rng.choice([1, 3, big])) if rng.random() < 0.3 else b"a@example.test")]
+    lines += [b"To: " + _recipients(rng, rng.choice([1, big])), b"Cc: " + _recipients(rng, rng.choice([0, big]))]
+    lines += [b"Reply-To: " + _recipients(rng, rng.choice([1, big // 10 + 1]))]
+    lines += [b"Message-ID: " + _ids(rng, rng.choice([1, 2, big]))]
+    lines += [b"In-Reply-To: " + _ids(rng, rng.choice([1, big]))]
+    lines += [b"References: " + _ids(rng, rng.choice([0, 5, big, big * 4])) for _ in range(rng.randint(1, 3))]
+    lines += [
+        b"Subject: "
+        + b" ".join(encoded_word(rng).encode("ascii", "replace") for _ in range(rng.choice([1, big // 10 + 1])))
+    ]
+    lines += [b"X-Filler-%d: " % n + header_value(rng) for n in range(rng.choice([0, big // 4]))]
+    rng.shuffle(lines)
+    raw = b"\n".join(lines) + b"\n\n" + text(rng, 200).encode("utf-8", "replace")
+    return raw.replace(b"\n", b"\r\n") if rng.random() < 0.5 else raw
+
+
+def header_flood() -> st.SearchStrategy[bytes]:
+    """Hypothesis strategy: a seed, turned into a mail with floods of ids, recipients and encodings."""
+    return st.integers(min_value=0, max_value=2**63).map(build_header_flood)

@@ -5,13 +5,15 @@ At least 2,000 generated cases per CI run (10,000 with --long), plus a hand-writ
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from quinn.errors import MailParseError
 from quinn.mailbox.message import InboundEmail
-from quinn.mailbox.parse import parse_email
-from tests.proof.mimegen import hostile_mail
+from quinn.mailbox.parse import MAX_ADDRESSES, MAX_REFERENCES_HEAD, MAX_REFERENCES_TAIL, parse_email
+from tests.proof.mimegen import header_flood, hostile_mail
 
 MAX_BYTES = 2 * 1024 * 1024
 
@@ -57,6 +59,41 @@ def test_generated_mime_never_crashes(request):
           f"{outcomes['quarantined']} quarantined with a reason")  # fmt: skip
     assert total >= generated_cases(request)
     assert outcomes["parsed"] > 0
+
+
+#: Per mail, on the pure parse path: generous (a flood takes well under a second), where c7b109b took 54 s for
+#: 80,000 References ids and about an hour for 500,000 (issue 30).
+FLOOD_SECONDS_PER_MAIL = 5.0
+#: The issue's mail: 80,000 References ids, 1.7 MB.
+EIGHTY_K_IDS = (b"From: m@evil.test\r\nTo: quinn@example.test\r\nSubject: refs\r\nReferences: "
+                + b" ".join(b"<id%06d@evil.test>" % n for n in range(80_000)) + b"\r\n\r\nhello\r\n")  # fmt: skip
+
+
+@pytest.mark.heavy  # ~10-20 s in process
+@pytest.mark.timeout(600)
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")  # a failing example's repr: let its error show
+def test_header_floods_parse_in_bounded_time(request):
+    """Hypothesis over headers (ids, recipients, encoded words, filler fields, in any mix): every mail is parsed or
+    refused within ``FLOOD_SECONDS_PER_MAIL``, and what it keeps is bounded."""
+    slowest: list[float] = [0.0]
+
+    @settings(max_examples=100 if request.config.getoption("--long") else 25, deadline=None, database=None,
+              derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+    @given(header_flood())
+    @example(EIGHTY_K_IDS)
+    def run(raw: bytes) -> None:
+        started = time.perf_counter()
+        outcome = check_outcome(raw)
+        took = time.perf_counter() - started
+        slowest[0] = max(slowest[0], took)
+        assert took < FLOOD_SECONDS_PER_MAIL, f"{len(raw)} bytes took {took:.1f} s to parse"
+        if outcome == "parsed":
+            email = parse_email(raw, max_bytes=MAX_BYTES)
+            assert len(email.references) <= MAX_REFERENCES_HEAD + MAX_REFERENCES_TAIL
+            assert max(len(email.to), len(email.cc), len(email.reply_to)) <= MAX_ADDRESSES
+
+    run()
+    print(f"header floods: slowest parse {slowest[0]:.2f} s")
 
 
 def _corpus() -> dict[str, bytes]:

@@ -19,6 +19,8 @@ import re
 import uuid
 from pathlib import Path
 
+import pytest
+
 from quinn.agent.memory_mail import PURGED_AS
 from quinn.db import Database
 from quinn.lab.wait import wait_for
@@ -216,3 +218,88 @@ async def test_a_receipt_that_waited_for_smtp_stores_nothing_again(make_quinn, m
     assert text.startswith("Done: I deleted everything I knew about you (") and "(1 memory," in text, text
     leftovers = found_in_rows(every_row(quinn.config.db_path), [secret, alice, confirm_id])
     assert not leftovers, "after the retried receipt:\n" + "\n".join(leftovers)
+
+
+async def test_a_review_suggestion_leaves_no_byte_after_a_purge(job_bench, llm_server) -> None:
+    """Issue 35: the improvement job copied review suggestions, written about a person's conversation, into its
+    run log (job_runs.counts) and the proposal's evidence, where no purge reached them. Now the run log and the
+    evidence keep review ids; a purge deletes the proposal drawn from the person's reviews; no byte is left."""
+    from quinn.agent import proposals, purge
+    from quinn.agent.prompts import PromptStore
+    from quinn.clock import iso, utcnow
+    from tests.lab.llm_server import Json, RecordedRequest
+
+    alice, bob = "alice@example.test", "bob@example.test"
+    secret = marker("alice")
+    version, text = PromptStore().text_of("reply")
+    proposals.keep_version(job_bench.db, version, "reply", text, utcnow())
+    for index, (who, suggestion) in enumerate([(alice, f"Mention {secret} less often."), (alice, "Be shorter."),
+                                               (bob, "Keep answers shorter.")]):  # fmt: skip
+        job_bench.db.execute(
+            "INSERT INTO conversation_summaries (session_id, user_id, summary, reward_score, improvement_suggestion,"
+            " prompt_version, created_at) VALUES (?, ?, 'A conversation.', -0.2, ?, ?, ?)",
+            (f"s-{index}", who, suggestion, version, iso(utcnow())),
+        )  # fmt: skip
+
+    def rewriter(request: RecordedRequest):  # a model quotes what it was asked to answer
+        return Json({"source": text + "\n", "rationale": f"Answers: Mention {secret} less often."})
+
+    llm_server.responder = rewriter
+    outcome = await job_bench.runner().run_job("improvement")
+    assert outcome.status == "ok" and outcome.counts["created"] == 1, outcome
+    [proposal] = proposals.listing(job_bench.db)
+    assert f"Mention {secret} less often." in proposal.evidence["suggestions"]  # shown while the review exists
+    assert secret not in job_bench.db.query("SELECT counts FROM job_runs")[0][0]  # the run log keeps ids
+
+    counts = purge.purge(job_bench.store, alice)
+    assert counts["prompt_proposals"] == 1
+    assert proposals.listing(job_bench.db) == []  # pending and drawn from alice's reviews: deleted
+    db_path = Path(job_bench.config.database.url)
+    assert not found_in_rows(every_row(db_path), [secret]) and not found_in_files(db_path, [secret])
+    assert job_bench.db.query("SELECT improvement_suggestion FROM conversation_summaries") == [
+        ("Keep answers shorter.",)]  # fmt: skip
+
+
+@pytest.mark.lab  # a second process reads the file
+def test_a_purge_with_a_concurrent_reader_leaves_no_byte_or_says_it_could_not(tmp_path: Path) -> None:
+    """A backup or a second console holding a read transaction keeps the checkpoint after the vacuum from copying
+    the rewritten pages into the file: the purge tries again, and when the reader outlasts the tries its counts,
+    its receipt and the operator's log say the bytes are still there; the next vacuum after the reader wipes them."""
+    import subprocess
+    import sys
+
+    from quinn.agent import purge
+    from quinn.agent.memory_mail import purge_report
+    from quinn.memory import NOT_WIPED
+
+    db_path = tmp_path / "quinn.db"
+    secret = marker("alice")
+    store = MemoryStore(Database.open(str(db_path)), None)
+    try:
+        store.add("alice@example.test", f"Alice keeps the spare key in box {secret}.")
+        store.db.vacuum()  # the memory is in the main file, not only in the log
+        assert found_in_files(db_path, [secret])
+        reader = subprocess.Popen(  # a separate process in a read transaction, as `quinn database copy` or a backup
+            [sys.executable, "-c", "import sqlite3, sys; d = sqlite3.connect(sys.argv[1], isolation_level=None); "
+             "d.execute('BEGIN'); print(d.execute('SELECT count(*) FROM memories').fetchall(), flush=True); "
+             "sys.stdin.readline()", str(db_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert reader.stdout is not None and reader.stdout.readline().strip() == "[(1,)]"
+            counts = purge.purge(store, "alice@example.test")
+            left = found_in_files(db_path, [secret])
+            assert not left or counts.get(NOT_WIPED) == 1, f"the purge reported done with {left}"
+            if left:
+                assert "another program was reading my database" in purge_report(counts)
+        finally:
+            assert reader.stdin is not None
+            reader.stdin.write("\n")
+            reader.stdin.close()
+            reader.wait(timeout=30)
+            if reader.stdout is not None:
+                reader.stdout.close()
+        assert store.db.vacuum() is True  # the reader gone, the next vacuum reaches the bytes
+        assert not found_in_files(db_path, [secret])
+    finally:
+        store.close()

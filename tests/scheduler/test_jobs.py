@@ -244,9 +244,10 @@ async def test_a_review_keeps_what_the_person_said_not_quinns_advice(bench, llm_
 
     bench.clock.set(start + timedelta(hours=3))
     outcome = await bench.runner(session_close_after_min=60).run_job("session_close", force=True)
-    assert (outcome.counts["processed"], outcome.counts["created"]) == (1, 1)
+    assert (outcome.counts["processed"], outcome.counts["created"]) == (1, 2)
     contents = [m.content for m in bench.store.get_all(user)]
-    assert contents == ["Dana is vegetarian and cooks for four on weeknights."]
+    # One fact per memory (issue 35): the merged sentence is stored as its two facts.
+    assert sorted(contents) == ["Dana cooks for four on weeknights.", "Dana is vegetarian."]
 
 
 # llama-cpp-python's answer to a prompt over n_ctx, as the memory QA run got it for a long session review.

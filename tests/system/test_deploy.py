@@ -63,6 +63,20 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
 
 
 @pytest.mark.lab  # runs a process
+def test_the_guides_backup_timer_passes_systemd_analyze_verify(tmp_path):
+    """deploy/README.md §11's daily backup (issue 34): its two units, as printed there, verify clean."""
+    guide = (ROOT / "deploy" / "README.md").read_text(encoding="utf-8")
+    units = dict(re.findall(r"```ini\n# /etc/systemd/system/(quinn-backup\.\w+)\n(.*?)```", guide, re.S))
+    assert set(units) == {"quinn-backup.service", "quinn-backup.timer"}
+    for name, text in units.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert "-mtime +14 -delete" in units["quinn-backup.service"]  # the retention
+    files = [str(tmp_path / "quinn-backup.timer"), str(tmp_path / "quinn-backup.service")]
+    result = subprocess.run([systemd_analyze(), "verify", *files], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+
+
+@pytest.mark.lab  # runs a process
 def test_unit_security_exposure_is_at_most_the_goal():
     tool = systemd_analyze()
     result = subprocess.run([tool, "security", "--offline=true", str(UNIT)], capture_output=True, text=True,
@@ -214,8 +228,8 @@ def test_quinn_run_answers_and_remembers_inside_the_units_sandbox(mail_lab, lab_
         mail_lab.smtp.send(alice, config.address, bees_mail(alice, config.address))
         [reply] = mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
         assert b"Noted, Alice." in reply
-        # The attached PDF was read in the child process (spawned under the same filter, which refuses its
-        # setrlimit) and reached the reply prompt.
+        # The attached PDF was read in the child process (spawned under the same filter, which lets it cap itself
+        # through prlimit64) and reached the reply prompt.
         assert any("[doc:hive.pdf p.1]\nHive log: the queen was marked blue in May." in r.text
                    for r in llm_server.requests)  # fmt: skip
         wait_for(lambda: "extraction for" in log_path.read_text(), "the extraction", 120, log=log_path.read_text)

@@ -1,0 +1,108 @@
+"""``python -m bench.long_memory``: the long-memory benchmark (issue 32). See bench/long_memory/__init__.py.
+
+python -m tests.lab.real_model fetch 1.5b                  # the answering model's weights, once (~1.1 GB)
+python -m bench.long_memory --fast                          # the scripted model, one short history (~1 min)
+python -m bench.long_memory --people 1 --name part1          # the 1.5B model, the first person ...
+python -m bench.long_memory --people 2 --skip 1 --name part2  # ... the second, another day
+python -m bench.long_memory --merge bench/results/part1.json bench/results/part2.json --name long_memory-1.5b
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.long_memory.data import MAILS, PEOPLE, SEED
+from bench.long_memory.report import markdown, merge, plot
+from bench.long_memory.run import Run, run, scripted_target
+from bench.machine import ROOT, machine_info
+from bench.memory_qa import MAX_OUTPUT_TOKENS, model_target
+from tests.lab.real_model import MODELS
+
+RESULTS = ROOT / "bench" / "results"
+FAST_MAILS = 36
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.long_memory", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
+    p.add_argument("--name", default="long_memory", help="results file name, without extension")
+    p.add_argument("--people", type=int, default=len(PEOPLE), help=f"generated people (at most {len(PEOPLE)})")
+    p.add_argument("--real", type=Path, help="real people (bench/long_memory/real.py's format), after the generated")
+    p.add_argument("--real-people", type=int, default=0, help="at most this many real people (default all)")
+    p.add_argument("--mails", type=int, default=MAILS, help=f"history mails per generated person (default {MAILS})")
+    p.add_argument("--questions", type=int, default=0, help="questions per person (default all)")
+    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--skip", type=int, default=0, help="leave out the first N people (a run in parts)")
+    p.add_argument("--top-k", type=int, default=5, help="passages the BM25 baseline pastes")
+    p.add_argument("--n-ctx", type=int, default=4096, help="the model's context in tokens")
+    p.add_argument("--tool-rounds", type=int, default=2, help="[llm] max_tool_rounds")
+    p.add_argument("--model", choices=sorted(MODELS), default="1.5b", help="the real model to start (default 1.5b)")
+    p.add_argument("--base-url", help="an OpenAI-compatible server to use instead of starting the real model")
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help=f"the scripted model, the first person, {FAST_MAILS} mails: the harness end to end in CI",
+    )
+    p.add_argument("--no-import-jobs", action="store_true", help="import without the session jobs at its end")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--merge", type=Path, nargs="+", metavar="JSON", help="combine the parts of a run, and exit")
+    return p
+
+
+def read_part(p: argparse.ArgumentParser, path: Path) -> dict[str, Any]:
+    try:
+        part = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        p.error(f"--merge {path}: cannot read a result from it ({exc})")
+    if not isinstance(part, dict) or part.get("benchmark") != "long_memory":
+        p.error(f"--merge {path}: not a long_memory result (give the .json this benchmark wrote)")
+    return part
+
+
+def write(result: dict[str, Any], args: argparse.Namespace) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    (args.out / f"{args.name}.md").write_text(markdown(result), encoding="utf-8")
+    if not args.no_plot:
+        plot(result, args.out / f"{args.name}.png")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.merge:
+        result = merge([read_part(p, path) for path in args.merge])
+        write(result, args)
+        print(markdown(result))
+        return result
+    if args.fast:
+        args.people, args.mails, args.real = min(args.people, 1), min(args.mails, FAST_MAILS), None
+    if not 0 <= args.skip < args.people + (1 if args.real else 0) or args.mails < 30:
+        p.error("--skip must leave someone to ask, and --mails must be 30 or more (a history has to be long)")
+    model = {"name": "scripted" if args.fast or args.base_url else MODELS[args.model].name, "n_ctx": args.n_ctx,
+             "temperature": 0, "max_output_tokens": MAX_OUTPUT_TOKENS, "max_tool_rounds": args.tool_rounds,
+             "runtime": args.base_url or ("tests/lab/llm_server.py" if args.fast else
+                                          "llama-cpp-python[server]==0.3.36")}  # fmt: skip
+    state = Run(args, machine_info(), model)
+    with contextlib.ExitStack() as stack:
+        if args.fast:
+            server, target = scripted_target()
+            stack.callback(server.stop)
+        else:
+            target = stack.enter_context(model_target(args.base_url, args.n_ctx, args.model))
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        asyncio.run(run(state, target, Path(tmp)))
+    result = state.write()
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""What "forget that …" takes away, in text (issue 35): which text mentions the forgotten fact, and a text
+rewritten without it (pure).
+
+A forget reaches everything written from the fact, not only its memory: the short-term state, conversation
+reviews, thread summaries, passages of past mail and the graph (``reach`` applies it), and a memory
+that holds several facts loses only the forgotten one ("lives in Lisbon, has a dog called Biscuit and is
+allergic to peanuts" without the dog keeps the city and the allergy).
+
+What the request names decides what counts as a mention: its names and numbers ("Berlin", "4111") when it has
+any, matched as words; otherwise its content words ("dog"), all of one or two, three quarters of more, by word
+or 5-letter stem ("my old address" does not reach "Alice's email address").
+A text is cut by sentence, then by clause (commas, semicolons, "and", "but"), so what remains is the person's
+other facts in the same words.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from quinn.agent import state
+from quinn.mailbox import Sessions
+from quinn.memory import MemoryStore, content_words, forget_in_graph, retire_earlier, rewrite_passages
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
+_CLAUSE = re.compile(r"\s*[,;]\s*(?:and\s+|but\s+)?|\s+(?:and|but)\s+", re.IGNORECASE)
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+_LABEL = re.compile(r"^([^:]{1,80}:\s+)(\S.*)$", re.DOTALL)  # 'Summary of the email thread "Trip": ...'
+_LEAD = re.compile(r"^\s*(?:that|about|the fact that|my|me)\s+", re.IGNORECASE)
+NOT_NAMES = frozenset({"I", "I'm", "I've", "I'd", "I'll", "Please", "That", "The", "My", "Forget"})
+STEM = 5
+SHARE = 0.75  # of the request's content words a text must hold to mention it (all of one or two words)
+
+
+def _stem(word: str) -> str:
+    return word.lower()[:STEM]
+
+
+@dataclass(frozen=True)
+class Forgetting:
+    """The fact a person asked to forget, as the words that mention it."""
+
+    request: str
+    names: frozenset[str]  # names and numbers, lower-cased
+    words: frozenset[str]  # content words' stems, when the request names nothing
+
+    @classmethod
+    def of(cls, request: str) -> Forgetting:
+        """The mentions of ``request`` ("that I live in Berlin", "my dog")."""
+        text = _LEAD.sub("", request.strip())
+        tokens = _WORD.findall(text)
+        names = {t.lower() for t in tokens if (t[:1].isupper() and t not in NOT_NAMES) or t.isdigit()}
+        words = {_stem(w) for w in content_words(text)} - {_stem(n) for n in names}
+        return cls(request, frozenset(names), frozenset(words))
+
+    def beside(self, texts: list[str]) -> Forgetting:
+        """Without the names most of ``texts`` hold (the person's own name in "forget that Alice lives in
+        Berlin": every memory of hers names her, and the fact is Berlin)."""
+        if len(texts) < 2:
+            return self
+        common = {
+            n for n in self.names if sum(n in {t.lower() for t in _WORD.findall(x)} for x in texts) * 2 > len(texts)
+        }
+        if not common or common == self.names:
+            return self
+        return Forgetting(self.request, self.names - common, self.words)
+
+    @property
+    def empty(self) -> bool:
+        """Whether the request names nothing a text could be matched on."""
+        return not self.names and not self.words
+
+    def mentions(self, text: str) -> bool:
+        """Whether ``text`` mentions the fact."""
+        if not text or self.empty:
+            return False
+        tokens = {t.lower() for t in _WORD.findall(text)}
+        if self.names:
+            return bool(self.names & tokens)
+        stems = {_stem(t) for t in tokens}
+        return len(self.words & stems) >= max(1, math.ceil(len(self.words) * SHARE))
+
+    def without(self, text: str) -> str:
+        """``text`` without the sentences, or within a sentence the clauses, that mention the fact ("" when
+        nothing else is left). A sentence whose subject went with a dropped first clause gets it back; a label
+        before a colon ('Summary of the email thread "Trip": ') stays with what is left after it."""
+        kept: list[str] = []
+        for whole in _SENTENCE.split(text.strip()):
+            if not self.mentions(whole):
+                kept.append(whole)
+                continue
+            labelled = _LABEL.match(whole)
+            label, sentence = ("", whole)
+            if labelled and not self.mentions(labelled.group(1)):
+                label, sentence = labelled.group(1), labelled.group(2)
+            end = sentence[-1] if sentence[-1:] in ".!?" else "."
+            body = sentence.rstrip(".!? ")
+            clauses = [c for c in _CLAUSE.split(body) if c.strip()]
+            rest = [c.strip() for c in clauses if not self.mentions(c)]
+            if not rest or len(rest) == len(clauses):
+                continue  # all of it mentions the fact (or no clause does alone): the whole sentence goes
+            if rest[0] != clauses[0].strip() and rest[0][:1].islower():
+                subject = clauses[0].split()[0]
+                if subject[:1].isupper():
+                    rest[0] = f"{subject} {rest[0]}"
+            joined = rest[0] if len(rest) == 1 else ", ".join(rest[:-1]) + " and " + rest[-1]
+            kept.append(label + joined[:1].upper() + joined[1:] + end)
+        return " ".join(kept).strip()
+
+    def rewrite(self, text: str) -> str | None:
+        """``text`` without the fact, or None when it does not mention it (nothing to write)."""
+        return self.without(text) if self.mentions(text) else None
+
+
+#: What ``reach`` changed, by where, as the reply names it.
+WHERE = {
+    "user_state": ("note of our recent conversations", "notes of our recent conversations"),
+    "conversation_summaries": ("conversation review", "conversation reviews"),
+    "sessions": ("thread summary", "thread summaries"),
+    "passages": ("passage of past mail", "passages of past mail"),
+    "graph": ("link between people and places", "links between people and places"),
+    "earlier": ("earlier value", "earlier values"),
+}
+
+
+def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: list[int]) -> dict[str, int]:
+    """Take the fact out of everything written from it besides memories (runs on the DB thread): the user's
+    short-term state and conversation reviews, thread summaries, passages of past mail, the graph (the
+    relations of ``memory_ids``, the forgotten memories, and the entities it names), and the earlier values recall
+    shows beside current memories (issue 32). Returns what changed where."""
+    if forgetting.empty:
+        return {}
+    done = state.rewrite_mentions(store.db, user_id, forgetting.rewrite)
+    done["sessions"] = Sessions(store.db).rewrite_summaries(user_id, forgetting.rewrite)
+    done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite)
+    done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
+    done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)
+    return {where: n for where, n in done.items() if n}
+
+
+def described(done: dict[str, int]) -> str:
+    """``done`` as the reply says it: "2 notes of our recent conversations, 1 thread summary"."""
+    return ", ".join(f"{n} {WHERE[where][n != 1]}" for where, n in done.items() if n and where in WHERE)

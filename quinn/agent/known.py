@@ -1,0 +1,55 @@
+"""Everything that shapes Quinn's replies to a person, besides their memories and recall passages (issue 35): the
+short-term state, conversation reviews, thread summaries, the entity graph, the files kept and the opt-out.
+
+The export carries it whole (``shaping``), and "what do you know about me?" and the console's person page show
+it, so what a person (or an admin) can see is what reaches the model. Runs on the DB thread; each part is read
+through the table's owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quinn.agent import consent, state
+from quinn.documents import library
+from quinn.mailbox import Sessions
+from quinn.memory import MemoryStore, graph_of
+
+
+def shaping(store: MemoryStore, user_id: str) -> dict[str, Any]:
+    """What shapes the replies to ``user_id`` besides memories and passages, by kind."""
+    kept = {k: v for k, v in state.user_state(store.db, user_id).items() if v}
+    return {
+        "short_term_state": kept,
+        "conversation_reviews": state.reviews_of(store.db, user_id),
+        "thread_summaries": Sessions(store.db).summaries_of(user_id),
+        "graph": graph_of(store, user_id),
+        "files": library.files_of(store.db, user_id),
+        "opted_out": consent.opted_out(store.db, user_id),
+    }
+
+
+def described(found: dict[str, Any]) -> str:
+    """The parts of ``shaping`` as plain text for the person ("what do you know about me?"), "" when empty."""
+    lines: list[str] = []
+    if found["short_term_state"]:
+        lines.append("Notes from our recent conversations:")
+        lines += [f"- {name.replace('_', ' ')}: {text}" for name, text in found["short_term_state"].items()]
+    if found["thread_summaries"]:
+        lines.append("Summaries of our email threads:")
+        lines += [f'- "{s["subject"]}": {s["summary"]}' for s in found["thread_summaries"]]
+    if found["conversation_reviews"]:
+        lines.append("My reviews of our finished conversations:")
+        lines += [f"- {r['summary']}" for r in found["conversation_reviews"]]
+    graph = found["graph"]
+    if graph["relations"]:
+        lines.append("People, places and things I link:")
+        lines += [f"- {r['source']} {r['relation']} {r['target']}" for r in graph["relations"]]
+    if found["files"]:
+        lines.append("Files you sent that I keep:")
+        lines += [f"- {f['name']} ({f['kind']}, {f['size']} bytes)" for f in found["files"]]
+    if found["opted_out"]:
+        lines.append(
+            'You asked me to stop remembering you: I store nothing new ("you may remember me again" undoes it).'
+        )
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""Import sources (quinn/mailbox/sources.py, issue 32): what is and is not an mbox or a Maildir, the keys that make
+a rerun idempotent, and the batches learning is cut into (quinn/engine/importing.py). In process, on files."""
+
+from __future__ import annotations
+
+import mailbox
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from quinn.engine.importing import _batches, batch_email
+from quinn.errors import ConfigError
+from quinn.mailbox import open_source, parse_email
+from quinn.mailbox.sources import content_key, header_of
+from tests.lab.inprocess import build_mail
+
+MAIL = build_mail("alice@example.test", "quinn@example.test", "Hi", "I live in Lisbon.", message_id="<m@x>")[1]
+
+
+def imap_config():  # sources of files never touch it; built without a server
+    from quinn.config import ImapConfig
+
+    return ImapConfig(host="127.0.0.1", username="quinn", password_env="NOPE")
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    (b"", "it is empty"),
+    (b"%PDF-1.4\n\x00\x01", "it holds binary data"),
+    (b"Dear Quinn,\nhello\n", "its first line is 'Dear Quinn,'"),
+    (MAIL, "its first line is 'From: Alice Example"),  # one .eml: the hint says how to import it
+])  # fmt: skip
+def test_a_file_that_is_not_an_mbox_is_named_with_the_fix(tmp_path: Path, content: bytes, why: str) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as raised:
+        open_source(str(path), imap_config())
+    assert f"{path} is not an mbox file: {why}" in raised.value.message
+    assert "Maildir" in str(raised.value.hint) and "imap:FOLDER" in str(raised.value.hint)
+
+
+def test_missing_paths_and_directories_that_are_no_maildir(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file or directory"):
+        open_source(str(tmp_path / "nothing"), imap_config())
+    (tmp_path / "cur").mkdir()
+    with pytest.raises(ConfigError, match="not a Maildir: it has no new/"):
+        open_source(str(tmp_path), imap_config())
+    with pytest.raises(ConfigError, match="names no folder"):
+        open_source("imap:", imap_config())
+
+
+def test_file_mails_are_keyed_by_their_bytes_whatever_their_position(tmp_path: Path) -> None:
+    other = MAIL.replace(b"Lisbon", b"Porto")
+    first, second = mailbox.mbox(tmp_path / "a.mbox"), mailbox.mbox(tmp_path / "b.mbox")
+    for box, order in ((first, (MAIL, other)), (second, (other, MAIL))):
+        for raw in order:
+            box.add(raw)
+        box.close()
+
+    def listed(name: str) -> list[tuple[int, str, bytes, bytes]]:
+        source = open_source(str(tmp_path / name), imap_config())
+        try:
+            return [(m.key.uid, m.where, m.header, m.read()) for m in source.mails()]
+        finally:
+            source.close()
+
+    keys = [{uid for uid, *_ in listed(name)} for name in ("a.mbox", "b.mbox")]
+    assert keys[0] == keys[1] and len(keys[0]) == 2
+    assert content_key("f", MAIL) == content_key("f", MAIL.replace(b"\n", b"\r\n"))  # line ends do not matter
+    [(_, where, header, _raw)] = [m for m in listed("a.mbox") if b"Lisbon" in m[3]]
+    assert where.endswith("a.mbox mail #1") and parse_email(header).subject == "Hi"
+    assert header_of(b"A: b\n\nbody") == b"A: b\n\n" and header_of(b"A: b") == b"A: b"
+
+
+def test_learning_batches_are_runs_of_one_thread_in_date_order() -> None:
+    placed = [  # (user, date, session, message id, text length), sorted as the importer sorts them
+        ("a", "2023-01-01", "s1", "m1", 10), ("a", "2023-01-02", "s1", "m2", 10), ("a", "2023-06-01", "s2", "m3", 10),
+        ("a", "2023-12-01", "s1", "m4", 10), ("a", "2024-01-01", "s1", "m5", 5995), ("b", "2023-01-03", "s1", "m6", 1),
+    ]  # fmt: skip
+    # A later mail of another thread ends a run (s1 again in December is a new batch); so does the size bound.
+    assert _batches(placed) == [("a", ["m1", "m2"]), ("a", ["m3"]), ("a", ["m4"]), ("a", ["m5"]), ("b", ["m6"])]
+
+
+def test_a_batch_reads_as_one_mail_with_each_text_dated() -> None:
+    one = parse_email(build_mail("a@x.test", "q@x.test", "S", "I live in Lisbon.",
+                                 date=datetime(2023, 3, 1, tzinfo=UTC))[1])  # fmt: skip
+    two = parse_email(build_mail("a@x.test", "q@x.test", "Re: S", "Locker 12.",
+                                 date=datetime(2023, 3, 2, tzinfo=UTC))[1])  # fmt: skip
+    assert batch_email([one]) is one
+    both = batch_email([one, two])
+    assert both.text == "[2023-03-01]\nI live in Lisbon.\n\n[2023-03-02]\nLocker 12."
+    assert both.message_id == two.message_id and both.date == two.date and both.attachments == ()
