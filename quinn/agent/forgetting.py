@@ -73,7 +73,8 @@ class Forgetting:
         alice@example.com), so "Alice lives in Berlin" reaches what mentions Berlin, not all that names Alice."""
         fact = cls.of(memory.content).beside([memory.content, *others])
         own = {t.lower() for t in _WORD.findall((memory.user_id or "").split("@")[0].replace("_", " "))}
-        return cls(fact.request, fact.names - own, fact.words) if fact.names & own else fact
+        names = {n for n in fact.names if re.split(r"['’]", n)[0] not in own}  # "alice's" is hers too
+        return cls(fact.request, frozenset(names), fact.words) if names != fact.names else fact
 
     @property
     def empty(self) -> bool:

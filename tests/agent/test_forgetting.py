@@ -116,6 +116,8 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
             ("Alice works as a pharmacist.",)
         ]
         assert [e["name"] for e in graph_of(store, "alice@example.org")["entities"]] == ["Alice"]
+        sister = store.get(store.add("alice@example.org", "Alice's sister is called Jo.", type="fact"))
+        assert sister is not None and Forgetting.of_memory(sister, []).names == {"jo"}  # her own name, alone too
         assert set(berlin_rows(store, "bob@example.org")) == {
             "user_state",
             "sessions",
