@@ -9,7 +9,9 @@ most important first. Three steps, each owned here:
 2. ``compose`` (the daemon, after a folder pass): the row becomes a mail to the user's own address alone (what
    carries a user's memory goes only to that user), marked ``Auto-Submitted: auto-generated`` (RFC 3834 §5)
    so responders do not answer it; its Message-ID is recorded on the row, and it goes through the outbox and
-   delivery like a reply (sent exactly once, a copy filed).
+   delivery like a reply (sent exactly once, a copy filed). Below the list, what else shapes replies in short
+   (``known.in_brief``: the short-term state notes, how many summaries, reviews, links and files), unless the
+   user opted out since the plan.
 3. ``corrections`` (the agent, on a reply to a digest by its owner): "forget 2", "3 and 5 are wrong", "the
    second one is wrong" forget those items (or the versions that replaced them since); the reply lists each
    change back (``memory_mail.changes_footer``). A correction that also says what is right ("number 2 is
@@ -27,6 +29,7 @@ from email.message import EmailMessage
 from email.policy import SMTP
 from email.utils import format_datetime, formataddr
 
+from quinn.agent import consent, known
 from quinn.clock import iso
 from quinn.db import Database, Transaction
 from quinn.mailbox import LOOP_HEADER, Reply, html_alternative
@@ -116,7 +119,12 @@ def compose(
         store.db.execute("DELETE FROM digests WHERE id = ?", (digest.id,))
         return None
     message_id = f"<quinn.digest.{digest.id}@{own_address.rsplit('@', 1)[1]}>"
-    body = digest_body(memories, digest.since[:10])
+    # What else shapes replies (issue 35), in short: the mail goes to the user alone, and only while they let
+    # Quinn remember them (an opt-out since the plan leaves it out).
+    shaping = (
+        "" if consent.opted_out(store.db, digest.user_id) else known.in_brief(known.shaping(store, digest.user_id))
+    )
+    body = digest_body(memories, digest.since[:10], shaping)
     subject = f"What I learnt about you since {digest.since[:10]}"
     msg = EmailMessage(policy=SMTP)
     msg["From"] = formataddr((own_name, own_address))
@@ -138,13 +146,16 @@ def composed(db: Database, digest_id: int, message_id: str, memory_ids: Sequence
                (message_id, json.dumps(list(memory_ids)), digest_id))  # fmt: skip
 
 
-def digest_body(memories: Sequence[Memory], since: str) -> str:
-    """The digest's text: the numbered list and how to correct it. Memory text is data, shown as stored."""
+def digest_body(memories: Sequence[Memory], since: str, shaping: str = "") -> str:
+    """The digest's text: the numbered list, what else shapes replies (``known.in_brief``) and how to correct
+    it. Memory text is data, shown as stored."""
     lines = [f"Hi,\n\nHere is what I learnt about you since {since} ({len(memories)} "
              f"{'thing' if len(memories) == 1 else 'things'}):\n"]  # fmt: skip
     for n, memory in enumerate(memories, 1):
         unsure = " (not sure)" if memory.metadata.get("confidence") == "low" else ""
         lines.append(f"{n}. {' '.join(memory.content.split())}{unsure}")
+    if shaping:
+        lines.append(f"\nAlso shaping my replies:\n{shaping}")
     lines.append(
         '\nIf something is wrong, reply to this email: "forget 2", "3 and 5 are wrong" or "the second one is '
         'wrong". To tell me what is right instead, just say it ("I live in Braga now"). Write "what do you know '

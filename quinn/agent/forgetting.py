@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from quinn.agent import state
 from quinn.mailbox import Sessions
-from quinn.memory import MemoryStore, content_words, forget_in_graph, retire_earlier, rewrite_passages
+from quinn.memory import Memory, MemoryStore, content_words, forget_in_graph, retire_earlier, rewrite_passages
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _CLAUSE = re.compile(r"\s*[,;]\s*(?:and\s+|but\s+)?|\s+(?:and|but)\s+", re.IGNORECASE)
@@ -65,6 +65,16 @@ class Forgetting:
         if not common or common == self.names:
             return self
         return Forgetting(self.request, self.names - common, self.words)
+
+    @classmethod
+    def of_memory(cls, memory: Memory, others: list[str]) -> Forgetting:
+        """The fact a memory held, forgotten by its id: its content's mentions without the person's own name,
+        both the names most of their memories (``others``) hold and those in their address ("alice" of
+        alice@example.com), so "Alice lives in Berlin" reaches what mentions Berlin, not all that names Alice."""
+        fact = cls.of(memory.content).beside([memory.content, *others])
+        own = {t.lower() for t in _WORD.findall((memory.user_id or "").split("@")[0].replace("_", " "))}
+        names = {n for n in fact.names if re.split(r"['’]", n)[0] not in own}  # "alice's" is hers too
+        return cls(fact.request, frozenset(names), fact.words) if names != fact.names else fact
 
     @property
     def empty(self) -> bool:
@@ -137,6 +147,28 @@ def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: 
     done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
     done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)
     return {where: n for where, n in done.items() if n}
+
+
+def forget_by_id(
+    store: MemoryStore,
+    memory_id: int,
+    *,
+    user_id: str | None = None,
+    reason: str | None = None,
+    allow_immutable: bool = False,
+) -> dict[str, int]:
+    """Forget one memory by its id (the model's forget tool, the console, ``quinn memory forget``, "forget 2" in
+    reply to a digest) and take its fact out of what was written from it (``reach``, with ``Forgetting.of_memory``);
+    runs on the DB thread. Returns what else changed, by where. Raises as
+    ``MemoryStore.forget`` (unknown, someone else's, immutable)."""
+    store.forget(memory_id, user_id=user_id, reason=reason, allow_immutable=allow_immutable)
+    memory = store.get(memory_id)
+    assert memory is not None  # forget raised otherwise
+    if memory.user_id is None:
+        return {}
+    others = [m.content for m in store.get_all(memory.user_id, limit=10_000)]
+    fact = Forgetting.of_memory(memory, others)
+    return reach(store, memory.user_id, fact, [memory.id, memory.root_id or memory.id])
 
 
 def described(done: dict[str, int]) -> str:

@@ -53,3 +53,30 @@ def described(found: dict[str, Any]) -> str:
             'You asked me to stop remembering you: I store nothing new ("you may remember me again" undoes it).'
         )
     return "\n".join(lines)
+
+
+#: How much of one short-term state note the digest shows (the rest is in "what do you know about me?").
+BRIEF_NOTE_CHARS = 300
+_COUNTED = (("thread_summaries", "summary of our email threads", "summaries of our email threads"),
+            ("conversation_reviews", "review of our finished conversations", "reviews of our finished conversations"),
+            ("files", "file you sent that I keep", "files you sent that I keep"))  # fmt: skip
+
+
+def in_brief(found: dict[str, Any]) -> str:
+    """``shaping`` in short, as plain text for the periodic digest: the short-term state notes (each cut to
+    ``BRIEF_NOTE_CHARS``, on one line) and how many of the rest; "" when there is nothing. Bounded: at most one
+    line per state field and one line of counts."""
+    lines: list[str] = []
+    if found["short_term_state"]:
+        lines.append("Notes from our recent conversations:")
+        for name, text in found["short_term_state"].items():
+            one_line = " ".join(str(text).split())
+            cut = one_line if len(one_line) <= BRIEF_NOTE_CHARS else one_line[: BRIEF_NOTE_CHARS - 1] + "…"
+            lines.append(f"- {name.replace('_', ' ')}: {cut}")
+    counts = [(len(found[key]), one, many) for key, one, many in _COUNTED]
+    relations = len(found["graph"]["relations"])
+    counts.append((relations, "link between people, places and things", "links between people, places and things"))
+    counted = ", ".join(f"{n} {many if n != 1 else one}" for n, one, many in counts if n)
+    if counted:
+        lines.append(f"Also: {counted}.")
+    return "\n".join(lines)

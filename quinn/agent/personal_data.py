@@ -3,12 +3,15 @@
 Each entry names the table, its owner (the module that holds its SQL and its ``purge_user``), what each of its
 text and blob columns holds, and what each promise Quinn makes to a person does to it:
 
-- ``forget``: "forget that …" (agent/memory_mail.py, the console's and the CLI's forget);
+- ``forget``: "forget that …" (agent/memory_mail.py), and a forget by memory id (the model's forget tool, the
+  console's and the CLI's forget, "forget 2" in reply to a digest: ``forgetting.forget_by_id``, the memory's own
+  content as the fact);
 - ``stop``: "stop remembering me" (agent/consent.py): what no longer grows;
 - ``export``: "export my memory" (the JSON attachment, ``quinn memory export``);
 - ``purge``: "delete everything you know about me" (agent/purge.py, ``quinn memory purge``);
 - ``retention``: the ``[retention]`` windows (scheduler/retention.py, scheduler/cleanup.py);
-- ``see``: "what do you know about me?" (the digest answer), the console's person page.
+- ``see``: "what do you know about me?" (the digest answer), the console's person page, and in short the
+  periodic digest mail (``known.in_brief``: state notes, and counts of the rest).
 
 It is data only, read by the tests and the docs: tests/agent/test_personal_data.py walks the real schema (every
 migration applied on a libSQL file) and fails on a table, or a text or blob column, that is not declared here,
@@ -100,7 +103,8 @@ MAP: tuple[Holder, ...] = (
         },
         forget="every current memory that mentions the fact: one holding other facts gets a new version without it, "
         "one holding nothing else ends (active 0, kept in history); replaced versions that mention it, shown as "
-        '"earlier" values beside current ones, end too',
+        '"earlier" values beside current ones, end too; a forget by id ends that memory and reaches the rest '
+        "with its content as the fact",
         stop="nothing new from extraction, tools, remember, summaries (job or on request), session close, "
         "reflection or consolidation",
         # secrets (credentials, card and account numbers, government ids) are masked unless the person asked
@@ -175,7 +179,7 @@ MAP: tuple[Holder, ...] = (
         export="exported (graph)",
         purge="deleted",
         retention="kept",
-        see="in the digest answer and on the person page",
+        see="in the digest answer and on the person page; counted in the periodic digest",
         purged_by="quinn.memory.store",
     ),
     Holder(
@@ -227,7 +231,7 @@ MAP: tuple[Holder, ...] = (
         export="summaries exported (thread_summaries)",
         purge="deleted",
         retention="with their messages",
-        see="summaries in the digest answer and on the person page",
+        see="summaries in the digest answer and on the person page; counted in the periodic digest",
     ),
     Holder(
         "session_ids",
@@ -342,7 +346,7 @@ MAP: tuple[Holder, ...] = (
         export="listed (files)",
         purge="deleted",
         retention="deleted with their last mail",
-        see="files in the digest answer and on the person page",
+        see="files in the digest answer and on the person page; counted in the periodic digest",
     ),
     Holder(
         "document_parts",
@@ -364,7 +368,7 @@ MAP: tuple[Holder, ...] = (
         "listed (files)",
         "deleted",
         "with its mail",
-        "files in the digest answer and on the person page",
+        "files in the digest answer and on the person page; counted in the periodic digest",
     ),
     Holder(
         "document_domains",
@@ -396,7 +400,7 @@ MAP: tuple[Holder, ...] = (
         export="exported (short_term_state)",
         purge="deleted",
         retention="kept while the person is",
-        see="in the digest answer and on the person page",
+        see="in the digest answer, the periodic digest (each cut to 300 characters) and on the person page",
     ),
     Holder(
         "conversation_summaries",
@@ -415,7 +419,7 @@ MAP: tuple[Holder, ...] = (
         export="exported (conversation_reviews)",
         purge="deleted",
         retention="deleted after [retention] conversations_days",
-        see="in the digest answer and on the person page",
+        see="in the digest answer and on the person page; counted in the periodic digest",
     ),
     Holder(
         "llm_usage",

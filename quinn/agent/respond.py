@@ -367,10 +367,12 @@ class Agent:
                 work.actions.append(f"Item {number} of your digest is private and others are on this email: it "
                                     "was not forgotten; ask them to write to you alone about it.")  # fmt: skip
                 continue
-            self.store.forget(memory.id, user_id=user, reason=f"marked wrong in reply to the digest (item {number})")
+            reason = f"marked wrong in reply to the digest (item {number})"
+            elsewhere = forgetting.forget_by_id(self.store, memory.id, user_id=user, reason=reason)
             work.changes.append(MemoryChange("forgotten", memory.id, memory.content))
+            also = f" (also taken out of: {forgetting.described(elsewhere)})" if elsewhere else ""
             work.actions.append(f"Forgotten, as they said item {number} of your digest is wrong: {memory.content} "
-                                f"[memory:{memory.id}]")  # fmt: skip
+                                f"[memory:{memory.id}]{also}")  # fmt: skip
 
     async def _confirmed(self, email: InboundEmail, user: str, codes: list[str]) -> Answer:
         """A "yes" carrying a confirmation code: purge or export, if the code is the user's and still good."""

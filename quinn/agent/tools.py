@@ -16,6 +16,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from mirascope import llm
 
+from quinn.agent.forgetting import described, forget_by_id
 from quinn.agent.grounding import Grounding, grounded
 from quinn.agent.reply_trace import ToolUse
 from quinn.errors import StoreError
@@ -211,14 +212,16 @@ async def forget_memory(ctx: llm.Context[MemoryDeps], id: int) -> str:
         deps.called("forget_memory", refused=True)
         return found
     try:
-        await deps.db(deps.store.forget, found.id, user_id=deps.user_id, reason="forget_memory tool")
+        elsewhere = await deps.db(forget_by_id, deps.store, found.id, user_id=deps.user_id,
+                                           reason="forget_memory tool")  # fmt: skip
     except StoreError as exc:
         deps.called("forget_memory", (found.id,), refused=True)
         return f"Refused: {exc.message}"
     deps.called("forget_memory", (found.id,))
     deps.changes.append(MemoryChange("forgotten", found.id, found.content))
-    log.info("tool forget_memory for %s: memory %d", deps.user_id, found.id)
-    return f"Forgotten: memory {found.id}."
+    log.info("tool forget_memory for %s: memory %d (elsewhere: %s)", deps.user_id, found.id, elsewhere)
+    also = f" Also taken out of: {described(elsewhere)}." if elsewhere else ""
+    return f"Forgotten: memory {found.id}.{also}"
 
 
 @llm.tool

@@ -9,8 +9,15 @@ from __future__ import annotations
 import email.message
 import re
 from datetime import timedelta
+from functools import partial
+from pathlib import Path
 
+from quinn.agent import state
+from quinn.agent.consent import opt_out
+from quinn.agent.digest import compose, plan, unsent
 from quinn.clock import ManualClock, utcnow
+from quinn.db import Database
+from quinn.memory import MemoryStore
 from quinn.scheduler.runner import JobRunner
 from tests.agent.test_scenarios import DAY0
 from tests.lab.brain import NOTHING, Brain
@@ -60,6 +67,13 @@ async def test_a_digest_is_mailed_to_each_user_alone_and_corrected_by_number(
     await quinn.send(carol, "Hi", "I play the violin.", date=DAY0, name="Carol")
     await quinn.send(carol, "Privacy", "Please stop remembering me.", date=DAY0 + timedelta(hours=1), name="Carol")
     quinn.replies(alice, 1)
+    # What else shapes replies (issue 35): her short-term state (her words are data) and a thread summary.
+    assert quinn.app.store is not None
+    with quinn.app.store.db.transaction() as tx:
+        state.update_user_state(tx, alice, {"user_info": "Alice <b>works</b> night shifts.",
+                                            "recent_goal_and_status": "Planning " * 200}, utcnow())  # fmt: skip
+        state.update_user_state(tx, bob, {"user_info": "Bob is packing for Oslo."}, utcnow())
+    quinn.execute("UPDATE sessions SET summary = 'Alice asked about nurses.' WHERE user_id = ?", (alice,))
 
     assert await run_digest_job(quinn) == 2  # alice and bob; carol asked not to be remembered
     await quinn.process()  # the daemon mails what the job planned after its folder pass
@@ -69,6 +83,13 @@ async def test_a_digest_is_mailed_to_each_user_alone_and_corrected_by_number(
     text = text_of(digest)
     items = dict(re.findall(r"^(\d+)\. (.+)$", text, re.M))
     assert sorted(items.values()) == sorted(FACTS)
+    shaping = text.split("Also shaping my replies:\n")[1].split("\n\n")[0].splitlines()
+    assert shaping[:2] == ["Notes from our recent conversations:", "- user info: Alice <b>works</b> night shifts."]
+    assert shaping[2].startswith("- recent goal and status: Planning") and len(shaping[2]) < 400  # cut short
+    assert shaping[3:] == ["Also: 1 summary of our email threads."]
+    html = digest.get_body(("html",)).get_content()
+    assert "Alice &lt;b&gt;works&lt;/b&gt;" in html and "<b>works" not in html
+    assert "Bob is packing for Oslo." in text_of(digests(quinn, bob)[0]) and "Bob is packing" not in text
     assert "Alice" not in text_of(digests(quinn, bob)[0]) and "Bob is moving to Oslo" in text_of(digests(quinn, bob)[0])
     assert digests(quinn, carol) == []
     assert await run_digest_job(quinn) == 0  # not due again until 30 days have passed
@@ -112,3 +133,24 @@ def test_what_a_reply_to_a_digest_asks_to_forget() -> None:
     assert corrections("item 12 is outdated") == [12]
     assert corrections("I have 2 cats and version 2.3 is wrong") == []  # a number that is not an item
     assert corrections("Thanks, all correct!") == []
+
+
+def test_a_digest_shows_what_else_shapes_replies_only_while_memory_is_on(tmp_path: Path) -> None:
+    """Issue 35: a digest composed after its user opted out (between the job's plan and the mail) lists their
+    memories but not their short-term state: that part is only for someone Quinn may remember."""
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), None)
+    try:
+        store.add("dana@example.org", "Dana keeps bees.", type="fact")
+        with store.db.transaction() as tx:
+            state.update_user_state(tx, "dana@example.org", {"user_info": "Dana sells honey."}, utcnow())
+        assert len(plan(store.db, 30, 10, utcnow())) == 1
+        [planned] = unsent(store.db)
+        mail = partial(compose, store, planned, own_address="quinn@example.org", own_name="Quinn")
+        made = mail(now=utcnow())
+        assert made is not None and "- user info: Dana sells honey." in made[0].body
+        opt_out(store.db, "dana@example.org", utcnow(), None)
+        made = mail(now=utcnow())
+        assert made is not None and "Dana keeps bees." in made[0].body
+        assert "Also shaping" not in made[0].body and "honey" not in made[0].body
+    finally:
+        store.close()

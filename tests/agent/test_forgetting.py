@@ -3,10 +3,18 @@ agent/forgetting.py and agent/facts.py, on the sentences the issue reproduced.""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
+
 import pytest
 
+from quinn.agent import state
 from quinn.agent.facts import facts
-from quinn.agent.forgetting import Forgetting
+from quinn.agent.forgetting import Forgetting, forget_by_id
+from quinn.db import Database
+from quinn.memory import MemoryStore, Relation, graph_of, save_graph
+from quinn.memory.passages import index_message
+from tests.console.conftest import add_mail
 
 MERGED = "Alice lives in Lisbon, has a dog called Biscuit and is allergic to peanuts."
 
@@ -50,3 +58,72 @@ def test_the_persons_own_name_is_not_what_a_forget_is_about() -> None:
     memories = ["Alice lives in Berlin.", "Alice is a pharmacist.", "Alice likes lakes."]
     fact = Forgetting.of("that Alice lives in Berlin").beside(memories)
     assert fact.names == {"berlin"} and [m for m in memories if fact.mentions(m)] == ["Alice lives in Berlin."]
+
+
+def written_from_berlin(store: MemoryStore, user: str, name: str, uid: int) -> int:
+    """``name`` lives in Berlin, in a memory (its id returned) and in everything written from it: the
+    short-term state, a thread summary, a passage of their mail and the graph; and works as a pharmacist."""
+    lives = store.add(user, f"{name} lives in Berlin.", type="fact")
+    store.add(user, f"{name} works as a pharmacist.", type="fact")
+    headers = f"From: {user}\r\nTo: quinn@example.org\r\nSubject: Weekend\r\nMessage-ID: <berlin{uid}@example.org>\r\n"
+    raw = f"{headers}Date: Tue, 24 Nov 2026 10:00:00 +0000\r\n\r\nI live in Berlin now. I work at a pharmacy.\r\n"
+    add_mail(store.db, uid, raw.encode(), user, "replied")
+    assert index_message(store, user, f"<berlin{uid}@example.org>", "in") == 1
+    store.db.execute("UPDATE sessions SET summary = ? WHERE user_id = ?",
+                     (f"{name} lives in Berlin and wants a lake.", user))  # fmt: skip
+    now = datetime.now(UTC)
+    with store.db.transaction() as tx:
+        state.update_user_state(tx, user, {"user_info": f"{name} lives in Berlin. {name} works as a pharmacist."}, now)
+    save_graph(store, user, [(name, "person"), ("Berlin", "place")], [Relation(name, "lives in", "Berlin", lives)],
+               now)  # fmt: skip
+    return lives
+
+
+def berlin_rows(store: MemoryStore, user: str) -> dict[str, str]:
+    """Where ``user``'s derived text still says Berlin, by table (what ``written_from_berlin`` wrote)."""
+    sql = {
+        "user_state": "SELECT user_info FROM user_state WHERE user_id = ?",
+        "sessions": "SELECT summary FROM sessions WHERE user_id = ?",
+        "passages": "SELECT subject || ' ' || content FROM passages WHERE user_id = ?",
+        "entities": "SELECT name FROM entities WHERE user_id = ?",
+        "relationships": "SELECT r.relation, e.name FROM relationships r LEFT JOIN entities e ON e.id = r.target_id"
+        " WHERE r.user_id = ?",
+    }
+    found = {where: repr(store.db.query(q, (user,))) for where, q in sql.items()}
+    return {where: text for where, text in found.items() if "berlin" in text.lower()}
+
+
+def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path) -> None:
+    """The model's tool, the console, the CLI and "forget 2" forget a memory by its id (``forget_by_id``): its
+    fact leaves the state, summaries, passages and graph of that person, not their name nor other facts, and
+    nobody else's."""
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), None)
+    try:
+        lives = written_from_berlin(store, "alice@example.org", "Alice", 1)
+        written_from_berlin(store, "bob@example.org", "Bob", 2)
+        assert set(berlin_rows(store, "alice@example.org")) == {
+            "user_state",
+            "sessions",
+            "passages",
+            "entities",
+            "relationships",
+        }
+        done = forget_by_id(store, lives, user_id="alice@example.org", reason="test")
+        assert berlin_rows(store, "alice@example.org") == {}
+        assert store.db.query("SELECT count(*) FROM relationships WHERE user_id = ?", ("alice@example.org",)) == [(0,)]
+        assert set(done) >= {"user_state", "sessions", "passages", "graph"}, done
+        assert store.db.query("SELECT user_info FROM user_state WHERE user_id = ?", ("alice@example.org",)) == [
+            ("Alice works as a pharmacist.",)
+        ]
+        assert [e["name"] for e in graph_of(store, "alice@example.org")["entities"]] == ["Alice"]
+        sister = store.get(store.add("alice@example.org", "Alice's sister is called Jo.", type="fact"))
+        assert sister is not None and Forgetting.of_memory(sister, []).names == {"jo"}  # her own name, alone too
+        assert set(berlin_rows(store, "bob@example.org")) == {
+            "user_state",
+            "sessions",
+            "passages",
+            "entities",
+            "relationships",
+        }
+    finally:
+        store.close()

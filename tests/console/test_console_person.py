@@ -199,3 +199,22 @@ def test_a_persons_page_shows_everything_else_that_shapes_their_replies(world, c
     assert "agent beliefs" in shaping and "Alice &lt;b&gt;prefers&lt;/b&gt; trains." in shaping
     assert "Planned the lake trip." in shaping and "0.5" in shaping and "Be brief." in shaping
     assert "Alice has sister Clara" in shaping and f"/memories/{memory}" in shaping
+
+
+def test_forgetting_a_memory_takes_its_fact_out_of_what_was_written_from_it(world, client):
+    """Issue 35: the console's forget of "Alice lives in Berlin" takes Berlin out of her short-term state, thread
+    summaries, passages and graph (the audit log says where); Bob's Berlin stays."""
+    from tests.agent.test_forgetting import berlin_rows, written_from_berlin
+
+    store = world.store
+    lives = written_from_berlin(store, ALICE, "Alice", 11)
+    written_from_berlin(store, BOB, "Bob", 12)
+    log_in(client)
+    page = client.get(f"/memories/{lives}").text
+    forgot = client.post(f"/memories/{lives}/forget", data={"csrf": csrf_of(page)}, follow_redirects=False)
+    assert forgot.status_code == 303 and not store.get(lives).active
+    assert berlin_rows(store, ALICE) == {}
+    assert "Alice works as a pharmacist." in client.get(f"/people/{ALICE}").text
+    assert len(berlin_rows(store, BOB)) == 5
+    [entry] = audit_rows(world, "forget memory")
+    assert "also out of: 1 note of our recent conversations" in entry.detail, entry

@@ -16,6 +16,7 @@ from quinn import cli
 from quinn.agent import audit_log
 from quinn.memory import MemoryStore, NewMemory
 from quinn.memory.embed import LocalEmbedder, OpenAIEmbedder
+from tests.agent.test_forgetting import berlin_rows, written_from_berlin
 from tests.lab.llm_server import ScriptedLLM
 
 ALICE = "alice@example.test"
@@ -159,7 +160,7 @@ def test_edit_and_forget_write_the_audit_log_as_the_console_does(lab: Lab, alice
                                                                     monkeypatch: pytest.MonkeyPatch):  # fmt: skip
     monkeypatch.setenv("SUDO_USER", "olly")  # run through sudo: the caller is who did it
     edited = lab.json("memory", "edit", str(alice["tea"]), "Alice prefers jasmine tea", "--reason", "user mail")
-    assert lab.json("memory", "forget", str(edited["id"])) == {"id": edited["id"], "forgotten": True}  # type: ignore[index]
+    assert lab.json("memory", "forget", str(edited["id"])) == {"id": edited["id"], "forgotten": True, "elsewhere": {}}  # type: ignore[index]
     store = lab.store()
     try:
         entries = [(e.actor, e.action, e.object, e.user_id, e.detail) for e in audit_log.listing(store.db)]
@@ -181,7 +182,7 @@ def test_edit_and_forget_write_the_audit_log_as_the_console_does(lab: Lab, alice
 
 
 def test_forget_and_purge(lab: Lab, alice: dict[str, int]):
-    assert lab.json("memory", "forget", str(alice["tea"])) == {"id": alice["tea"], "forgotten": True}
+    assert lab.json("memory", "forget", str(alice["tea"])) == {"id": alice["tea"], "forgotten": True, "elsewhere": {}}
     assert alice["tea"] not in {r["id"] for r in lab.json("memory", "list", ALICE)}  # type: ignore[union-attr]
     code, _out, err = lab.run("memory", "forget", str(alice["allergy"]))
     assert code == 1 and "immutable" in err
@@ -281,3 +282,26 @@ def test_pin_and_unpin_change_the_mark_in_place(lab: Lab, alice: dict[str, int])
         store.close()
     assert tea.immutable and tea.version == 1 and not allergy.immutable and allergy.version == 1  # no new version
     assert changes[-1] == ("unpinned", "no longer needed") and actions == ["unpin memory", "pin memory"]
+
+
+def test_forget_by_id_takes_the_fact_out_of_what_was_written_from_it(lab: Lab):
+    """Issue 35: `quinn memory forget ID` on "Alice lives in Berlin" takes Berlin out of her short-term state,
+    thread summaries, passages and graph (saying where), and leaves Bob's Berlin alone."""
+    store = lab.store()
+    try:
+        lives = written_from_berlin(store, ALICE, "Alice", 1)
+        written_from_berlin(store, "bob@example.test", "Bob", 2)
+    finally:
+        store.close()
+    code, out, err = lab.run("memory", "forget", str(lives))
+    assert code == 0, err
+    assert "also taken out of: 1 note of our recent conversations, 1 thread summary" in out, out
+    store = lab.store()
+    try:
+        assert berlin_rows(store, ALICE) == {}
+        assert store.db.query("SELECT user_info FROM user_state WHERE user_id = ?", (ALICE,)) == [
+            ("Alice works as a pharmacist.",)
+        ]
+        assert len(berlin_rows(store, "bob@example.test")) == 5
+    finally:
+        store.close()

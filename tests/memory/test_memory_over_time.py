@@ -69,3 +69,19 @@ def test_a_forget_reaches_a_value_that_survives_only_as_the_earlier_version(stor
     assert [m.content for m in store.get_all(ALICE)] == ["Alice moved to Porto."]  # the current value stays
     # Bob's earlier value is his, untouched.
     assert earlier_versions(store.db, store.get_all(BOB))[bob_porto].content == "Bob lives in Lisbon."
+
+
+def test_the_whole_history_is_the_text_recall_would_show_each_mail_once_without_the_passages_overlaps(
+    store: MemoryStore,
+) -> None:
+    """A long mail is stored as overlapping passages; the whole history gives it back once, in order. It is built
+    from the passages, not the stored body, so what a forget took out of them (or a mask) stays out."""
+    sentences = [f"On day {i} Alice walked {i} kilometres along the river with her sister." for i in range(60)]
+    store_message(store, ALICE, "<long@x>", " ".join(sentences), sent_at="2026-02-10T09:00:00+00:00")
+    stored = store.db.query("SELECT count(*) FROM passages WHERE message_id = '<long@x>'")[0][0]
+    assert stored > 2  # several overlapping passages
+    [mail] = whole_history(store.db, ALICE, 100_000) or []
+    assert mail.content == " ".join(sentences)
+    store.db.execute("UPDATE passages SET content = replace(content, 'river', 'canal') WHERE message_id = '<long@x>'")
+    [mail] = whole_history(store.db, ALICE, 100_000) or []
+    assert "river" not in mail.content and mail.content.count("canal") == 60
