@@ -1,19 +1,20 @@
-"""Hybrid retrieval: an exact per-user vector scan fused with FTS5 BM25, re-ranked by importance and recency.
+"""Hybrid retrieval: an exact per-user vector scan and FTS5 BM25, fused by reciprocal rank, re-ranked by importance
+and recency.
 
 Per-user vector search is exact: numpy over the user's cached vectors (``vectors.py``), or, when they do not fit,
 a SQL scan (``ORDER BY vector_distance_cos``, served by the user index). Measured, an ANN index loses most recall
-under a user filter (docs/architecture.md). The two legs are fused by a convex combination of their scores,
-``VECTOR_WEIGHT × cosine + (1 - VECTOR_WEIGHT) × lexical coverage``, then weighted, gently, by decay-aware
-importance and recency. The cosine that ranks and fuses is measured from the mean of the user's vectors
-(``Centre``), and the lexical leg leaves out words common to the user's memories (``lexical.common_to_owners``):
-both legs then weigh what is particular to a memory, not what all of a user's memories share (issue 14).
+under a user filter (docs/architecture.md). Since issue 31 the rankings are fused by reciprocal rank (RRF, k=60,
+``query.rrf``): the vector ranking and the BM25 ranking of the question, and, where the question names a day, both
+again restricted to the memories of that day, and, for a short question in several parts, both for each part
+(``Recipe``, ``query.py``). Then the fused top is weighted, gently, by decay-aware importance and recency.
 
-Why not reciprocal rank fusion: RRF (k=60) throws the scores away, so a memory that both legs rank
-mediocrely (BM25 matched one filler word) beats one the vector leg ranks second. On the retrieval benchmark
-(bench/retrieval_quality.py, paraphrased questions) RRF fell below vector-only search. The lexical score is
-BM25 divided by the query's total IDF, i.e. the share of the query's information a memory matches: unlike
-dividing by the best BM25 of the query, it stays low when the query has no good lexical match at all.
-(Convex combination beat RRF in Bruch et al., "An Analysis of Fusion Functions for Hybrid Retrieval", 2023.)
+Why RRF again: the convex fusion before it (``VECTOR_WEIGHT`` × cosine + the rest × lexical coverage, with the
+cosine centred on the user's mean and per-user IDF: ``CONVEX``) won on the generated sets it was tuned on
+(bench/retrieval_quality.py) and did no better than BM25 alone on real conversations. On the real development set
+(bench/real_recall.py: FriendsQA and Topical-Chat, human-written) RRF of the plain legs matches or beats it with no
+weight to tune, and the named-day and per-part legs add what neither leg can see. ``CONVEX`` stays selectable, so
+the benchmark keeps measuring it beside the shipped recipe. The lexical score is BM25 divided by the query's total
+IDF, i.e. the share of the query's information a memory matches (the convex fusion weighs it; RRF uses its rank).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -33,6 +35,7 @@ from quinn.memory.filters import CURRENT, memory_filter, normalise_user
 from quinn.memory.lexical import CANDIDATES, content_words, lexical_scores
 from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit, utcnow
 from quinn.memory.parts import StoreParts, run_now
+from quinn.memory.query import day_clause, named_days, query_parts, rrf
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,32 @@ _IMPORTANCE, _CREATED, _VALID_FROM, _ACCESSED, _STABILITY = range(1, len(RANK_CO
 # the GIL, so a second thread only adds hand-offs (10k memories over 100 users: p50 2.8 ms on a thread, 2.6 ms
 # inline). For one user with 100k memories the two ways measured the same (p50 27 ms) on a quiet 2-core box.
 INLINE_BELOW = 20_000
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a search ranks (issue 31). ``SHIPPED`` is what every search runs; the others stay measurable in
+    bench/real_recall.py, so each part's worth is shown on the same run.
+
+    ``fusion``: "rrf" (reciprocal rank fusion of every ranking, k=60) or "convex" (``VECTOR_WEIGHT`` × cosine +
+    the rest × lexical coverage: the fusion before issue 31). ``centred``: the vector leg ranks by the cosine
+    from the mean of the user's vectors (``Centre``). ``days``: a day the question names adds both legs again,
+    restricted to the memories of that day (``query.named_days``). ``parts``: a short question in several
+    parts adds both legs for each part (``query.query_parts``). ``reweight``: importance and recency reorder
+    the fused top, gently (``_weight``). ``days`` and ``parts`` need "rrf".
+    """
+
+    fusion: str = "rrf"
+    centred: bool = False
+    days: bool = True
+    parts: bool = True
+    reweight: bool = True
+
+
+CONVEX = Recipe(fusion="convex", centred=True, days=False, parts=False)  # search.py from issue 14 to issue 31
+# Per-part legs added nothing on the real development set and cost multi-hop questions 0.018 (bench/results/
+# real_recall.md, "shipped less parts"): measured, kept selectable, not shipped.
+SHIPPED = Recipe(parts=False)
 
 
 def rank_columns(alias: str) -> str:
@@ -131,9 +160,11 @@ def hybrid_search(
     *,
     k: int = 10,
     touch: bool = True,
+    recipe: Recipe = SHIPPED,
     **filters: Any,
 ) -> list[SearchHit]:
-    """The user's ``k`` best memories for ``query``, best first; filters are those of ``memory_filter``.
+    """The user's ``k`` best memories for ``query``, best first; filters are those of ``memory_filter``;
+    ``recipe``: how to rank (``SHIPPED`` unless a benchmark compares).
 
     Only current, non-expired, active memories unless the filters ask otherwise (``as_of``,
     ``include_inactive``). Vectors of another model than the store's embedder are never compared; without an
@@ -163,33 +194,54 @@ def hybrid_search(
     closeness: dict[int, float] = {}  # what the fusion weighs of the vector leg: centred cosine, or raw
     centre: Centre | None = None
     found: dict[int, Row] = {}  # the candidates' RANK_COLUMNS, from either leg
+    rrf_fusion = recipe.fusion == "rrf"
+    parts = query_parts(query) if rrf_fusion and recipe.parts and len(chunks) == 1 else []
+    days = named_days(query) if rrf_fusion and recipe.days else []
+    centred = recipe.centred or not rrf_fusion
+    extra: list[tuple[str, list[Any], str, np.ndarray | None]] = []  # (where, params, text, vectors) per extra leg
+    vectors: np.ndarray | None = None
     try:
         if embedder is not None:
             _say_stale_vectors_once(store)
-            vectors = embedder.embed(chunks)
-            vector_ranks, centre = _vector_leg(store, where, params, vectors, found, cached, closeness)
+            embedded = embedder.embed([*chunks, *parts])  # one call: the parts ride along with the chunks
+            vectors = embedded[: len(chunks)]
+            vector_ranks, centre = _vector_leg(store, where, params, vectors, found, cached, closeness, centred)
+            extra = [(where, params, part, embedded[len(chunks) + i : len(chunks) + i + 1]) for i, part in
+                     enumerate(parts)]  # fmt: skip
         elif store.first_time("fts-only"):
             log.warning("memory search runs on full-text only: no embedder is configured")
     finally:
         fts_scores, fts_rows = lexical.result()  # waits even when the vector leg failed: no stray reader
     for mid, row in fts_rows.items():
         found.setdefault(mid, row)
-    if embedder is not None:
-        # A lexical match outside the vector leg's top keeps its true cosine: counted as 0, a convex combination
-        # would bury every memory that only one leg ranked high (the "missing score" problem of score fusion).
-        outside = [mid for mid in fts_scores if mid not in vector_ranks]
+    if embedder is None:
+        extra = [(where, params, part, None) for part in parts]
+    if days:
+        clause, day_params = day_clause(days, "m.valid_from")
+        extra.append((f"{where} AND {clause}", [*params, *day_params], " ".join(chunks), vectors))
+    rankings = [_ranking(vector_ranks), _ranking(fts_scores, lexical=True)]
+    for leg_where, leg_params, text, leg_vectors in extra:
+        rankings += _extra_legs(store, leg_where, leg_params, text, leg_vectors, found, cached, centred, owners)
+    if vectors is not None:
+        # A memory found by one leg only keeps its true cosine (for the hit, and the convex fusion: counted as 0
+        # there, it would bury every memory that only one leg ranked high, the "missing score" problem).
+        outside = [mid for mid in {*fts_scores, *(m for r in rankings[2:] for m, _s in r)} if mid not in vector_ranks]
         for mid, sim in _similarities(store, vectors, outside, cached, centre, closeness).items():
             vector_ranks[mid] = (0, sim)
-    # Without an embedder the lexical leg is all there is.
-    alpha = VECTOR_WEIGHT if embedder is not None else 0.0
-    fused: dict[int, float] = {mid: alpha * max(closeness.get(mid, 0.0), 0.0) for mid in vector_ranks}
-    for mid, (_rank, coverage) in fts_scores.items():
-        fused[mid] = fused.get(mid, 0.0) + (1.0 - alpha) * coverage
+    if rrf_fusion:
+        fused = rrf(rankings)
+    else:
+        # Without an embedder the lexical leg is all there is.
+        alpha = VECTOR_WEIGHT if embedder is not None else 0.0
+        fused = {mid: alpha * max(closeness.get(mid, 0.0), 0.0) for mid in vector_ranks}
+        for mid, (_rank, coverage) in fts_scores.items():
+            fused[mid] = fused.get(mid, 0.0) + (1.0 - alpha) * coverage
     if not fused:
         return []
     now = utcnow()
     candidates = sorted(fused, key=lambda i: -fused[i])[: max(k * 3, CANDIDATES)]
-    scored = sorted(((fused[mid] * _weight(found[mid], now), mid) for mid in candidates), key=lambda s: (-s[0], -s[1]))
+    weigh = (lambda mid: _weight(found[mid], now)) if recipe.reweight else (lambda mid: 1.0)
+    scored = sorted(((fused[mid] * weigh(mid), mid) for mid in candidates), key=lambda s: (-s[0], -s[1]))
     memories = _memories(store, [mid for _score, mid in scored[:k]])
     hits = []
     for score, mid in scored[:k]:
@@ -201,6 +253,30 @@ def hybrid_search(
     if touch and hits:
         strengthen(store, [h.memory.id for h in hits], now)
     return hits
+
+
+def _extra_legs(
+    store: StoreParts, where: str, params: Sequence[Any], text: str, vectors: np.ndarray | None,
+    found: dict[int, Row], cached: Matrix | None, centred: bool, owners: Sequence[str | None],
+) -> list[list[tuple[int, float | None]]]:  # fmt: skip
+    """Both legs again for one part of a question, or under a narrower filter (a named day): their rankings."""
+    lexical, rows = lexical_scores(
+        store.db, where, params, text, rank_columns("m"), owners=owners, owned_rows=len(cached[0]) if cached else None
+    )
+    for mid, row in rows.items():
+        found.setdefault(mid, row)
+    out = [_ranking(lexical, lexical=True)]
+    if vectors is not None and len(vectors):
+        ranks, _centre = _vector_leg(store, where, params, vectors, found, cached, {}, centred)
+        out.append(_ranking(ranks))
+    return out
+
+
+def _ranking(ranks: dict[int, tuple[int, float]], lexical: bool = False) -> list[tuple[int, float | None]]:
+    """A leg's (id, score) pairs best first, for ``query.rrf``, whose equal scores share a rank (rank 0: added
+    for its cosine, not ranked). Lexical coverage is capped at 1, so there only scores below 1 tie."""
+    ordered = sorted((m for m in ranks if ranks[m][0] > 0), key=lambda m: ranks[m][0])
+    return [(mid, None if lexical and ranks[mid][1] >= 1.0 else ranks[mid][1]) for mid in ordered]
 
 
 def _memories(store: StoreParts, memory_ids: Sequence[int]) -> dict[int, Memory]:
@@ -298,13 +374,13 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
 
 def _vector_leg(
     store: StoreParts, where: str, params: Sequence[Any], vectors: np.ndarray, found: dict[int, Row],
-    cached: Matrix | None, closeness: dict[int, float],
+    cached: Matrix | None, closeness: dict[int, float], centred: bool = True,
 ) -> tuple[dict[int, tuple[int, float]], Centre | None]:  # fmt: skip
     """The vector leg of a hybrid search and the centre it was measured from: centred cosine over the cached
     matrices, or, when they are not cached (too many vectors) or the filters keep too few of them, raw cosine
     from the SQL scan (which knows no mean). ``closeness`` receives what the fusion weighs, per memory."""
     if cached is not None and len(cached[0]):
-        centre = Centre(cached[1])
+        centre = Centre(cached[1]) if centred else None
         try:
             return _cached_vector_ranks(store, where, params, vectors, found, cached, centre, closeness), centre
         except LookupError:  # a filter too narrow for the cached candidates

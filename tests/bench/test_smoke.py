@@ -22,6 +22,7 @@ from bench import (
     hostile_parse,
     memory_search,
     pipeline,
+    real_recall,
     retrieval_quality,
 )
 from bench.conversations import generate
@@ -73,10 +74,59 @@ def test_retrieval_quality_runs_every_set_and_method_on_one_user(tmp_path: Path,
             assert overall["questions"] == result["dataset"]["questions"], (name, method)
             for k in retrieval_quality.KS:
                 assert 0.0 <= overall[f"recall@{k}"] <= overall[f"hit@{k}"] <= 1.0, (name, method)
-        # Something is found: a broken store or search would score zero everywhere.
-        assert result["summary"][retrieval_quality.HYBRID]["overall"]["hit@10"] > 0.3, name
+        # Something is found: a broken store or search would score zero everywhere. (The shipped RRF finds less
+        # than the convex fusion on the generated chats, 0.29 on this one user: bench/README.md, issue 31.)
+        assert result["summary"][retrieval_quality.HYBRID]["overall"]["hit@10"] > 0.2, name
     assert (tmp_path / "retrieval_quality.png").read_bytes()[:8] == PNG_MAGIC
     assert "| method |" in (tmp_path / "retrieval_quality.md").read_text()
+
+
+def _tiny_real_set(path: Path) -> None:
+    """A development set in the shape bench/real_recall_data.py writes: two sessions of one user, three questions."""
+    turns = [
+        ("s1", "2025-01-06T19:00:00+00:00", "Ana", "We finally booked the cabin by the lake for the long weekend."),
+        ("s1", "2025-01-06T19:01:00+00:00", "Ben", "Great, I will bring the kayak and the fishing gear."),
+        ("s1", "2025-01-06T19:02:00+00:00", "Ana", "My sister cannot come, she has her driving test that Saturday."),
+        ("s2", "2025-01-09T19:00:00+00:00", "Ben", "Did you see the match? Our team lost three to one again."),
+        ("s2", "2025-01-09T19:01:00+00:00", "Ana", "The new coach keeps benching the best striker, it makes no sense."),
+        ("s2", "2025-01-09T19:02:00+00:00", "Ben", "I am thinking of cancelling the season ticket next year."),
+    ]
+    messages = [
+        {"id": f"t{i}", "user": "u1", "session": s, "at": at, "speaker": who, "text": text}
+        for i, (s, at, who, text) in enumerate(turns)
+    ]
+    questions = [
+        {"id": "q1", "user": "u1", "kind": "single-hop", "text": "Where are we staying for the long weekend?",
+         "answers": ["t0"]},
+        {"id": "q2", "user": "u1", "kind": "temporal", "text": "What did we say about the team on 9 January 2025?",
+         "answers": ["t3", "t4"]},
+        {"id": "q3", "user": "u1", "kind": "multi-hop", "text": "What will Ben bring, and why is Ana's sister away?",
+         "answers": ["t1", "t2"]},
+    ]  # fmt: skip
+    path.write_text(json.dumps({"sets": {"friendsqa": {"messages": messages, "questions": questions}}}))
+
+
+@pytest.mark.lab  # machine_info starts a process
+def test_real_recall_runs_every_method_and_skips_without_its_data(
+    tmp_path: Path, model: LocalEmbedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    absent = real_recall.main(["--sets", "friendsqa", "--data", str(tmp_path / "absent.json"), "--out", str(tmp_path)])
+    assert absent is None and "real development set absent" in capsys.readouterr().err
+    data = tmp_path / "dev.json"
+    _tiny_real_set(data)
+    real_recall.main(["--quick", "--sets", "friendsqa", "--data", str(data), "--out", str(tmp_path)], embedder=model)
+    report = json.loads((tmp_path / "real_recall.json").read_text())
+    result = report["sets"]["friendsqa"]
+    assert result["dataset"] == result["dataset"] | {"users": 1, "turns": 6, "questions": 3}
+    for method in real_recall.method_names():
+        for kind in ("overall", "single-hop", "temporal", "multi-hop"):
+            scores = result["summary"][method][kind]
+            assert 0.0 <= scores["recall@10"] <= scores["hit@10"] <= 1.0, (method, kind)
+    # Six turns: every method finds every answer in its top 10; the cutoff curve starts at everything kept.
+    assert result["summary"][real_recall.SHIPPED_NAME]["overall"]["recall@10"] == 1.0
+    assert result["cutoff"][0] == result["cutoff"][0] | {"cosine_at_least": 0.0, "recall@10": 1.0}
+    assert (tmp_path / "real_recall.png").read_bytes()[:8] == PNG_MAGIC
+    assert (tmp_path / "real_recall-cutoff.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def test_chats_data_set_has_every_kind_and_answers_in_other_sessions() -> None:
