@@ -409,14 +409,14 @@ def summarise(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     return summary
 
 
-def read_part(parser: argparse.ArgumentParser, path: Path) -> dict[str, Any]:
-    """One part's JSON, or a usage error that names the file and what is wrong with it."""
+def read_part(parser: argparse.ArgumentParser, path: Path, benchmark: str = "memory_qa") -> dict[str, Any]:
+    """One part's JSON of ``benchmark``, or a usage error that names the file and what is wrong with it."""
     try:
         part = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         parser.error(f"--merge {path}: cannot read a result from it ({exc})")
-    if not isinstance(part, dict) or part.get("benchmark") != "memory_qa":
-        parser.error(f"--merge {path}: not a memory_qa result (give the .json this benchmark wrote)")
+    if not isinstance(part, dict) or part.get("benchmark") != benchmark:
+        parser.error(f"--merge {path}: not a {benchmark} result (give the .json this benchmark wrote)")
     return part
 
 

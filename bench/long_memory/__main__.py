@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import memory_qa
 from bench.long_memory.data import MAILS, PEOPLE, SEED
 from bench.long_memory.report import markdown, merge, plot
 from bench.long_memory.run import Run, run, scripted_target
@@ -57,13 +58,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def read_part(p: argparse.ArgumentParser, path: Path) -> dict[str, Any]:
-    try:
-        part = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        p.error(f"--merge {path}: cannot read a result from it ({exc})")
-    if not isinstance(part, dict) or part.get("benchmark") != "long_memory":
-        p.error(f"--merge {path}: not a long_memory result (give the .json this benchmark wrote)")
-    return part
+    """One part's JSON (bench.memory_qa's reader, for this benchmark's results)."""
+    return memory_qa.read_part(p, path, "long_memory")
 
 
 def write(result: dict[str, Any], args: argparse.Namespace) -> None:
