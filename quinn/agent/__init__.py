@@ -15,6 +15,7 @@ from quinn.faces import lazy_face
 HOMES = {
     "audit_log": "",
     "digest": "",
+    "forgetting": "",
     "known": "",
     "learning": "",
     "proposals": "",
@@ -73,6 +74,7 @@ __getattr__ = lazy_face(__name__, HOMES)
 if TYPE_CHECKING:
     from quinn.agent import audit_log as audit_log
     from quinn.agent import digest as digest
+    from quinn.agent import forgetting as forgetting
     from quinn.agent import known as known
     from quinn.agent import learning as learning
     from quinn.agent import proposals as proposals

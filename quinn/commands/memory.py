@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from quinn.agent.forgetting import described, forget_by_id
+from quinn.agent import forgetting
 from quinn.commands.database import DATABASE_ONLY
 from quinn.commands.output import progress_bar
 from quinn.config import Config, resolve_secrets
@@ -258,13 +258,13 @@ def forget_memory(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory forget ID``."""
     with open_store(config) as store:
         old = _required(store.get(args.id), args.id)
-        elsewhere = forget_by_id(store, args.id, reason=args.reason, allow_immutable=args.allow_immutable)
+        elsewhere = forgetting.forget_by_id(store, args.id, reason=args.reason, allow_immutable=args.allow_immutable)
         _audit(store, "forget memory", old, args.reason)
     if args.json:
         return _print_json({"id": args.id, "forgotten": True, "elsewhere": elsewhere})
     print(f"memory {args.id} is forgotten (out of retrieval, kept in history until a purge)")
     if elsewhere:
-        print(f"also taken out of: {described(elsewhere)}")
+        print(f"also taken out of: {forgetting.described(elsewhere)}")
     return 0
 
 

@@ -16,8 +16,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from quinn.agent import audit_log, known, opted_out_among, reply_trace, usage
-from quinn.agent.forgetting import described, forget_by_id
+from quinn.agent import audit_log, forgetting, known, opted_out_among, reply_trace, usage
 from quinn.console import draft_pages
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.db import Database
@@ -170,8 +169,8 @@ def forget(console: Console) -> Endpoint:
         reason = change_reason(admin.name, "forgotten", form_of(request))
         store = console.store
         before = await store.db.run(store.get, memory_id)
-        elsewhere = await store.db.run(forget_by_id, store, memory_id, reason=reason)
-        also = f"also out of: {described(elsewhere)}" if elsewhere else ""
+        elsewhere = await store.db.run(forgetting.forget_by_id, store, memory_id, reason=reason)
+        also = f"also out of: {forgetting.described(elsewhere)}" if elsewhere else ""
         detail = "; ".join(d for d in (why_of(form_of(request)), also) if d)
         return await memory_changed(console, admin.name, "forget memory", memory_id, before, detail)
 
