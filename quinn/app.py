@@ -14,9 +14,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
+from quinn import confined
 from quinn.agent import LLM, TEMPLATE_NAMES, Agent, Answer, PromptStore
 from quinn.clock import Clock
 from quinn.config import Config
+from quinn.confined import ChildFailed
 from quinn.db import Database
 from quinn.engine.conversation import Asked, Conversation
 from quinn.engine.digests import send_digests
@@ -110,6 +112,10 @@ class Quinn:
         self.parts.connect_delivery(self._db, self._imap)
         if self.mailbox.connected:
             await self.folder.resync()
+        try:  # the parsing children's fork server, before the first mail is read (quinn/confined.py)
+            await asyncio.to_thread(confined.warm)
+        except ChildFailed as exc:
+            log.warning("the parser's fork server did not start (%s); the first mail starts it", exc)
         mode = ("IDLE" if self.mailbox.can_idle else "polling") if self.mailbox.connected else "not connected yet"
         log.info("quinn started: %s, folder %s, uidvalidity %s, %s", self.mailbox.where, c.imap.folder,
                  self.mailbox.uidvalidity, mode)  # fmt: skip
