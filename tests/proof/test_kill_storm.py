@@ -62,6 +62,11 @@ def answer(request: RecordedRequest) -> Json | Text:
     return Text("Water the tomatoes in the morning.")
 
 
+# Hundreds of replies within minutes, to mail appended without an MX stamp: the outbound caps (issue 30) would
+# defer most of it for an hour, and these proofs are about crashes, not caps.
+NO_CAPS = "[policy]\nmax_unauthenticated_replies_per_hour = 1000\nmax_replies_per_domain_per_hour = 1000\n"
+
+
 def fill_mailbox(dovecot, quinn: str, senders: list[str], per_sender: int) -> tuple[dict[str, str], set[str]]:
     """Append ``per_sender`` legitimate mails of each sender and one automatic mail to Quinn's inbox; returns the
     Message-IDs that must be answered once (with their sender) and those never to be answered."""
@@ -95,7 +100,7 @@ def test_kill_storm(dovecot, smtp_lab, llm_server, lab_config, quinn_daemon, use
     rng = random.Random(20261122)
     llm_server.responder = answer
     service = f"[service]\nmails_in_flight = {in_flight}\n" if in_flight else ""
-    config = lab_config(extra='[embeddings]\nbackend = "none"\n' + service)
+    config = lab_config(extra='[embeddings]\nbackend = "none"\n' + service + NO_CAPS)
     quinn = config.address
     senders = [users(f"user{i}") for i in range(USERS)]
     expected, never = fill_mailbox(dovecot, quinn, senders, MAILS_PER_USER)

@@ -18,7 +18,7 @@ import pytest
 
 from quinn.db import Database
 from quinn.lab.wait import WaitTimeout, wait_for
-from tests.proof.test_kill_storm import answer, fill_mailbox, replies_by_parent
+from tests.proof.test_kill_storm import NO_CAPS, answer, fill_mailbox, replies_by_parent
 from tests.scheduler.test_runner import private_sqld  # noqa: F401  (a fixture: a fresh sqld of this test's own)
 
 USERS = 10
@@ -32,7 +32,7 @@ def test_two_daemons_share_the_mailbox_and_one_is_killed(request, dovecot, smtp_
     server = request.getfixturevalue("private_sqld")
     rng = random.Random()
     llm_server.responder = answer
-    extra = f'[embeddings]\nbackend = "none"\n[service]\nmail_lease_s = {LEASE_S}\n'
+    extra = f'[embeddings]\nbackend = "none"\n[service]\nmail_lease_s = {LEASE_S}\n' + NO_CAPS
     config = lab_config(extra=extra, db_path=server.url)
     quinn = config.address
     senders = [users(f"user{i}") for i in range(USERS)]
