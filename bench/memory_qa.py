@@ -409,6 +409,18 @@ def summarise(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     return summary
 
 
+def write_result(args: argparse.Namespace, result: dict[str, Any], markdown: Any, plot: Any) -> dict[str, Any]:
+    """``result`` as ``args.out/args.name`` .json, .md (``markdown``) and, unless ``args.no_plot``, .png
+    (``plot``): how this benchmark and bench.long_memory write what they measured."""
+    out, name = args.out, args.name
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    (out / f"{name}.md").write_text(markdown(result), encoding="utf-8")
+    if not args.no_plot:
+        plot(result, out / f"{name}.png")
+    return result
+
+
 def read_part(parser: argparse.ArgumentParser, path: Path, benchmark: str = "memory_qa") -> dict[str, Any]:
     """One part's JSON of ``benchmark``, or a usage error that names the file and what is wrong with it."""
     try:
@@ -617,14 +629,7 @@ class Run:
 
     def write(self) -> dict[str, Any]:
         """JSON, Markdown and (unless --no-plot) the PNG of what is done so far."""
-        result = self.result()
-        out, name = self.args.out, self.args.name
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
-        (out / f"{name}.md").write_text(markdown(result), encoding="utf-8")
-        if not self.args.no_plot:
-            plot(result, out / f"{name}.png")
-        return result
+        return write_result(self.args, self.result(), markdown, plot)
 
 
 async def run(state: Run, target: Target, workdir: Path) -> None:

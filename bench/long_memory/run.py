@@ -15,7 +15,6 @@ learnt from, the baseline prompt); only the import, the live mails, BM25 and the
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 
 from bench.long_memory.data import Person, build, question_mail
 from bench.long_memory.report import Scored, markdown, plot, score, summarise
-from bench.memory_qa import Bench, Target
+from bench.memory_qa import Bench, Target, write_result
 from quinn.agent.context import ThreadMessage
 from quinn.engine.importing import Importer
 from quinn.mailbox import open_source
@@ -189,14 +188,7 @@ class Run:
         }
 
     def write(self) -> dict[str, Any]:
-        result = self.result()
-        out, name = self.args.out, self.args.name
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
-        (out / f"{name}.md").write_text(markdown(result), encoding="utf-8")
-        if not self.args.no_plot:
-            plot(result, out / f"{name}.png")
-        return result
+        return write_result(self.args, self.result(), markdown, plot)
 
 
 def people_of(args: argparse.Namespace) -> list[Person]:
