@@ -40,12 +40,13 @@ from bench.conversations import Dataset, Message, Question
 from bench.machine import ROOT, machine_info, require_matplotlib
 from bench.rankings import SCRATCH, build_scratch, legs, methods, user_index
 from bench.retrieval_quality import ingest, kinds, mean_scores, paraphrase_overlap, score
+from quinn.config import MemoryConfig
 from quinn.db import Database
 from quinn.memory import MemoryStore
 from quinn.memory.embed import Embedder
 from quinn.memory.models import utcnow
 from quinn.memory.query import named_days, query_parts
-from quinn.memory.search import CONVEX, SHIPPED, Recipe, hybrid_search
+from quinn.memory.search import CONVEX, LINES, SHIPPED, Recipe, hybrid_search, relevant
 
 DATA = ROOT / "bench" / "data" / "real_recall.json"
 RESULTS = ROOT / "bench" / "results"
@@ -56,27 +57,34 @@ BM25 = "bm25 (porter, stop words dropped: today)"
 DENSE = "vector"
 RRF = "rrf k=60"
 HYBRID = "hybrid before issue 31 (search.py at c7b109b)"
-HEADLINE = (BM25, DENSE, RRF, HYBRID, "shipped: rrf + named days (search.py now)")
+SHIPPED_NAME = "shipped: rrf (centred cosine) + named days + conversations (search.py now)"
+LINES_NAME = "rrf + named days, each line alone (shipped before)"
+HEADLINE = (BM25, DENSE, RRF, HYBRID, SHIPPED_NAME)
 
-# (store, user, question) -> (memory id, raw cosine or None) per hit, best first
-Search = Callable[[MemoryStore, str, str], list[tuple[int, float | None]]]
+# (store, user, question) -> (memory id, raw cosine or None, a query word in it or its neighbour) per hit
+Search = Callable[[MemoryStore, str, str], list[tuple[int, float | None, bool]]]
 
 
 def _search(recipe: Recipe) -> Search:
     return lambda store, user, q: [
-        (h.memory.id, h.vector_similarity) for h in hybrid_search(store, user, q, k=DEPTH, touch=False, recipe=recipe)
+        (h.memory.id, h.vector_similarity, h.worded)
+        for h in hybrid_search(store, user, q, k=DEPTH, touch=False, recipe=recipe)
     ]
 
 
-SHIPPED_NAME = "shipped: rrf + named days (search.py now)"
 # What search.py ran before issue 31 (centred cosine, per-user IDF, convex 0.8/0.2, importance/recency), what it
 # runs now, and the shipped recipe less one part at a time: the ablations.
 SEARCHES: dict[str, Search] = {
     HYBRID: _search(CONVEX),
+    LINES_NAME: _search(LINES),
     SHIPPED_NAME: _search(SHIPPED),
+    "shipped less neighbours": _search(replace(SHIPPED, neighbours=False)),
+    "shipped less conversation bm25": _search(replace(SHIPPED, conversations=False)),
+    "shipped less conversation centroids": _search(replace(SHIPPED, centroids=False)),
+    "shipped, conversations by day only (no session known)": _search(replace(SHIPPED, sessions=False)),
     "shipped less named days": _search(replace(SHIPPED, days=False)),
     "shipped with parts": _search(replace(SHIPPED, parts=True)),
-    "shipped with centred cosine": _search(replace(SHIPPED, centred=True)),
+    "shipped with raw cosine (not centred)": _search(replace(SHIPPED, centred=False)),
 }
 # An ablation that cannot change a question's answer is not run for it: the shipped hits stand in.
 SAME_AS_SHIPPED: dict[str, Callable[[str], bool]] = {
@@ -124,10 +132,27 @@ def load_real(path: Path, quick: bool) -> dict[str, Dataset] | None:
     return out
 
 
+class Remembered:
+    """The store's embedder, each text embedded once: every method searches with the same question, and the
+    model's forward pass (not the search) was most of a run's time."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_id, self.dim = inner.model_id, inner.dim
+        self.seen: dict[str, np.ndarray] = {}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.seen]
+        if missing:
+            self.seen.update(zip(missing, self.inner.embed(missing), strict=True))
+        return np.stack([self.seen[t] for t in texts]) if texts else np.zeros((0, self.dim), dtype=np.float32)
+
+
 def evaluate(store: MemoryStore, data: Dataset, memory_to_message: dict[int, str]) -> list[dict[str, Any]]:
     """Every question through every method; per question: its scores and the gold turns' ranks per method."""
     assert store.embedder is not None
     build_scratch(store.db)
+    store.embedder = Remembered(store.embedder)
     vectors = store.embedder.embed([" ".join(q.text.split()) for q in data.questions])
     now = utcnow()
     indexes: dict[str, Any] = {}
@@ -139,14 +164,15 @@ def evaluate(store: MemoryStore, data: Dataset, memory_to_message: dict[int, str
         index = indexes[q.user]
         leg = legs(store.db, q.user, index, q.text, np.asarray(vector, dtype=np.float32))
         ranked = {name: method(leg, index) for name, method in every.items()}
-        searched: dict[str, list[tuple[int, float | None]]] = {}
+        searched: dict[str, list[tuple[int, float | None, bool]]] = {}
         for name, search in SEARCHES.items():
             same = SAME_AS_SHIPPED.get(name)
             searched[name] = searched[SHIPPED_NAME] if same and same(q.text) else search(store, q.user, q.text)
-        ranked |= {name: [mid for mid, _sim in hits] for name, hits in searched.items()}
+        ranked |= {name: [mid for mid, _sim, _worded in hits] for name, hits in searched.items()}
         row: dict[str, Any] = {"id": q.id, "kind": q.kind, "question": q.text, "answers": list(q.answers)}
-        # For the cutoff: the shipped search's hits, their cosine, and which are gold.
-        row["shipped hits"] = [[sim, memory_to_message[mid] in q.answers] for mid, sim in searched[SHIPPED_NAME]]
+        # For the cutoff: the shipped search's hits, their cosine, whether a query word found them, which are gold.
+        row["shipped hits"] = [[sim, worded, memory_to_message[mid] in q.answers]
+                               for mid, sim, worded in searched[SHIPPED_NAME]]  # fmt: skip
         for method, ids in ranked.items():
             found = [memory_to_message[i] for i in ids[:DEPTH]]
             row[method] = score(found, q.answers)
@@ -171,14 +197,16 @@ def _stored(store: MemoryStore) -> dict[int, str]:
 
 
 CUTOFFS = tuple(round(0.05 * i, 2) for i in range(0, 15))
+DEFAULT_CUTOFF = MemoryConfig.model_fields["recall_min_similarity"].default  # quinn/config.py
 
 
-def cutoff_curve(rows: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """The shipped search's top 10 cut at raw cosine >= t (a hit without a cosine counts 0): recall@10 kept,
-    precision of what is kept, hits kept per question (what reaches a prompt)."""
+def cutoff_curve(rows: list[dict[str, Any]], words: bool = True) -> list[dict[str, float]]:
+    """The shipped search's top 10 cut as ``search.relevant`` cuts it at ``recall_min_similarity`` t (``words``
+    False: by cosine alone; a hit without a cosine counts 0): recall@10 kept, precision of what is kept, hits kept
+    per question (what reaches a prompt)."""
     out = []
     for t in CUTOFFS:
-        kept = [[gold for sim, gold in r["shipped hits"] if (sim or 0.0) >= t] for r in rows]
+        kept = [[gold for sim, worded, gold in r["shipped hits"] if relevant(words and worded, sim, t)] for r in rows]
         shown = sum(len(k) for k in kept)
         recall = float(np.mean([sum(k) / len(r["answers"]) for k, r in zip(kept, rows, strict=True)]))
         out.append({
@@ -222,6 +250,7 @@ def run_set(data: Dataset, embedder: Embedder, db: Path | None = None) -> dict[s
         "evaluate_s": round(evaluate_s, 1),
         "summary": summarise(rows),
         "cutoff": cutoff_curve(rows),
+        "cutoff_cosine_only": cutoff_curve(rows, words=False),
         "questions": rows,
     }
 
@@ -285,29 +314,52 @@ def plot(sets: dict[str, dict[str, Any]], path: Path, shown: Sequence[str]) -> N
 
 
 def plot_cutoff(sets: dict[str, dict[str, Any]], path: Path) -> None:
-    """Precision against recall@10 of the shipped search as the cosine cutoff rises, one line per set."""
+    """Precision against recall@10 of the shipped search as the cutoff rises, one colour per set: the shipped
+    rule (a query word, or the cosine) solid, the cosine alone dashed; the default marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for name, r in sets.items():
-        curve = r["cutoff"]
-        axes[0].plot([c["recall@10"] for c in curve], [c["precision"] for c in curve], marker="o", label=name)
-        axes[1].plot([c["cosine_at_least"] for c in curve], [c["hits_per_question"] for c in curve], label=name)
+    for n, (name, r) in enumerate(sets.items()):
+        colour = f"C{n}"
+        for key, style, label in (("cutoff", "-", name), ("cutoff_cosine_only", "--", f"{name}, cosine only")):
+            curve = r[key]
+            axes[0].plot([c["recall@10"] for c in curve], [c["precision"] for c in curve], style, color=colour,
+                         marker="o", markersize=3, label=label)  # fmt: skip
+            axes[1].plot([c["cosine_at_least"] for c in curve], [c["hits_per_question"] for c in curve], style,
+                         color=colour, label=label)  # fmt: skip
+        default = next(c for c in r["cutoff"] if c["cosine_at_least"] == DEFAULT_CUTOFF)
+        axes[0].plot([default["recall@10"]], [default["precision"]], "k*", markersize=10)
+    axes[1].axvline(DEFAULT_CUTOFF, color="k", lw=0.8, ls=":")
     axes[0].set_xlabel("recall@10 kept")
     axes[0].set_ylabel("precision of the hits kept")
-    axes[0].set_title("cosine cutoff 0 to 0.7 (right to left)")
-    axes[1].set_xlabel("cutoff: raw cosine at least")
+    axes[0].set_title(f"cutoff 0 to 0.7 (right to left); * = default {DEFAULT_CUTOFF}")
+    axes[1].set_xlabel("[memory] recall_min_similarity (cosine)")
     axes[1].set_ylabel("hits kept per question (of 10)")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.suptitle("Relevance cutoff on the shipped search (all-MiniLM-L6-v2)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def cutoff_table(sets: dict[str, dict[str, Any]]) -> str:
+    """Markdown: recall@10 kept / precision / hits per question at a few cutoffs, shipped rule and cosine only."""
+    shown = (0.0, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+    lines = ["", "Relevance cutoff on the shipped top 10 (recall@10 kept / precision / hits kept per question); "
+             "rule: a query word in the memory or its neighbour, or cosine >= t", ""]  # fmt: skip
+    lines += ["| set, rule | " + " | ".join(f"t={t}" for t in shown) + " |", "|---|" + "---:|" * len(shown)]
+    for name, r in sets.items():
+        for key, label in (("cutoff", "word or cosine"), ("cutoff_cosine_only", "cosine only")):
+            at = {c["cosine_at_least"]: c for c in r[key]}
+            cells = [f"{at[t]['recall@10']:.3f} / {at[t]['precision']:.3f} / {at[t]['hits_per_question']:.1f}"
+                     for t in shown]  # fmt: skip
+            lines.append(f"| {name}, {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None) -> dict[str, Any] | None:
@@ -345,7 +397,7 @@ def main(argv: Sequence[str] | None = None, *, embedder: Embedder | None = None)
         name: run_set(d, model, args.db_dir / f"{name}{'-quick' if args.quick else ''}.db" if args.db_dir else None)
         for name, d in data.items()
     }
-    text = table(sets)
+    text = table(sets) + "\n" + cutoff_table(sets)
     print(text)
     report = {
         "benchmark": "real_recall",

@@ -78,7 +78,7 @@ def ingest(store: MemoryStore, messages: Sequence[Message]) -> dict[int, str]:
         batch = messages[start : start + 256]
         new = store.add_many(
             [NewMemory(user_id=m.user, content=m.indexed_text, scope="episodic", type="context", valid_from=m.at,
-                       metadata={"message_id": m.id, "session": m.session}) for m in batch]
+                       metadata={"message_id": m.id, "source": {"session_id": m.session}}) for m in batch]
         )  # fmt: skip
         ids.update(zip(new, (m.id for m in batch), strict=True))
     return ids

@@ -465,6 +465,13 @@ class MemoryConfig(Section):
         "large model each get what fits; unset without it: 1200.",
     )  # fmt: skip
     search_k: int = Field(default=10, ge=1, le=100, description="Memories retrieved per email before budgeting.")
+    recall_min_similarity: float = Field(
+        default=0.0, ge=0, le=1,
+        description="A retrieved memory or past-mail passage reaches the prompt only when a word of the email is in "
+        "it (for a memory: or in the line next to it in its conversation) or it is at least this similar (cosine) "
+        "to the email; when none is left the prompt says nothing was recalled. 0 (the default) keeps every hit: "
+        "on real conversations the cosine did not tell relevant hits from the rest (bench/results/real_recall.md).",
+    )  # fmt: skip
     domain_min_similarity: float = Field(
         default=0.35, ge=0, le=1,
         description="An email belongs to a domain when its text is at least this similar (cosine) to the "

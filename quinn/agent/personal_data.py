@@ -133,6 +133,7 @@ MAP: tuple[Holder, ...] = (
     ),
     *_fts("memories_fts", "quinn.memory.store", "memories"),
     Holder("memory_vector_stamp", "quinn.memory.store", {}, "-", "-", "-", "-", "-", "-"),
+    Holder("memory_text_stamp", "quinn.memory.conversations", {}, "-", "-", "-", "-", "-", "-"),
     Holder(
         "memory_retrievals",
         "quinn.memory.retrievals",

@@ -51,6 +51,7 @@ from quinn.memory import (
     hybrid_search,
     linked_hits,
     record_retrievals,
+    relevant,
     search_passages,
     user_passages,
     versions_of,
@@ -113,10 +114,12 @@ def shown_memory_ids(variables: dict[str, Any]) -> list[int]:
     return sorted({int(found) for found in MEMORY_CITATION.findall(text)})
 
 
-def source_of(email: InboundEmail) -> dict[str, Any]:
-    """The ``source`` metadata every memory learnt from ``email`` carries."""
-    return {"source": {"message_id": email.message_id, "subject": email.subject,
-                       "date": email.date.isoformat() if email.date else None}}  # fmt: skip
+def source_of(email: InboundEmail, session_id: str | None = None) -> dict[str, Any]:
+    """The ``source`` metadata every memory learnt from ``email`` carries; ``session_id``, its thread, makes the
+    memories of one conversation rank together (quinn/memory/conversations.py)."""
+    source = {"message_id": email.message_id, "subject": email.subject,
+              "date": email.date.isoformat() if email.date else None}  # fmt: skip
+    return {"source": source | ({"session_id": session_id} if session_id else {})}
 
 
 def recallable(email: InboundEmail) -> bool:
@@ -179,6 +182,7 @@ class Agent:
                 log.info("mail %s: domains %s", email.message_id, ", ".join(f"{m.name} ({m.reason})" for m in matches))
             # Twice k: memories of other domains are dropped after search, in context assembly.
             hits = hybrid_search(store, user, query, k=c.memory.search_k * 2, include_global=True, touch=False)
+            hits = [h for h in hits if relevant(h.worded, h.vector_similarity, c.memory.recall_min_similarity)]
             hits = linked_hits(store, user, query, hits)  # memories tied to entities the mail names
             # Past conversation (issue 14): not this mail, not what the thread buffer shows verbatim, and with
             # others on the mail only what each of them saw; the knowledge base's (`quinn kb`) for everyone.
@@ -186,6 +190,7 @@ class Agent:
             others = others_on_thread(email, user, c.smtp.from_address)
             passages = search_passages(store, user, query, k=c.memory.search_k, exclude_message_ids=buffered,
                                        others=others, domains=domains)  # fmt: skip
+            passages = [p for p in passages if relevant(p.worded, p.similarity, c.memory.recall_min_similarity)]
             # Issue 32: the version each memory replaced ("earlier: X (until DATE)"), and the person's whole
             # past mail when it may fit the budget (context.recall_blocks decides; about four characters a token).
             earlier = earlier_versions(store.db, [*profile, *(h.memory for h in hits)])
@@ -296,7 +301,7 @@ class Agent:
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
-            domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email),
+            domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email, session_id),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
             keep_secrets=asked_to_keep(email.text),
             grounding=Grounding.of([email.text, *(d.text for d in documents if not d.error)],

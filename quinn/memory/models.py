@@ -171,6 +171,7 @@ class SearchHit:
     score: float
     vector_similarity: float | None = None
     bm25_rank: int | None = None
+    worded: bool = False  # a content word of the query is in it or in a neighbour of its conversation
 
     @property
     def id(self) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from quinn.db import Database
+from quinn.memory.conversations import ConversationCache
 from quinn.memory.embed import Embedder
 from quinn.memory.models import Memory
 from quinn.memory.vectors import VectorCache
@@ -28,6 +29,7 @@ class StoreParts(Protocol):
     db: Database
     embedder: Embedder | None
     vector_cache: VectorCache | None
+    conversations: ConversationCache
 
     def first_time(self, key: str) -> bool: ...
 

@@ -127,6 +127,7 @@ class PassageHit:
     passage: Passage
     score: float
     similarity: float | None = None
+    worded: bool = False  # a content word of the query is in it
 
 
 def split_passages(text: str, size: int = PASSAGE_CHARS, overlap: int = OVERLAP_CHARS) -> list[str]:
@@ -442,7 +443,7 @@ def search_passages(
         [*best, *params],
     )
     found = {int(row[0]): Passage.from_row(row) for row in rows}
-    return [PassageHit(found[pid], fused[pid], similarities.get(pid)) for pid in best if pid in found]
+    return [PassageHit(found[pid], fused[pid], similarities.get(pid), pid in lexical) for pid in best if pid in found]
 
 
 def _lexical_scores(

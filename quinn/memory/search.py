@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from quinn.db import Row
+from quinn.memory import conversations
 from quinn.memory.filters import CURRENT, memory_filter, normalise_user
 from quinn.memory.lexical import CANDIDATES, content_words, lexical_scores
 from quinn.memory.models import MEMORY_COLUMNS, Memory, SearchHit, utcnow
@@ -75,7 +76,11 @@ class Recipe:
     from the mean of the user's vectors (``Centre``). ``days``: a day the question names adds both legs again,
     restricted to the memories of that day (``query.named_days``). ``parts``: a short question in several
     parts adds both legs for each part (``query.query_parts``). ``reweight``: importance and recency reorder
-    the fused top, gently (``_weight``). ``days`` and ``parts`` need "rrf".
+    the fused top, gently (``_weight``). The conversation rankings (``conversations.py``): ``neighbours``, a
+    memory's lexical score plus its neighbours' in its conversation; ``conversations``, BM25 over whole
+    conversations; ``centroids``, the cosine to each conversation's mean vector; ``sessions``, a conversation
+    is a memory's source session where known, else its day (False: always its day). ``days``, ``parts`` and
+    the conversation rankings need "rrf".
     """
 
     fusion: str = "rrf"
@@ -83,12 +88,22 @@ class Recipe:
     days: bool = True
     parts: bool = True
     reweight: bool = True
+    neighbours: bool = True
+    conversations: bool = True
+    centroids: bool = True
+    sessions: bool = True
 
 
-CONVEX = Recipe(fusion="convex", centred=True, days=False, parts=False)  # search.py from issue 14 to issue 31
+# search.py from issue 14 to issue 31
+CONVEX = Recipe(fusion="convex", centred=True, days=False, parts=False, neighbours=False, conversations=False,
+                centroids=False)  # fmt: skip
+# The first RRF of issue 31: both legs (raw cosine) and the named days, each line ranked on its own.
+LINES = Recipe(parts=False, neighbours=False, conversations=False, centroids=False)
 # Per-part legs added nothing on the real development set and cost multi-hop questions 0.018 (bench/results/
 # real_recall.md, "shipped less parts"): measured, kept selectable, not shipped.
-SHIPPED = Recipe(parts=False)
+# The conversation rankings lift recall@10 on both real sets, on every kind of question; the centred cosine wins on
+# all four sets (bench/results/real_recall.md). Both without a weight to tune.
+SHIPPED = Recipe(centred=True, parts=False)
 
 
 def rank_columns(alias: str) -> str:
@@ -222,6 +237,12 @@ def hybrid_search(
     rankings = [_ranking(vector_ranks), _ranking(fts_scores, lexical=True)]
     for leg_where, leg_params, text, leg_vectors in extra:
         rankings += _extra_legs(store, leg_where, leg_params, text, leg_vectors, found, cached, centred, owners)
+    worded = set(fts_scores)  # a query word in the memory, or (below) in a neighbour of its conversation
+    if rrf_fusion and user_id is not None and (recipe.neighbours or recipe.conversations or recipe.centroids):
+        legs, near = _conversation_legs(store, where, params, owners[0], " ".join(chunks), fts_scores, rankings,
+                                        vectors, cached if len(owners) == 1 else None, found, recipe)  # fmt: skip
+        rankings += legs
+        worded |= near
     if vectors is not None:
         # A memory found by one leg only keeps its true cosine (for the hit, and the convex fusion: counted as 0
         # there, it would bury every memory that only one leg ranked high, the "missing score" problem).
@@ -249,7 +270,7 @@ def hybrid_search(
             continue
         similarity = vector_ranks[mid][1] if mid in vector_ranks else None
         bm25_rank = fts_scores[mid][0] if mid in fts_scores else None
-        hits.append(SearchHit(memories[mid], score, similarity, bm25_rank))
+        hits.append(SearchHit(memories[mid], score, similarity, bm25_rank, mid in worded))
     if touch and hits:
         strengthen(store, [h.memory.id for h in hits], now)
     return hits
@@ -270,6 +291,37 @@ def _extra_legs(
         ranks, _centre = _vector_leg(store, where, params, vectors, found, cached, {}, centred)
         out.append(_ranking(ranks))
     return out
+
+
+def relevant(worded: bool, similarity: float | None, min_similarity: float) -> bool:
+    """The relevance cutoff of what reaches a prompt (``[memory] recall_min_similarity``): a hit a word of the
+    query found (in it, or for a memory in a neighbour of its conversation), or at least ``min_similarity``
+    close by cosine. Rank fusion ranks every candidate; this says which are worth a prompt's tokens."""
+    return worded or (similarity or 0.0) >= min_similarity
+
+
+def _conversation_legs(
+    store: StoreParts, where: str, params: Sequence[Any], user: str | None, text: str,
+    fts_scores: dict[int, tuple[int, float]], rankings: list[list[tuple[int, float | None]]],
+    vectors: np.ndarray | None, cached: Matrix | None, found: dict[int, Row], recipe: Recipe,
+) -> tuple[list[list[tuple[int, float | None]]], set[int]]:  # fmt: skip
+    """The conversation rankings (``conversations.py``), each cut to the memories the filters keep (the rows of
+    memories no other leg found join ``found``), and the memories whose neighbour holds a query word."""
+    index = store.conversations.index(store.db, user, recipe.sessions)
+    lexical = {mid: coverage for mid, (_rank, coverage) in fts_scores.items()}
+    queries = _unit(vectors) if vectors is not None and len(vectors) else None
+    legs = conversations.rankings(index, lexical, text, rrf(rankings), cached, queries, neighbours=recipe.neighbours,
+                                  conversations=recipe.conversations, centroids=recipe.centroids)  # fmt: skip
+    new = sorted({mid for leg in legs for mid, _score in leg if mid not in found})
+    for start in range(0, len(new), 500):
+        chunk = new[start : start + 500]
+        rows = store.db.query(
+            f"SELECT {rank_columns('m')} FROM memories m WHERE {where} AND m.id IN ({','.join('?' * len(chunk))})",
+            [*params, *chunk],
+        )
+        found.update({int(row[0]): row for row in rows})
+    near = {n for mid in lexical for n in index.neighbours(mid)} if recipe.neighbours else set()
+    return [[(mid, score) for mid, score in leg if mid in found] for leg in legs], near
 
 
 def _ranking(ranks: dict[int, tuple[int, float]], lexical: bool = False) -> list[tuple[int, float | None]]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from quinn.db import Database, Transaction
 from quinn.errors import StoreError
+from quinn.memory.conversations import ConversationCache
 from quinn.memory.embed import Embedder, default_embedder
 from quinn.memory.filters import memory_filter, normalise_user
 from quinn.memory.models import (
@@ -80,6 +81,7 @@ class MemoryStore:
         self.embedder = embedder
         self.vector_cache = VectorCache(vector_cache_mb) if vector_cache_mb > 0 else None
         self.passage_cache = PassageVectors(vector_cache_mb) if vector_cache_mb > 0 else None
+        self.conversations = ConversationCache()
         self._done_once: set[str] = set()
         self._access_writer: Future[int] | None = None  # the batch of retrieval counts being written, if any
         self._access_lock = threading.Lock()
@@ -514,7 +516,7 @@ class MemoryStore:
                         "second `quinn console`, Litestream?), so the deleted rows' bytes are still in it; they "
                         "leave it at the next vacuum once that reader is done (`quinn database vacuum`)",
                         user)  # fmt: skip
-        for cache in (self.vector_cache, self.passage_cache):
+        for cache in (self.vector_cache, self.passage_cache, self.conversations):
             if cache is not None:
                 cache.forget(user)
         log.info("purged user %s: %s", user, counts)

@@ -413,3 +413,24 @@ async def test_time_bound_facts_expire_and_finished_goals_close(make_quinn, mail
     assert "Alice wants to finish her thesis draft" not in system  # the closed goal is not presented...
     assert "still working on my thesis" not in system  # ...nor recalled from its mail (issue 14)
     assert "I submitted the thesis draft" in system  # the mail that closed it is what recall brings
+
+
+async def test_with_a_relevance_cutoff_an_unrelated_memory_stays_out_and_the_prompt_says_nothing_was_recalled(
+    make_quinn, mail_lab, brain: Brain
+) -> None:
+    """``[memory] recall_min_similarity`` (issue 31): a hit with no word of the mail in it and a cosine below the
+    cutoff does not reach the prompt; a hit that shares a word does, whatever its cosine."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn("[memory]\nrecall_min_similarity = 0.5\n")
+    brain.learn["Rex"] = {**NOTHING, "new": [{"content": "Alice has a dog called Rex.", "type": "fact"}]}
+    await quinn.send(alice, "News", "We got a dog, his name is Rex.", date=DAY0)
+    await quinn.send(alice, "Tax", "What is the deadline for my tax return?", date=DAY0 + timedelta(days=3))
+    await quinn.send(alice, "Walks", "How often should Rex go out?", date=DAY0 + timedelta(days=4))
+    quinn.replies(alice, 3)
+
+    stored = quinn.query("SELECT content FROM memories WHERE user_id = ? AND active = 1", (alice,))
+    assert ("Alice has a dog called Rex.",) in stored
+    unrelated = brain.context("deadline for my tax return")
+    assert "Alice has a dog called Rex." not in unrelated and "[memory:" not in unrelated
+    worded = brain.context("How often should Rex")
+    assert "Alice has a dog called Rex." in worded
