@@ -101,8 +101,9 @@ CONVEX = Recipe(fusion="convex", centred=True, days=False, parts=False, neighbou
 LINES = Recipe(parts=False, neighbours=False, conversations=False, centroids=False)
 # Per-part legs added nothing on the real development set and cost multi-hop questions 0.018 (bench/results/
 # real_recall.md, "shipped less parts"): measured, kept selectable, not shipped.
-# The conversation rankings lift recall@10 on both real sets, on every kind of question; the centred cosine wins on
-# all four sets (bench/results/real_recall.md). Both without a weight to tune.
+# The conversation rankings lift recall@10 on both real sets, on every kind of question; the centred cosine adds
+# 0.008 on FriendsQA and on both generated sets and costs Topical-Chat 0.013 (bench/results/real_recall.md,
+# "shipped with raw cosine"). Neither has a weight to tune.
 SHIPPED = Recipe(centred=True, parts=False)
 
 
