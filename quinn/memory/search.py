@@ -298,7 +298,7 @@ def relevant(worded: bool, similarity: float | None, min_similarity: float) -> b
     """The relevance cutoff of what reaches a prompt (``[memory] recall_min_similarity``): a hit a word of the
     query found (in it, or for a memory in a neighbour of its conversation), or at least ``min_similarity``
     close by cosine. Rank fusion ranks every candidate; this says which are worth a prompt's tokens."""
-    return worded or (similarity or 0.0) >= min_similarity
+    return worded or min_similarity <= 0.0 or (similarity or 0.0) >= min_similarity  # 0 keeps a negative cosine
 
 
 def _conversation_legs(

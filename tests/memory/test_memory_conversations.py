@@ -122,7 +122,7 @@ def test_conversation_rankings_bring_nothing_the_filters_keep_out(store: MemoryS
 def test_relevance_cutoff_keeps_a_worded_hit_or_a_close_one():
     assert relevant(True, 0.0, 0.5) and relevant(True, None, 0.9)  # a word of the query found it
     assert relevant(False, 0.6, 0.5) and not relevant(False, 0.4, 0.5) and not relevant(False, None, 0.1)
-    assert relevant(False, None, 0.0)  # 0 keeps every hit
+    assert relevant(False, None, 0.0) and relevant(False, -0.01, 0.0)  # 0 keeps every hit
 
 
 def test_hits_say_whether_a_word_of_the_query_found_them(store: MemoryStore):
