@@ -21,7 +21,10 @@ A memory's conversation is the session (mail thread) it was learnt in, recorded 
 ``source.session_id``; a memory without one belongs to the conversation of its day (``valid_from``, UTC), the
 memories a person gave on one day. Only current memories count (a forgotten or replaced memory's words raise
 nothing). The terms and the member lists are kept per user in memory and stay coherent through
-``memory_text_stamp`` (migration 0024), bumped by triggers on every write that moves them.
+``memory_text_stamp`` (migration 0024), bumped by triggers on every write that moves them: a new memory is
+appended; after any other change the user's current ids and conversations are read again (not their text) and
+only the memories that left, moved or arrived are filed again, so a forget costs a user with 100k memories one
+narrow read, not a re-count of every word.
 """
 
 from __future__ import annotations
@@ -88,25 +91,51 @@ class Index:
     terms: dict[str, Counter[str]] = field(default_factory=dict)
     lengths: dict[str, int] = field(default_factory=dict)
     frequency: Counter[str] = field(default_factory=Counter)  # term -> conversations that hold it
+    words: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)  # memory id -> its term counts
     _centroids: tuple[tuple[int, ...], list[str], np.ndarray] | None = field(default=None, repr=False)
 
     def add(self, rows: Iterable[tuple[int, str, str | None, str]]) -> None:
+        """Memories (id, content, metadata, valid_from) into their conversations."""
         for mid, content, metadata, valid_from in rows:
             key = conversation_of(metadata, valid_from, self.sessions)
             self.conversation[mid] = key
-            self.members.setdefault(key, []).append(mid)
+            ids = self.members.setdefault(key, [])
+            if ids and ids[-1] > mid:
+                bisect.insort(ids, mid)
+            else:
+                ids.append(mid)
             counts = Counter(terms_of(content))
+            self.words[mid] = tuple(counts.items())
             held = self.terms.setdefault(key, Counter())
             self.frequency.update(t for t in counts if t not in held)
             held.update(counts)
             self.lengths[key] = self.lengths.get(key, 0) + sum(counts.values())
             self.last_id = max(self.last_id, mid)
 
+    def remove(self, mid: int) -> None:
+        """A memory out of its conversation (forgotten, replaced, moved): its words no longer count there."""
+        key = self.conversation.pop(mid, None)
+        if key is None:
+            return
+        ids = self.members[key]
+        del ids[bisect.bisect_left(ids, mid)]
+        held = self.terms[key]
+        for term, count in self.words.pop(mid, ()):
+            held[term] -= count
+            self.lengths[key] -= count
+            if held[term] <= 0:
+                del held[term]
+                self.frequency[term] -= 1
+                if self.frequency[term] <= 0:
+                    del self.frequency[term]
+        if not ids:
+            del self.members[key], self.terms[key], self.lengths[key]
+
     def centroids(self, cached: tuple[np.ndarray, np.ndarray]) -> tuple[list[str], np.ndarray]:
         """(conversations, their unit mean vectors) from the cached matrix, kept while the matrix and the index
         stay the same."""
         ids, matrix = cached
-        stamp = (id(matrix), len(ids), self.last_id, len(self.conversation))
+        stamp = (id(matrix), len(ids), self.last_id, len(self.conversation), len(self.members))
         if self._centroids is not None and self._centroids[0] == stamp:
             return self._centroids[1], self._centroids[2]
         members = np.fromiter(self.conversation, dtype=np.int64, count=len(self.conversation))
@@ -161,7 +190,8 @@ class ConversationCache:
         self._lock = threading.Lock()
 
     def index(self, db: Database, user_id: str | None, sessions: bool = True) -> Index:
-        """The user's index, current with the database (new rows appended; any other change rebuilds it).
+        """The user's index, current with the database: new rows are appended; after any other change the
+        user's current ids and conversations are read again (not their text) and only what differs is moved.
         ``sessions``: False groups by day only (an ablation)."""
         key = (user_id, sessions)
         row = db.query_one("SELECT inserts, changes FROM memory_text_stamp WHERE id = 1") or (0, 0)
@@ -172,24 +202,44 @@ class ConversationCache:
             with self._lock:
                 self._entries.move_to_end(key)
             return entry
-        fresh = Index(sessions) if entry is None or entry.stamp[1] != stamp[1] else entry
-        fresh.add(db.query(
-            f"SELECT id, content, metadata, valid_from FROM memories WHERE user_id IS ? AND id > ? AND {CURRENT}"
-            " ORDER BY id", (user_id, fresh.last_id),
-        ))  # fmt: skip
-        fresh.stamp = stamp
+        index = entry if entry is not None else Index(sessions)
+        if entry is not None and entry.stamp[1] != stamp[1]:
+            _resync(db, user_id, index)
+        else:
+            index.add(db.query(
+                f"SELECT id, content, metadata, valid_from FROM memories WHERE user_id IS ? AND id > ? AND {CURRENT}"
+                " ORDER BY id", (user_id, index.last_id),
+            ))  # fmt: skip
+        index.stamp = stamp
         with self._lock:
-            self._entries[key] = fresh
+            self._entries[key] = index
             self._entries.move_to_end(key)
             while len(self._entries) > self.users:
                 self._entries.popitem(last=False)
-        return fresh
+        return index
 
     def forget(self, user_id: str | None) -> None:
         """Drop the user's index now (after a purge)."""
         with self._lock:
             for key in [k for k in self._entries if k[0] == user_id]:
                 del self._entries[key]
+
+
+def _resync(db: Database, user_id: str | None, index: Index) -> None:
+    """Bring ``index`` to the user's current memories after a change: drop what left, re-file what moved to
+    another conversation, read the text of what is new."""
+    rows = db.query(f"SELECT id, metadata, valid_from FROM memories WHERE user_id IS ? AND {CURRENT}", (user_id,))
+    now = {int(mid): conversation_of(metadata, valid_from, index.sessions) for mid, metadata, valid_from in rows}
+    for mid in [m for m, key in index.conversation.items() if now.get(m) != key]:
+        index.remove(mid)
+    missing = sorted(m for m in now if m not in index.conversation)
+    for start in range(0, len(missing), 500):
+        chunk = missing[start : start + 500]
+        index.add(db.query(
+            f"SELECT id, content, metadata, valid_from FROM memories WHERE id IN ({','.join('?' * len(chunk))})"
+            " ORDER BY id", chunk,
+        ))  # fmt: skip
+    index._centroids = None
 
 
 def neighbour_ranking(index: Index, lexical: dict[int, float]) -> list[tuple[int, float | None]]:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from quinn.memory import MemoryStore, NewMemory
-from quinn.memory.conversations import conversation_of, terms_of
+from quinn.memory.conversations import ConversationCache, conversation_of, terms_of
 from quinn.memory.search import LINES, SHIPPED, hybrid_search, relevant
 
 ALICE = "alice@example.test"
@@ -102,6 +102,17 @@ def test_the_index_follows_forgets_and_new_memories(store: MemoryStore):
     again = store.conversations.index(store.db, ALICE)
     assert again is index and again.members["session:boat"][-1] == new and again.terms["session:boat"]["sail"] == 2
     assert answer in again.members["session:boat"]
+    # A memory replaced by a new version and another moved to another day: filed again, not rebuilt, and the
+    # result is what a fresh index of the same rows holds.
+    chat = again.members["session:chat-3"][0]
+    store.update(chat, "alice: the sailing club meets on Tuesdays", reason="test")
+    store.db.execute("UPDATE memories SET metadata = '{}' WHERE id = ?", (again.members["session:chat-4"][0],))
+    moved = store.conversations.index(store.db, ALICE)
+    fresh = ConversationCache().index(store.db, ALICE)
+    assert moved is again and chat not in moved.conversation
+    assert moved.members == fresh.members and moved.conversation == fresh.conversation
+    assert {k: +v for k, v in moved.terms.items()} == fresh.terms and moved.lengths == fresh.lengths
+    assert +moved.frequency == fresh.frequency
 
 
 def test_conversation_rankings_bring_nothing_the_filters_keep_out(store: MemoryStore):
