@@ -24,7 +24,7 @@ from quinn.commands.output import progress_bar
 from quinn.config import Config, resolve_secrets
 from quinn.engine import parts
 from quinn.errors import StoreError
-from quinn.memory import NOT_WIPED, Memory, MemoryStore, backfill, dump_document, export_document
+from quinn.memory import LINES, NOT_WIPED, Memory, MemoryStore, backfill, dump_document, export_document
 from quinn.memory import reembed as reembed_passages
 
 Handler = Callable[[argparse.Namespace, Config], int]
@@ -182,7 +182,8 @@ def show_memory(args: argparse.Namespace, config: Config) -> int:
 def search_memories(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory search USER QUERY``."""
     with open_store(config, embed=True) as store:
-        hits = store.search(args.user, args.query, k=args.k, touch=False, **_filters(args))
+        # LINES: what the words and meaning of each memory match, as a search box should (not its conversation).
+        hits = store.search(args.user, args.query, k=args.k, touch=False, recipe=LINES, **_filters(args))
     if args.json:
         return _print_json([hit.to_dict() for hit in hits])
     rows = [[f"{h.score:.3f}", "" if h.vector_similarity is None else f"{h.vector_similarity:.2f}",

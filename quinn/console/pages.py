@@ -23,7 +23,7 @@ from quinn.db import Database
 from quinn.documents import library
 from quinn.engine.retry import RETRIABLE
 from quinn.mailbox import MailKey, Sessions
-from quinn.memory import list_users, passage_counts
+from quinn.memory import LINES, list_users, passage_counts
 
 PEOPLE_LIMIT = 100  # people per page, most recently seen first
 MEMORIES_LIMIT = 500
@@ -93,7 +93,8 @@ def person(console: Console) -> Endpoint:
         store = console.store
         if query:
             # touch=False: an operator's look is not a retrieval (it would strengthen memories nobody used).
-            hits = await store.db.run(store.search, user, query, k=SEARCH_HITS, touch=False,
+            # LINES: a search box finds memories by their own words and meaning, without their conversation.
+            hits = await store.db.run(store.search, user, query, k=SEARCH_HITS, touch=False, recipe=LINES,
                                       include_inactive=include_inactive, **filters)  # fmt: skip
             memories = [hit.memory for hit in hits]
         else:

@@ -36,7 +36,7 @@ from quinn.memory.people import list_users, passage_counts
 from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
-from quinn.memory.search import content_words, find_similar, hybrid_search, query_chunks, relevant
+from quinn.memory.search import LINES, content_words, find_similar, hybrid_search, query_chunks, relevant
 from quinn.memory.sensitive import asked_to_keep, mask
 from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser, versions_of
 
@@ -44,6 +44,7 @@ __all__ = [
     "AGE_ANCHOR",
     "CURRENT",
     "KNOWLEDGE_OWNER",
+    "LINES",
     "NOT_CURRENT",
     "NOT_WIPED",
     "Change",

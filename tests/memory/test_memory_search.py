@@ -84,9 +84,9 @@ def test_without_an_embedder_search_is_full_text_and_says_so_once(
         first = store.search(ALICE, "When does my passport expire?", k=5)
         store.search(ALICE, "hiking", k=5)
     assert first[0].id == mid and first[0].vector_similarity is None and first[0].bm25_rank == 1
-    # The other memory of that day's conversation may follow (conversation ranking), but no word of the query is
-    # in it or next to it: the relevance cutoff keeps it out of a prompt.
-    assert [h.id for h in first if h.worded] == [mid]
+    # The other memory of that day's conversation may follow (it is the passport memory's neighbour there), but
+    # no word of the query is in it.
+    assert [h.id for h in first if h.bm25_rank] == [mid]
     said = [r.getMessage() for r in caplog.records if "full-text only" in r.getMessage()]
     assert said == ["memory search runs on full-text only: no embedder is configured"]
     assert store.find_similar(ALICE, "Alice's passport expires in March") == []
