@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=5, help="passages the BM25 baseline pastes")
     p.add_argument("--n-ctx", type=int, default=4096, help="the model's context in tokens")
     p.add_argument("--tool-rounds", type=int, default=2, help="[llm] max_tool_rounds")
+    p.add_argument("--threads", type=int, default=2, help="the model server's threads (default 2, CI's two cores; "
+                   "give 1 when other work shares them: llama.cpp's threads wait on each other, and decoding fell "
+                   "from 12 to 1 token/s with 2 threads beside one busy process)")  # fmt: skip
     p.add_argument("--model", choices=sorted(MODELS), default="1.5b", help="the real model to start (default 1.5b)")
     p.add_argument("--base-url", help="an OpenAI-compatible server to use instead of starting the real model")
     p.add_argument(
@@ -89,13 +92,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
              "temperature": 0, "max_output_tokens": MAX_OUTPUT_TOKENS, "max_tool_rounds": args.tool_rounds,
              "runtime": args.base_url or ("tests/lab/llm_server.py" if args.fast else
                                           "llama-cpp-python[server]==0.3.36")}  # fmt: skip
-    state = Run(args, machine_info(), model)
+    state = Run(args, {**machine_info(), "model_threads": None if args.fast or args.base_url else args.threads}, model)
     with contextlib.ExitStack() as stack:
         if args.fast:
             server, target = scripted_target()
             stack.callback(server.stop)
         else:
-            target = stack.enter_context(model_target(args.base_url, args.n_ctx, args.model))
+            target = stack.enter_context(model_target(args.base_url, args.n_ctx, args.model, args.threads))
         if args.workdir:
             args.workdir.mkdir(parents=True, exist_ok=True)
             workdir = args.workdir
