@@ -118,8 +118,19 @@ class LongBench(Bench):
 
     async def live(self, person: Person, user: str) -> None:
         """The mails after the import (a request to forget), through the daemon's path."""
+        await self.reconnect()
         for body in person.live:
             await self.quinn.send(user, "Please forget something", body, name=f"{person.first} {person.last}")
+
+    async def reconnect(self) -> None:
+        """A new IMAP session for Quinn's folder, as the daemon's loop opens one when the server dropped the old:
+        an import and the baselines use no IMAP, and with the real model they take longer than Dovecot keeps an
+        idle client (30 minutes, RFC 9051's autologout timer); the first pilot died on the NOOP after its import
+        (imaplib.abort: socket error: EOF)."""
+        app = self.app
+        await app._imap(app.mailbox.close)
+        await app._imap(app.mailbox.connect)
+        await app.folder.resync()
 
 
 def call_costs(recorder: ModelRecorder, start: int, stop: int | None = None) -> dict[str, dict[str, Any]]:
