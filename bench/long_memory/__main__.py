@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=5, help="passages the BM25 baseline pastes")
     p.add_argument("--n-ctx", type=int, default=4096, help="the model's context in tokens")
     p.add_argument("--tool-rounds", type=int, default=2, help="[llm] max_tool_rounds")
+    p.add_argument("--threads", type=int, default=2, help="the model server's threads (default 2, CI's two cores; "
+                   "give 1 when other work shares them: llama.cpp's threads wait on each other, and decoding fell "
+                   "from 12 to 1 token/s with 2 threads beside one busy process)")  # fmt: skip
     p.add_argument("--model", choices=sorted(MODELS), default="1.5b", help="the real model to start (default 1.5b)")
     p.add_argument("--base-url", help="an OpenAI-compatible server to use instead of starting the real model")
     p.add_argument(
@@ -52,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
         help=f"the scripted model, the first person, {FAST_MAILS} mails: the harness end to end in CI",
     )
     p.add_argument("--no-import-jobs", action="store_true", help="import without the session jobs at its end")
+    p.add_argument("--workdir", type=Path, help="keep the lab's files here (database, mbox, calls.jsonl: every "
+                   "model call) instead of a temporary folder")  # fmt: skip
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--merge", type=Path, nargs="+", metavar="JSON", help="combine the parts of a run, and exit")
     return p
@@ -82,19 +87,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.people, args.mails, args.real = min(args.people, 1), min(args.mails, FAST_MAILS), None
     if not 0 <= args.skip < args.people + (1 if args.real else 0) or args.mails < 30:
         p.error("--skip must leave someone to ask, and --mails must be 30 or more (a history has to be long)")
-    model = {"name": "scripted" if args.fast or args.base_url else MODELS[args.model].name, "n_ctx": args.n_ctx,
+    name = "scripted" if args.fast else f"the server at {args.base_url}" if args.base_url else MODELS[args.model].name
+    model = {"name": name, "n_ctx": args.n_ctx,
              "temperature": 0, "max_output_tokens": MAX_OUTPUT_TOKENS, "max_tool_rounds": args.tool_rounds,
              "runtime": args.base_url or ("tests/lab/llm_server.py" if args.fast else
                                           "llama-cpp-python[server]==0.3.36")}  # fmt: skip
-    state = Run(args, machine_info(), model)
+    state = Run(args, {**machine_info(), "model_threads": None if args.fast or args.base_url else args.threads}, model)
     with contextlib.ExitStack() as stack:
         if args.fast:
             server, target = scripted_target()
             stack.callback(server.stop)
         else:
-            target = stack.enter_context(model_target(args.base_url, args.n_ctx, args.model))
-        tmp = stack.enter_context(tempfile.TemporaryDirectory())
-        asyncio.run(run(state, target, Path(tmp)))
+            target = stack.enter_context(model_target(args.base_url, args.n_ctx, args.model, args.threads))
+        if args.workdir:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            workdir = args.workdir
+        else:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        asyncio.run(run(state, target, workdir))
     result = state.write()
     print(markdown(result))
     return result

@@ -15,6 +15,7 @@ learnt from, the baseline prompt); only the import, the live mails, BM25 and the
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -112,12 +113,61 @@ class LongBench(Bench):
         return {"person": person.first, "mails": report.seen, "outcomes": dict(report.outcomes),
                 "seconds": round(time.perf_counter() - started, 1), "extraction_calls": calls["Extraction"],
                 "review_calls": calls["SessionReview"], "memories_new": report.memories_new,
-                "memories_updated": report.memories_updated, "jobs": report.jobs}  # fmt: skip
+                "memories_updated": report.memories_updated, "learning_deferred": report.learning_deferred,
+                "jobs": report.jobs, "calls": call_costs(self.recorder, start)}  # fmt: skip
 
     async def live(self, person: Person, user: str) -> None:
         """The mails after the import (a request to forget), through the daemon's path."""
+        await self.reconnect()
         for body in person.live:
             await self.quinn.send(user, "Please forget something", body, name=f"{person.first} {person.last}")
+
+    async def reconnect(self) -> None:
+        """A new IMAP session for Quinn's folder, as the daemon's loop opens one when the server dropped the old:
+        an import and the baselines use no IMAP, and with the real model they take longer than Dovecot keeps an
+        idle client (30 minutes, RFC 9051's autologout timer); the first pilot died on the NOOP after its import
+        (imaplib.abort: socket error: EOF)."""
+        app = self.app
+        await app._imap(app.mailbox.close)
+        await app._imap(app.mailbox.connect)
+        await app.folder.resync()
+
+
+def call_costs(recorder: ModelRecorder, start: int, stop: int | None = None) -> dict[str, dict[str, Any]]:
+    """Per purpose of the model calls recorded from ``start`` (to ``stop``): how many, seconds each and prompt
+    and completion tokens each (mean and max): what a run's import and jobs cost, to plan a longer run."""
+    stop = len(recorder.requests) if stop is None else stop
+    usage = {i: (b.get("usage") or {}) for i, b in recorder.responses if start <= i < stop and isinstance(b, dict)}
+    by: dict[str, list[int]] = {}
+    for i in range(start, stop):
+        by.setdefault(recorder.purposes[i], []).append(i)
+    costs = {}
+    for purpose, indexes in by.items():
+        seconds = [recorder.seconds.get(i, 0.0) for i in indexes]
+        tin = [int(usage.get(i, {}).get("prompt_tokens") or 0) for i in indexes]
+        tout = [int(usage.get(i, {}).get("completion_tokens") or 0) for i in indexes]
+        costs[purpose] = {"calls": len(indexes), "seconds": round(sum(seconds), 1),
+                          "seconds_mean": round(sum(seconds) / len(indexes), 2), "seconds_max": round(max(seconds), 1),
+                          "tokens_in_mean": round(sum(tin) / len(indexes)), "tokens_in_max": max(tin),
+                          "tokens_out_mean": round(sum(tout) / len(indexes)), "tokens_out_max": max(tout)}  # fmt: skip
+    return costs
+
+
+def write_transcript(recorder: ModelRecorder, path: Path) -> None:
+    """Every recorded model call as a JSON line: purpose, seconds, usage, the messages sent and the answer (to
+    read what Quinn asked and was told, after a run kept with ``--workdir``)."""
+    answers = dict(recorder.responses)
+    with path.open("w", encoding="utf-8") as out:
+        for i, ((where, body), purpose) in enumerate(zip(recorder.requests, recorder.purposes, strict=True)):
+            if not where.endswith("/chat/completions"):
+                continue
+            answer = answers.get(i)
+            choices = answer.get("choices") if isinstance(answer, dict) else None
+            line = {"index": i, "purpose": purpose, "seconds": round(recorder.seconds.get(i, 0.0), 2),
+                    "usage": answer.get("usage") if isinstance(answer, dict) else None,
+                    "messages": body.get("messages"),
+                    "answer": choices[0].get("message", {}).get("content") if choices else answer}  # fmt: skip
+            out.write(json.dumps(line) + "\n")
 
 
 def scripted(request: RecordedRequest) -> Any:
@@ -213,9 +263,10 @@ async def run(state: Run, target: Target, workdir: Path) -> None:
             for person in people_of(args):
                 user = unique_address(person.first.lower())
                 state.imports.append(await bench.import_history(person, user, workdir, not args.no_import_jobs))
+                start = len(recorder.requests)
                 await bench.live(person, user)
                 await bench.settle()
-                state.jobs.append(await bench.jobs())
+                state.jobs.append({**await bench.jobs(), "calls": call_costs(recorder, start)})
                 current = f"SELECT count(*) FROM memories WHERE user_id = ? AND {CURRENT}"
                 state.memories.append(int(bench.quinn.query(current, (user,))[0][0]))
                 before = int(bench.quinn.query("SELECT coalesce(max(id), 0) + 1 FROM messages")[0][0])
@@ -241,6 +292,8 @@ async def run(state: Run, target: Target, workdir: Path) -> None:
                 print(f"{person.first}: {len(probes)} questions done", file=sys.stderr, flush=True)
         finally:
             await bench.quinn.close()
+            if args.workdir:
+                write_transcript(recorder, workdir / "calls.jsonl")
 
 
 def scripted_target() -> tuple[ScriptedLLM, Target]:

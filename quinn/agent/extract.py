@@ -27,7 +27,7 @@ from quinn.agent.context import email_variables
 from quinn.agent.domains import DomainDetector
 from quinn.agent.facts import facts
 from quinn.agent.grounding import Grounding, grounded
-from quinn.agent.llm import LLM, Usage
+from quinn.agent.llm import LLM, PromptTooLong, Usage
 from quinn.agent.prompts import PromptStore
 from quinn.agent.tools import scope_for
 from quinn.clock import iso
@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedback", "personal"]
 DUPLICATE_SIMILARITY = 0.85
 KEYED_ROWS = 500  # current memories compared by their ``about`` key (newest first) when new ones are stored
+EXISTING_SHOWN = 200  # the person's current memories shown to the extraction at most (newest first)
+EXTRACT_TRIES = 3  # an extraction too long for the model's context is asked again with fewer memories shown
 
 
 class ExtractedMemory(BaseModel):
@@ -120,10 +122,26 @@ async def extract_memories(
     if not email.text.strip():
         log.info("extraction for %s: nothing of their own in %s", user_id, email.message_id)
         return ExtractionOutcome([], [], None)
-    existing = await run_db(store.get_all, user_id, limit=200)
+    existing = await run_db(store.get_all, user_id, limit=EXISTING_SHOWN)
     known = [{"name": d.name, "description": d.description} for d in (domains.domains if domains else [])]
-    rendered = prompts.render("extract", extract_variables(user_id, email, existing, known))
-    extraction, usage = await llm.structured(rendered.system, rendered.user, Extraction)
+    # A person with years of mail has more memories than a small model's context holds with the mail (issue 32,
+    # the 1.5B pilot: of 4,096 tokens the instructions and schema take ~1,900, the answer 400 and a thread's
+    # mails up to 1,500, leaving room for 10 to 50 memories of ~30 tokens): asked again with the newest that
+    # fit, as the session review is, not left unlearnt. Same-attribute updates do not depend on what is shown
+    # (``keyed_updates`` compares in code).
+    shown = len(existing)
+    for attempt in range(1, EXTRACT_TRIES + 1):
+        rendered = prompts.render("extract", extract_variables(user_id, email, existing[:shown], known))
+        try:
+            extraction, usage = await llm.structured(rendered.system, rendered.user, Extraction)
+            break
+        except PromptTooLong as exc:
+            if attempt == EXTRACT_TRIES or not shown:
+                raise
+            shown = int(shown * exc.keep_share())
+            log.info("extraction for %s: the prompt is too long for the model (%s tokens of %s); asking again with "
+                     "the newest %d of %d known memories", email.message_id, exc.requested or "?", exc.limit or "?",
+                     shown, len(existing))  # fmt: skip
     if domains is not None:
         for item in (*extraction.new, *extraction.updated, *extraction.contradicted):
             item.domain = domains.normalise(item.domain)

@@ -25,6 +25,7 @@ import json
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,7 @@ class ModelRecorder:
         self.purposes: list[str] = []  # what each request is for (llm_server.purpose_of), by index
         self._lock = threading.Lock()
         self.responses: list[tuple[int, Any]] = []  # (index of the request answered, JSON body or None)
+        self.seconds: dict[int, float] = {}  # index of a request -> seconds until its answer (benchmarks' cost)
         self._httpd: ThreadingHTTPServer | None = None
 
     @property
@@ -153,13 +155,15 @@ class ModelRecorder:
                         recorder.requests.append((self.path, body))
                         index = len(recorder.requests) - 1
                 conn = http.client.HTTPConnection(recorder.target.host, recorder.target.port, timeout=600)
+                started = time.perf_counter()
                 try:
                     conn.request(method, self.path, body=raw, headers={"Content-Type": "application/json"})
                     response = conn.getresponse()
                     payload = response.read()
                 finally:
                     conn.close()
-                if index >= 0:  # token counts for benchmarks (bench/memory_qa.py)
+                if index >= 0:  # token counts and seconds for benchmarks (bench/memory_qa.py, bench/long_memory)
+                    recorder.seconds[index] = time.perf_counter() - started
                     try:
                         recorder.responses.append((index, json.loads(payload)))
                     except ValueError:

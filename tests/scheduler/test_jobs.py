@@ -290,6 +290,29 @@ async def test_a_review_always_too_long_leaves_the_session_open_and_says_why(ben
     assert bench.db.query_value("SELECT status FROM sessions") == "open"
 
 
+async def test_an_extraction_too_long_for_the_model_is_asked_again_with_the_newest_memories_that_fit(bench, llm_server):
+    """Issue 32: a person with years of mail has more memories than a 4k model holds beside the mail; extraction
+    is asked again with the newest that fit (as the review is) instead of failing, mail after mail, for good."""
+    from quinn.agent.llm import PromptTooLong
+
+    user = "dana@example.test"
+    bench.store.add_many([NewMemory(user, f"Dana keeps a note about topic number {i}.", scope="episodic")
+                          for i in range(60)])  # fmt: skip
+    answers = iter([Error(400, TOO_LONG), Json({"new": [{"content": "Dana lives in Porto.", "type": "fact"}]})])
+    llm_server.responder = lambda r: next(answers) if r.purpose == EXTRACT else None
+    email = parse_email(inbound_mail(user, QUINN, "Moving", "We moved to Porto last week.", "<porto@example.test>"))
+    extracted = await extract_memories(bench.llm, bench.prompts, bench.store, user, email, bench.db.run)
+    assert len(extracted.created) == 1 and "Dana lives in Porto." in [m[3] for m in memories(bench, user)]
+    first, second = prompts_with(llm_server, EXTRACT)
+    assert first.text.count("Dana keeps a note") == 60 and second.text.count("Dana keeps a note") == 24  # * 0.4
+    assert "We moved to Porto last week." in second.text
+
+    llm_server.responder = lambda r: Error(400, TOO_LONG) if r.purpose == EXTRACT else None
+    with pytest.raises(PromptTooLong):  # the mail's learning waits (RetryLater), after 3 ever shorter tries
+        await extract_memories(bench.llm, bench.prompts, bench.store, user, email, bench.db.run)
+    assert len(prompts_with(llm_server, EXTRACT)) == 2 + 3
+
+
 async def test_both_extractors_apply_memories_through_apply_extraction_and_its_near_duplicate_rule(bench, llm_server):
     """The same near-duplicate in other words from both callers of ``apply_extraction``: the session review
     (``restate=False``) skips it, it repeats what the per-mail extraction stored; the per-mail extraction
