@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedback", "personal"]
 DUPLICATE_SIMILARITY = 0.85
 KEYED_ROWS = 500  # current memories compared by their ``about`` key (newest first) when new ones are stored
+NEAREST = 3  # a replaced memory is among the new text's 3 nearest current memories (and in the nearer half)
 EXISTING_SHOWN = 200  # the person's current memories shown to the extraction at most (newest first)
 EXTRACT_TRIES = 3  # an extraction too long for the model's context is asked again with fewer memories shown
 
@@ -251,7 +253,9 @@ def apply_extraction(
     extraction, ungrounded = own_words_only(user_id, extraction, grounding, replaced)
     if not keep_secrets:  # issue 35: a secret is kept only when the person asked (``keep_secrets``), then private
         extraction = masked(extraction)
-    extraction = keyed_updates(extraction, store.get_all(user_id, limit=KEYED_ROWS))
+    near = Nearness(store, user_id)
+    extraction = aimed_changes(extraction, near)
+    extraction = keyed_updates(extraction, store.get_all(user_id, limit=KEYED_ROWS), near)
     changes = [(c, "updated") for c in extraction.updated] + [(c, "contradicted") for c in extraction.contradicted]
     for change, kind in changes:
         metadata = metadata_for(change, source)
@@ -338,13 +342,65 @@ def own_words_only(
     return cut, dropped
 
 
-def keyed_updates(extraction: Extraction, current: Sequence[Memory]) -> Extraction:
+class Nearness:
+    """Whether a current memory is close enough in meaning to a new text for the text to replace it (issue 32).
+
+    Seen in the 1.5B pilot of bench/long_memory: the small model keys small talk by a vague attribute
+    ("location" for "The kids at the school next door were rehearsing a play"), so a key alone let it replace
+    "I live in Split now"; and the session review named ids of memories its updates had nothing to do with. A
+    replaced memory must be among the new text's ``NEAREST`` nearest current memories of the person, and in the
+    nearer half of them: "Alice moved to Porto" is nearest "Alice lives in Lisbon" (cosine 0.77), "I live in Lund
+    now" second nearest "I live in Split now" (after "I grew up in Ericeira"); the play is not near the city at
+    all. A rank, not a cosine: it means the same for every embedder. Without an embedder there is nothing to
+    measure and the key (or the model's id) decides, as before. Runs on the DB thread."""
+
+    def __init__(self, store: MemoryStore, user_id: str) -> None:
+        self.store, self.user_id = store, user_id
+        self._ranks: dict[str, list[int]] = {}
+
+    def nearest(self, text: str) -> list[int] | None:
+        """The ids of the current memories that may be replaced by ``text``, nearest first (None: no vectors)."""
+        if self.store.embedder is None:
+            return None
+        if text not in self._ranks:
+            hits = find_similar(self.store, self.user_id, text, -1.0)
+            self._ranks[text] = [h.memory.id for h in hits[: min(NEAREST, max(1, len(hits) // 2))]]
+        return self._ranks[text]
+
+    def may_replace(self, text: str, memory_id: int) -> bool:
+        """Whether ``text`` is near enough ``memory_id`` in meaning to be its next version."""
+        near = self.nearest(text)
+        return near is None or memory_id in near
+
+
+def aimed_changes(extraction: Extraction, near: Nearness) -> Extraction:
+    """``extraction`` with each update or contradiction whose memory is not near its text (``Nearness``) filed as
+    a new memory instead: the model named the wrong id, and a new memory loses nothing (it is deduplicated,
+    and may still replace the memory it is about by its key)."""
+    changes = [*extraction.updated, *extraction.contradicted]
+    astray = [c for c in changes if not near.may_replace(c.content, c.id)]
+    if not astray:
+        return extraction
+    log.info("extraction: %d changes named a memory not near them in meaning; stored as new instead (ids %s)",
+             len(astray), [c.id for c in astray])  # fmt: skip
+    moved = [ExtractedMemory(**c.model_dump(exclude={"id"})) for c in astray]
+    return extraction.model_copy(update={
+        "new": [*extraction.new, *moved],
+        "updated": [c for c in extraction.updated if c not in astray],
+        "contradicted": [c for c in extraction.contradicted if c not in astray],
+    })  # fmt: skip
+
+
+def keyed_updates(extraction: Extraction, current: Sequence[Memory], near: Nearness | None = None) -> Extraction:
     """``extraction`` with each new memory that states the same attribute as a current one (``updates``: same
-    ``about`` key) moved to ``updated`` as that memory's next version: decided here, not by the model alone."""
+    ``about`` key) moved to ``updated`` as that memory's next version: decided here, not by the model alone.
+    With ``near``, only a memory near the new one in meaning is replaced (``Nearness``)."""
+    eligible = [m for m in current if not m.immutable]
     targets = updates.superseded(
         [(m.type, m.about) for m in extraction.new],
-        [(m.id, m.type, m.metadata.get("about")) for m in current if not m.immutable],
+        [(m.id, m.type, m.metadata.get("about")) for m in eligible],
         [c.id for c in (*extraction.updated, *extraction.contradicted)],
+        [partial(near.may_replace, m.content) for m in extraction.new] if near else None,
     )  # fmt: skip
     if all(target is None for target in targets):
         return extraction

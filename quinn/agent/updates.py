@@ -11,7 +11,7 @@ anything else: a person may hold several at once) only on exactly the same key a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 SINGLE_VALUED = frozenset({"fact", "personal", "context", "identity"})
 ABOUT_CHARS = 60  # a key is a short noun phrase; a longer one is cut (the model's text is data)
@@ -48,19 +48,23 @@ def same_attribute(new_type: str, new_about: str | None, old_type: str, old_abou
 
 
 def superseded(
-    new: Sequence[tuple[str, str | None]], current: Sequence[tuple[int, str, str | None]], taken: Sequence[int] = ()
+    new: Sequence[tuple[str, str | None]], current: Sequence[tuple[int, str, str | None]], taken: Sequence[int] = (),
+    near: Sequence[Callable[[int], bool]] | None = None,
 ) -> list[int | None]:
     """For each new memory (type, about), the id of the current memory (id, type, about) it replaces, or None.
 
     ``current`` is newest first; the newest match wins. A memory already changed (``taken``: the model's own
-    updates) or replaced by an earlier new memory of the batch is not replaced twice.
+    updates) or replaced by an earlier new memory of the batch is not replaced twice. ``near``, one per new
+    memory: whether a current memory (by id) is near it in meaning; a key shared with one that is not names no
+    attribute they share (the small model's "location" for a school play and for a home city).
     """
     used = set(taken)
     found: list[int | None] = []
-    for new_type, new_about in new:
+    for i, (new_type, new_about) in enumerate(new):
         match = next(
             (mid for mid, old_type, old_about in current
-             if mid not in used and same_attribute(new_type, new_about, old_type, old_about)),
+             if mid not in used and same_attribute(new_type, new_about, old_type, old_about)
+             and (near is None or near[i](mid))),
             None,
         )  # fmt: skip
         if match is not None:

@@ -52,3 +52,9 @@ def test_a_new_memory_about_a_current_attribute_becomes_its_next_version() -> No
     assert [m.content for m in keyed.new] == ["Alice works at Initech.", "Alice has a cat."]
     assert metadata_for(keyed.updated[0], {})["about"] == "home city"
     assert keyed_updates(extraction, []) == extraction
+
+
+def test_a_key_shared_with_a_memory_not_near_in_meaning_replaces_nothing() -> None:
+    current = [(9, "context", "location"), (4, "fact", "location")]
+    near = [lambda mid: False, lambda mid: mid == 4]  # the play is near neither; the move is near 4 only
+    assert superseded([("context", "location"), ("fact", "location")], current, near=near) == [None, 4]

@@ -313,6 +313,38 @@ async def test_an_extraction_too_long_for_the_model_is_asked_again_with_the_newe
     assert len(prompts_with(llm_server, EXTRACT)) == 2 + 3
 
 
+async def test_only_a_memory_near_in_meaning_is_replaced_by_a_key_or_an_id_the_model_names(bench, llm_server):
+    """Issue 32, the 1.5B pilot: the small model keyed a school play "location" and so replaced the home city,
+    and named ids of unrelated memories as updates. A replaced memory must be near the new text in meaning: the
+    play is stored beside the city, an update aimed at the novel is stored as new and then replaces the city,
+    the memory it is about."""
+    user = "dana@example.test"
+
+    def known(content: str, about: str) -> int:
+        return bench.store.add(user, content, scope="profile", type="fact", metadata={"about": about})
+
+    city = known("Dana lives in Split and takes the tram to work.", "location")
+    known("Dana grew up in Ericeira, a small place by the sea.", "hometown")
+    novel = known("Dana finished the novel everyone recommended; the ending felt rushed.", "reading")
+    known("Dana spent Sunday repainting the hallway.", "home")
+    answer = {
+        "new": [{"content": "The kids at the school next door were rehearsing a play all afternoon.",
+                 "type": "context", "about": "location"}],
+        "updated": [{"id": novel, "content": "Dana moved from Split to Lund.", "type": "fact", "about": "location"}],
+    }  # fmt: skip
+    llm_server.responder = lambda r: Json(answer) if r.purpose == EXTRACT else None
+    text = "The kids at the school next door were rehearsing a play all afternoon. We moved from Split to Lund."
+    email = parse_email(inbound_mail(user, QUINN, "News", text, "<lund@example.test>"))
+    await extract_memories(bench.llm, bench.prompts, bench.store, user, email, bench.db.run)
+
+    now = {m[3] for m in memories(bench, user)}
+    assert bench.store.get(novel).current and bench.store.get(city).superseded_by is not None
+    assert {"Dana moved from Split to Lund.", "The kids at the school next door were rehearsing a play all "
+            "afternoon.", "Dana finished the novel everyone recommended; the ending felt rushed."} <= now
+    assert "Dana lives in Split and takes the tram to work." not in now
+    assert bench.store.get(bench.store.get(city).superseded_by).content == "Dana moved from Split to Lund."
+
+
 async def test_both_extractors_apply_memories_through_apply_extraction_and_its_near_duplicate_rule(bench, llm_server):
     """The same near-duplicate in other words from both callers of ``apply_extraction``: the session review
     (``restate=False``) skips it, it repeats what the per-mail extraction stored; the per-mail extraction
