@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from quinn.memory import content_words
 
+ANSWER_WORDS = 2  # words a sentence standing on the person's questions may add ("wants", "save" of "saving")
 SUPPORT = 0.5  # the share of a sentence's content words the person's own text must hold (unless it names them)
 PRONOUNS = frozenset({"he", "she", "him", "her", "hers", "his", "its", "own"})
 PREFIX = 5  # letters two forms of a word share ("organize"/"organise", "answers"/"answer")
@@ -160,10 +161,39 @@ def supported(sentence: str, own: _Own, names: frozenset[str]) -> bool:
 
 def grounded(content: str, grounding: Grounding, also: str = "") -> str:
     """``content`` cut to its sentences the person's words support ("" when none is). ``also``: more text a
-    sentence may stand on (an updated memory's old wording)."""
-    own = _Own.of(f"{grounding.text}\n{also}")
+    sentence may stand on (an updated memory's old wording).
+
+    A sentence that stands only with the words of the person's questions may add at most ``ANSWER_WORDS`` of its
+    own: "Maren wants to save a little money" from "What are some good habits for saving a little money?" is
+    theirs; "I should pack a rain jacket, a hat and hiking boots for a weekend of hiking in changeable weather"
+    from "What should I pack for a weekend of hiking in changeable weather?" is the model's answer (the 1.5B
+    pilot of bench/long_memory stored it as a fact, again after each mail that asked)."""
+    everything = _Own.of(f"{grounding.text}\n{also}")
+    stated = _Own.of("\n".join([*_statements(grounding.text), also]))
+
+    def kept(sentence: str) -> bool:
+        named = _named(sentence, grounding)
+        if supported(named, stated, grounding.names):
+            return True
+        return supported(named, everything, grounding.names) and _added(named, everything, grounding.names) <= (
+            ANSWER_WORDS
+        )
+
     sentences = _SENTENCE.split(content.strip())
-    return " ".join(s for s in sentences if s and supported(_named(s, grounding), own, grounding.names)).strip()
+    return " ".join(s for s in sentences if s and kept(s)).strip()
+
+
+def _statements(text: str) -> list[str]:
+    """The sentences of ``text`` that are not questions."""
+    return [
+        s for line in text.splitlines() for s in _SENTENCE.split(line) if s.strip() and not s.rstrip().endswith("?")
+    ]
+
+
+def _added(sentence: str, own: _Own, names: frozenset[str]) -> int:
+    """How many content words of ``sentence`` the person's text does not hold (their names aside)."""
+    words = {_base(w) for w in content_words(sentence)} - names - GENERIC - PRONOUNS
+    return sum(1 for w in words if not any(c.isdigit() for c in w) and not _same_word(w, own))
 
 
 def _named(sentence: str, grounding: Grounding) -> str:

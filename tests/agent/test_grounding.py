@@ -95,3 +95,15 @@ def test_a_review_of_the_mail_it_came_from_keeps_nothing_that_is_quinns() -> Non
                    "Quinn is asking a neighbour to trim their hedge."):  # fmt: skip
         assert grounded(memory, maren) == "", memory
     assert grounded("Maren wants to save a little money each month.", maren) != ""
+
+
+def test_an_answer_to_her_question_is_not_hers_though_it_repeats_most_of_its_words() -> None:
+    """The 1.5B pilot of bench/long_memory stored the answer to the mail's question as her fact, after every mail
+    that asked it: half its words are the question's, the rest (what to pack) the model's."""
+    hiking = Grounding.of(["I finally finished the novel everyone kept recommending. Please always answer me in "
+                           "bullet points.\n\nWhat should I pack for a weekend of hiking in changeable weather?"],
+                          ["mia@example.test"])  # fmt: skip
+    answer = "I should pack a rain jacket, a hat, and hiking boots for the weekend of hiking in changeable weather."
+    assert grounded(answer, hiking) == ""
+    assert grounded("Mia is going hiking for a weekend.", hiking) != ""  # what the question tells of her
+    assert grounded("Mia finished the novel everyone kept recommending.", hiking) != ""
