@@ -202,3 +202,12 @@ def _named(sentence: str, grounding: Grounding) -> str:
     for alias in grounding.aliases:
         sentence = re.sub(re.escape(alias), "user", sentence, flags=re.I)
     return sentence
+
+
+def mentioned(content: str, grounding: Grounding) -> bool:
+    """Whether the person's text holds a content word of ``content`` (as the word, its stem or an ending; their
+    names aside): a memory the model forgets on their behalf must be one their mail is about (the 1.5B pilot,
+    asked to "forget that I grew up in Ericeira", forgot "I have been trying to walk more ..." by a made-up id)."""
+    own = _Own.of(grounding.text)
+    words = {_base(w) for w in content_words(_named(content, grounding))} - grounding.names - GENERIC - PRONOUNS
+    return any(_same_word(w, own) for w in words)

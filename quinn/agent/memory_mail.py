@@ -142,7 +142,7 @@ class Forgot:
 
 
 def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> Forgot | None:
-    """Forget what ``what`` names (issue 35); None when no memory clearly matches it.
+    """Forget what ``what`` names (issue 35); None when nothing Quinn keeps mentions it.
 
     The memory that best matches it, if one clearly does, and every other current memory that mentions the fact
     (its names, or its words: ``forgetting.Forgetting``): one that holds other facts too gets a new version
@@ -160,16 +160,17 @@ def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> For
         if len(wanted & content_words(memory.content)) / len(wanted) >= FORGET_MIN_OVERLAP:
             target = memory
             break
-    if target is None:
-        return None
     current = store.get_all(user_id, limit=10_000)
     fact = Forgetting.of(what).beside([m.content for m in current])
-    others = [m for m in current if m.id != target.id and fact.mentions(m.content) and not m.immutable
-              and (private_ok or not m.private)]  # fmt: skip
+    others = [m for m in current if (target is None or m.id != target.id) and fact.mentions(m.content)
+              and not m.immutable and (private_ok or not m.private)]  # fmt: skip
     changes: list[MemoryChange] = []
     gone: list[int] = []
     reason = f'asked by email: "forget {what}"'
-    for memory in (target, *others):
+    # No current memory may hold the fact any more (replaced since, or never a memory of its own) while an
+    # earlier value, a passage of their mail or a summary still does: the forget reaches those all the same
+    # (the 1.5B pilot's "forget that I grew up in Ericeira" found no current memory and scrubbed nothing).
+    for memory in ([target] if target is not None else []) + others:
         rest = fact.without(memory.content) if fact.mentions(memory.content) else ""
         if rest and content_words(rest) and rest != memory.content:
             new_id = store.update(memory.id, rest, user_id=user_id, reason=f"{reason}; the rest kept")
@@ -178,7 +179,8 @@ def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> For
             store.forget(memory.id, user_id=user_id, reason=reason)
             changes.append(MemoryChange("forgotten", memory.id, memory.content))
             gone += [memory.id, memory.root_id or memory.id]
-    return Forgot(changes, reach(store, user_id, fact, gone))
+    elsewhere = reach(store, user_id, fact, gone)
+    return Forgot(changes, elsewhere) if changes or elsewhere else None
 
 
 def digest_groups(memories: Sequence[Memory]) -> list[dict[str, Any]]:

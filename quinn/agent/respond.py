@@ -342,6 +342,9 @@ class Agent:
                                         "nothing was forgotten; ask which memory they mean.")  # fmt: skip
                     continue
                 work.changes += forgot.changes
+                if not forgot.changes:
+                    work.actions.append(f'Asked to forget "{request.argument}": no current memory held it, but '
+                                        "what had been written from it is gone now (next line).")  # fmt: skip
                 for change in forgot.changes:
                     if change.action == "forgotten":
                         work.actions.append(f"Forgotten, as asked: {change.content} [memory:{change.memory_id}]")

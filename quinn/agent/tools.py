@@ -17,7 +17,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from mirascope import llm
 
 from quinn.agent.forgetting import described, forget_by_id
-from quinn.agent.grounding import Grounding, grounded
+from quinn.agent.grounding import Grounding, grounded, mentioned
 from quinn.agent.reply_trace import ToolUse
 from quinn.errors import StoreError
 from quinn.memory import Memory, MemoryStore, NewMemory, hybrid_search, mask, search_passages
@@ -208,6 +208,9 @@ async def forget_memory(ctx: llm.Context[MemoryDeps], id: int) -> str:
     """Forget a memory (by its id) when the person asks you to or it is wrong."""
     deps = ctx.deps
     found = await deps.db(_owned, deps, int(id))
+    if not isinstance(found, str) and deps.grounding is not None and not mentioned(found.content, deps.grounding):
+        found = (f"Refused: memory {found.id} is not what this email asks to forget (it shares no word with it). "
+                 "Forget only a memory the person asked about; search_memory finds it by their words.")  # fmt: skip
     if isinstance(found, str):
         deps.called("forget_memory", refused=True)
         return found

@@ -11,6 +11,7 @@ import pytest
 from quinn.agent import state
 from quinn.agent.facts import facts
 from quinn.agent.forgetting import Forgetting, forget_by_id
+from quinn.agent.memory_mail import forget
 from quinn.db import Database
 from quinn.memory import MemoryStore, Relation, graph_of, save_graph
 from quinn.memory.passages import index_message
@@ -125,5 +126,24 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
             "entities",
             "relationships",
         }
+    finally:
+        store.close()
+
+
+def test_a_forget_reaches_the_earlier_value_and_the_mail_when_no_current_memory_holds_the_fact(tmp_path: Path) -> None:
+    """The 1.5B pilot of issue 32: "forget that I grew up in Ericeira" after the memory had been replaced by small
+    talk found no current memory, so nothing was scrubbed, while the replaced version and a passage of the mail
+    still said it. The earlier value, the passage, the state and the summaries lose the fact all the same."""
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), None)
+    try:
+        lives = written_from_berlin(store, "alice@example.org", "Alice", 1)
+        store.update(lives, "Alice spent Sunday repainting the hallway.", user_id="alice@example.org", reason="test")
+        forgot = forget(store, "alice@example.org", "that I live in Berlin", True)
+        assert forgot is not None and forgot.changes == []
+        assert {"earlier", "passages", "user_state", "sessions"} <= set(forgot.elsewhere), forgot.elsewhere
+        assert berlin_rows(store, "alice@example.org") == {}
+        assert store.db.query("SELECT count(*) FROM memories WHERE user_id = ? AND active = 1 AND content LIKE "
+                              "'%Berlin%'", ("alice@example.org",)) == [(0,)]  # fmt: skip
+        assert forget(store, "alice@example.org", "that I keep bees", True) is None  # nothing holds it
     finally:
         store.close()

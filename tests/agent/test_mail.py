@@ -199,6 +199,28 @@ async def test_memory_tools_save_update_forget_and_refuse(make_quinn, mail_lab, 
     assert "user" not in json.dumps([t for t in request.body_json.get("tools", [])]).lower().replace("user_", "")
 
 
+async def test_the_forget_tool_forgets_only_what_the_mail_is_about(make_quinn, mail_lab, brain: Brain) -> None:
+    """The 1.5B pilot of issue 32 answered "forget that I grew up in Ericeira" by forgetting memory 1, an unrelated
+    one, and the footer said it was done. The tool forgets a memory only when the mail holds one of its words."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    store = quinn.app.store
+    assert store is not None
+    walks = store.add(alice, "Alice walks along the river path after dinner.", type="fact")
+    grew = store.add(alice, "Alice grew up in Ericeira, by the sea.", type="fact")
+    script = iter([ToolCalls([ToolCall("forget_memory", {"id": walks}), ToolCall("forget_memory", {"id": grew})]),
+                   Text("Done.")])  # fmt: skip
+    brain.reply = lambda request: next(script)
+    await quinn.send(alice, "Correction", "That bit about Ericeira is wrong, I never lived there.", date=DAY0)
+    reply = body(quinn.replies(alice, 1)[0])
+
+    final = next(r.text for r in brain.server.requests if "Forgotten: memory" in r.text)
+    assert f"Refused: memory {walks} is not what this email asks to forget" in final
+    assert store.get(walks).current and not store.get(grew).current
+    assert re.search(rf"- forgotten \[memory:{grew}\]: Alice grew up in Ericeira", reply)
+    assert "river path" not in reply
+
+
 async def test_failing_model_defers_the_mail_and_it_is_answered_later(make_quinn, mail_lab, brain: Brain,
                                                                      caplog) -> None:  # fmt: skip
     alice = mail_lab.new_user("alice")
