@@ -34,7 +34,9 @@ from quinn.errors import QuinnError
 
 T = TypeVar("T")
 Start = Literal["spawn", "forkserver"]
-#: Imported once by the fork server, so that its children start with them (a child is a fork of it).
+#: Imported once by the fork server, so that its children start with them (a child is a fork of it). A child still
+#: runs the main script's top level again (``__mp_main__``): the ``quinn`` script's entry point is therefore
+#: ``quinn.entry``, which imports nothing.
 PRELOAD = ["quinn.mailbox.parse"]
 STARTUP_S = 60.0  # a child that has not even imported its function by then is given up on (a starved machine)
 

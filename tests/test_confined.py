@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from quinn.confined import ChildFailed, ChildLimits, run_confined
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMITS = ChildLimits(timeout_s=30, memory_bytes=1024 * 1024 * 1024)
 
 
@@ -56,3 +58,34 @@ def test_a_child_that_dies_says_so() -> None:
     with pytest.raises(ChildFailed) as stopped:
         run_confined(_die, (), LIMITS, "forkserver")
     assert stopped.value.kind == "memory"  # no answer: the memory cap or a crash, said as one
+
+
+
+@pytest.mark.lab
+def test_the_console_script_costs_a_fork_server_child_no_import_of_the_cli(tmp_path) -> None:
+    """A fork-server child runs the main script's top level again (``__mp_main__``). Under the ``quinn`` console
+    script that imported quinn.cli, 1.1-1.5 s for each mail parsed in issue 32's import; its entry point is now
+    ``quinn.entry``, which imports nothing: a child reports the CLI not imported."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "quinn"  # as pip writes a console script, with the entry point of pyproject.toml
+    lines = Path(ROOT, "pyproject.toml").read_text().splitlines()
+    entry = next(line for line in lines if line.startswith("quinn = "))
+    module, function = entry.split('"')[1].split(":")
+    script.write_text(
+        f"import sys\nfrom {module} import {function}\n"
+        "if __name__ == '__main__':\n"
+        "    from quinn.confined import ChildLimits, run_confined\n"
+        "    from tests.test_confined import _cli_imported\n"
+        "    print(run_confined(_cli_imported, (), ChildLimits(timeout_s=30, memory_bytes=1024 ** 3), 'forkserver'))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT})  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "False", (done.stdout, done.stderr)
+
+
+def _cli_imported() -> bool:
+    import sys
+
+    return "quinn.cli" in sys.modules

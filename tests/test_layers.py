@@ -39,7 +39,7 @@ LAYERS: list[set[str]] = [  # bottom first
     {"commands", "console"},  # the CLI's groups and the admin console
     {"lifecycle"},  # `quinn run` as a service (with the console inside it)
     {"cli"},
-    {"__main__"},  # python -m quinn
+    {"__main__", "entry"},  # python -m quinn, and the quinn console script (importing the CLI when it runs)
 ]
 
 FACED = {"db", "memory", "mailbox", "agent", "documents", "scheduler", "oauth"}
