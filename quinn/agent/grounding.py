@@ -38,7 +38,13 @@ from dataclasses import dataclass
 
 from quinn.memory import content_words
 
-ANSWER_WORDS = 2  # words a sentence standing on the person's questions may add ("wants", "save" of "saving")
+ANSWER_WORDS = 1  # words a sentence standing on the person's questions may add besides INTENT ("save" of "saving")
+#: What a question tells of the person: that they want, plan, need or ask about something. A memory standing on
+#: their question may say so in these words; any other word it adds is an answer to the question.
+INTENT = frozenset(
+    "want wants wanted wanting plan plans planned planning need needs needed hope hopes hoping wish wishes ask "
+    "asks asked asking interested looking considering thinking trying curious wondering like would".split()
+)
 SUPPORT = 0.5  # the share of a sentence's content words the person's own text must hold (unless it names them)
 PRONOUNS = frozenset({"he", "she", "him", "her", "hers", "his", "its", "own"})
 PREFIX = 5  # letters two forms of a word share ("organize"/"organise", "answers"/"answer")
@@ -164,10 +170,10 @@ def grounded(content: str, grounding: Grounding, also: str = "") -> str:
     sentence may stand on (an updated memory's old wording).
 
     A sentence that stands only with the words of the person's questions may add at most ``ANSWER_WORDS`` of its
-    own: "Maren wants to save a little money" from "What are some good habits for saving a little money?" is
-    theirs; "I should pack a rain jacket, a hat and hiking boots for a weekend of hiking in changeable weather"
-    from "What should I pack for a weekend of hiking in changeable weather?" is the model's answer (the 1.5B
-    pilot of bench/long_memory stored it as a fact, again after each mail that asked)."""
+    own besides ``INTENT`` ("wants"): "Maren wants to save a little money" from "What are some good habits for
+    saving a little money?" is theirs; "I should pack a raincoat and a jacket for the weekend of hiking in
+    changeable weather" from "What should I pack for a weekend of hiking in changeable weather?" is the model's
+    answer (the 1.5B pilot of bench/long_memory stored such answers as facts, again after each mail that asked)."""
     everything = _Own.of(f"{grounding.text}\n{also}")
     stated = _Own.of("\n".join([*_statements(grounding.text), also]))
 
@@ -192,7 +198,7 @@ def _statements(text: str) -> list[str]:
 
 def _added(sentence: str, own: _Own, names: frozenset[str]) -> int:
     """How many content words of ``sentence`` the person's text does not hold (their names aside)."""
-    words = {_base(w) for w in content_words(sentence)} - names - GENERIC - PRONOUNS
+    words = {_base(w) for w in content_words(sentence)} - names - GENERIC - PRONOUNS - INTENT
     return sum(1 for w in words if not any(c.isdigit() for c in w) and not _same_word(w, own))
 
 

@@ -105,5 +105,9 @@ def test_an_answer_to_her_question_is_not_hers_though_it_repeats_most_of_its_wor
                           ["mia@example.test"])  # fmt: skip
     answer = "I should pack a rain jacket, a hat, and hiking boots for the weekend of hiking in changeable weather."
     assert grounded(answer, hiking) == ""
+    # The pilot again after the first fix, two words of its own: still its answer.
+    assert (
+        grounded("I should pack a raincoat and a jacket for the weekend of hiking in changeable weather.", hiking) == ""
+    )
     assert grounded("Mia is going hiking for a weekend.", hiking) != ""  # what the question tells of her
     assert grounded("Mia finished the novel everyone kept recommending.", hiking) != ""
