@@ -346,6 +346,17 @@ class Sessions:
         )
         return [str(r[0]) for r in rows]
 
+    def unanswered_and_older(self, session_id: str, user_id: str) -> bool:
+        """Whether the session holds no reply of Quinn's and ``user_id`` has a later session: an imported thread of
+        the person's history (issue 32), or mail Quinn never answered, that is not their latest conversation."""
+        row = self.db.query_one(
+            "SELECT NOT EXISTS (SELECT 1 FROM messages WHERE session_id = ? AND direction = 'out')"
+            " AND EXISTS (SELECT 1 FROM sessions o, sessions s WHERE s.id = ? AND o.user_id = ? AND o.id != s.id"
+            " AND o.merged_into IS NULL AND o.last_message_at > s.last_message_at)",
+            (session_id, session_id, user_id),
+        )
+        return bool(row and row[0])
+
     def save_summary(self, session_id: str, summary: str, expected_upto: int, new_upto: int) -> bool:
         """Store the new rolling summary if nobody else moved the session on meanwhile; True when stored."""
         with self.db.transaction() as tx:

@@ -7,7 +7,8 @@ improvement_suggestion, and the reply template version the session was answered 
 short-term state (user_info, last_conversation_summary, recent_goal_and_status, important_context,
 agent_beliefs). The summary row, the state and ``status = 'closed'`` are written in one transaction, and only if
 no mail arrived meanwhile; memories are written before it and deduplicated, so a rerun after a crash adds
-nothing twice. New mail reopens a closed session (``Sessions.assign``).
+nothing twice. New mail reopens a closed session (``Sessions.assign``). A session with no reply of Quinn's that
+is not the person's latest (an imported thread of their history) is closed without a review.
 """
 
 from __future__ import annotations
@@ -163,6 +164,15 @@ async def session_close_job(ctx: JobContext) -> None:
         if (not text.messages and not text.summary) or await ctx.db(opted_out, ctx.store.db, text.user_id):
             await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, None, "",
                          ctx.now())  # fmt: skip
+            continue
+        # A thread without a reply of Quinn's that is not the person's latest (an imported thread of their
+        # history): extraction learnt it from the same words; there is no reply to judge, and the short-term
+        # state is the latest conversation's. Closed without a review (issue 32: the 1.5B import reviewed each of
+        # 78 threads, 31 s each, and every update those reviews named was aimed at the wrong memory).
+        if await ctx.db(sessions.unanswered_and_older, quiet.id, text.user_id):
+            await ctx.db(close_session, ctx.store.db, quiet.id, text.user_id, quiet.last_message_at, None, "",
+                         ctx.now())  # fmt: skip
+            ctx.counts.skipped += 1
             continue
         asked = await ask_for_review(ctx, quiet.id, text)
         if asked is None:  # the session stays open and is reviewed at the next run

@@ -166,12 +166,15 @@ def test_maildir_import_stores_threads_memory_files_and_judges_trust(lab_config,
     assert "not an email" in quarantined["reason"] and Path(quarantined["copy"]).read_bytes() == GARBAGE
     assert (tmp_path / "Maildir" / "new" / "0000.scan.pdf").read_bytes() == GARBAGE  # the source is untouched
     now = assert_alice_imported(config.db_path)
-    # Memory by thread: one extraction for a1+a2 (dated, in one call), one for a3; then each thread reviewed.
+    # Memory by thread: one extraction for a1+a2 (dated, in one call), one for a3; then the latest thread reviewed
+    # (the person's short-term state); the older one, with no reply of Quinn's to judge, closed without a review.
     extractions = brain.extractions()
     assert len(extractions) == 2, extractions
     assert "Lisbon" in extractions[0] and "locker" in extractions[0] and "[2023-03-02]" in extractions[0]
     assert first["learning"] == {"batches": 2, "mails": 3, "memories_new": 1, "memories_updated": 1, "deferred": 0}
-    assert now["summaries"] == 2 and first["jobs"]["session_close"].startswith("ok")
+    assert now["summaries"] == 1 and first["jobs"]["session_close"].startswith("ok")
+    assert query(config.db_path, "SELECT DISTINCT status FROM sessions") == [("closed",)]
+    assert len(brain.requests("SessionReview")) == 1
     assert not brain.requests("reply") and not mail_lab.dovecot.messages(ALICE)  # nothing answered, nothing sent
 
     again = summary_of(quinn_import(config, source))  # idempotent: nothing new
