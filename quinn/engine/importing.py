@@ -12,8 +12,9 @@ Then memory is formed as the daemon forms it, in fewer calls: the queued mails o
 batches, each a run of consecutive mails of one thread (by date) within ``BATCH_CHARS``, in one extraction call
 over their dated texts; and the session jobs (summarize, session close) run over the imported threads, which are
 dated by their mails and so already quiet (session close reviews a person's latest thread only: the older ones
-hold no reply of Quinn's to judge, and extraction learnt them from the same words). A mail that cannot be parsed is quarantined in the ledger, and a copy
-of its bytes is written to the quarantine directory: nothing is lost (and the source still holds it).
+hold no reply of Quinn's to judge, and extraction learnt them from the same words). A mail that cannot be parsed
+is quarantined in the ledger, and a copy of its bytes is written to the quarantine directory: nothing is lost (and
+the source still holds it).
 """
 
 from __future__ import annotations
