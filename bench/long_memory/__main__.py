@@ -2,6 +2,8 @@
 
 python -m tests.lab.real_model fetch 1.5b                  # the answering model's weights, once (~1.1 GB)
 python -m bench.long_memory --fast                          # the scripted model, one short history (~1 min)
+python -m bench.long_memory.real_friends                     # the real people's file, from FriendsQA (fetched)
+python -m bench.long_memory --fast --real bench/data/long_memory_real.json --real-people 1   # ... imported too
 python -m bench.long_memory --people 1 --name part1          # the 1.5B model, the first person ...
 python -m bench.long_memory --people 2 --skip 1 --name part2  # ... the second, another day
 python -m bench.long_memory --merge bench/results/part1.json bench/results/part2.json --name long_memory-1.5b

@@ -1,7 +1,7 @@
 """The hook for real people: public human-written multi-session conversations turned into mail (issue 32: half of
-the benchmark's people). This module reads a file another piece of work builds from the development sources the
-recall issue uses (never the held-out benchmark); it downloads nothing, and nothing here names or fetches a data
-set.
+the benchmark's people). This module reads a file built from the development sources the recall issue uses (never
+the held-out benchmark): bench/long_memory/real_friends.py writes it from FriendsQA. It downloads nothing, and
+nothing here names or fetches a data set.
 
 The file is JSON::
 
