@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,11 @@ SAMPLE = [
                           (MONICA, "We could call the baby Jamie or Jordie .")],
           [qa("s03_e21_c01_What", "What is the name of Monica 's kitten ?", ("Tofu", 0)),
            qa("s03_e21_c01_Who", "Who thinks the name is weird ?", ("Rachel Green", 1), speaker=True),
-           qa("s03_e21_c01_Which", "Which baby name does Monica want ?", ("Jamie", 2), ("Jordie", 2))]),
+           qa("s03_e21_c01_Which", "Which baby name does Monica want ?", ("the baby Jamie", 2), ("Jordie", 2))]),
     scene("s03_e22_c01", [(ROSS, "Are you coming ?"), (MONICA, "Give me a minute , I 'm ironing the curtains .")], []),
-    scene("s03_e23_c01", [(RACHEL, "I lost my turquoise umbrella at the laundromat ."), (ROSS, "Again ?")],
+    scene("s01_e23_c01", [(RACHEL, "Monica went skiing in Vermont without us ."), (ROSS, "Typical .")],
+          [qa("s01_e23_c01_Where", "Where did Monica go skiing ?", ("Vermont", 0))]),
+    scene("s03_e23_c01", [(RACHEL, "I lost my turquoise umbrella at the laundromat ."), (ROSS, "Turquoise , again ?")],
           [qa("s03_e23_c01_What", "What colour is Rachel 's umbrella ?", ("turquoise", 0))]),
 ]  # fmt: skip
 
@@ -88,7 +91,7 @@ def test_a_character_becomes_a_person_whose_mails_hold_the_answers_in_their_own_
                           "s03_e23_c01_What"}  # fmt: skip
     assert asked["s02_e21_c01_When"]["category"] == "temporal"
     assert asked["s01_e21_c01_Where"]["category"] == "long_ago" and asked["s03_e21_c01_What"]["category"] == "single"
-    absent = asked.pop("s03_e23_c01_What")  # Rachel's scene, which Monica never saw
+    absent = asked.pop("s03_e23_c01_What")  # Rachel's scene, which Monica never saw (not Vermont: she said it)
     assert absent["category"] == "absence" and tuple(absent["gold"]) == ABSENCE and not absent["evidence"]
     assert "turquoise" not in json.dumps(mails).lower()
 
@@ -110,6 +113,25 @@ def test_a_character_becomes_a_person_whose_mails_hold_the_answers_in_their_own_
     [person] = load(path)  # the benchmark's loader reads it
     assert person.source == "real" and len(person.mails) == 7 and len(person.questions) == 5
     assert {p.category for p in person.questions} == {"long_ago", "temporal", "single", "absence"}
+
+
+def test_only_answers_in_the_persons_own_lines_that_workers_agree_on_are_candidates() -> None:
+    scenes = real_friends.scenes_from(SAMPLE)
+    df = real_friends.doc_freq(scenes)
+    pool = {q.qid for q in real_friends.candidates(scenes, MONICA, df)}
+    # not: an answer in Rachel's line, a speaker's name, two workers who disagree (Jamie / Jordie)
+    assert pool == {"s01_e21_c01_Where", "s01_e22_c03_How", "s02_e21_c01_When", "s03_e21_c01_What"}
+    assert {q.qid for q in real_friends.candidates(scenes, RACHEL, df)} == {"s01_e21_c01_What", "s01_e23_c01_Where",
+                                                                           "s03_e23_c01_What"}  # fmt: skip
+
+
+def test_gold_needs_most_of_the_answers_words_and_always_its_rarest() -> None:
+    df = Counter({"high": 9, "school": 7, "reunion": 1})
+    gold, evidence = real_friends.patterns(("high", "school", "reunion"), df)
+    assert answered("At your high school reunions, I think.", gold) and answered("the reunion of your school", gold)
+    assert not answered("Back in high school.", gold) and not answered("A reunion, maybe?", gold)
+    assert answered("we went to the school reunion", evidence) and not answered("school " + "x" * 200 + " reunion",
+                                                                                 evidence)  # fmt: skip
 
 
 def test_without_the_fetched_source_the_converter_says_how_to_get_it(tmp_path: Path) -> None:
