@@ -11,7 +11,8 @@ history that fits the context; plain BM25 top-k passages pasted. Per condition a
 prompt, stale rate, forget leaks, tokens and seconds per question (bench/long_memory/report.py).
 
 Half of the people are generated here (data.py, deterministic); the other half come from public human-written
-conversations turned into mail, read from a file by ``--real`` (real.py: the hook and its format; nothing here
-downloads a data set). ``--fast`` runs the harness on the scripted model (tests/bench/test_long_memory.py, CI);
+conversations turned into mail, read from a file by ``--real`` (real.py: the hook and its format;
+real_friends.py builds the file from FriendsQA's scenes and questions, fetched beforehand; nothing here downloads a
+data set). ``--fast`` runs the harness on the scripted model (tests/bench/test_long_memory.py, CI);
 the real 1.5B model runs in parts (``--people``/``--skip``) merged with ``--merge``: see ``__main__``.
 """

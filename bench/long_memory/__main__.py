@@ -2,6 +2,8 @@
 
 python -m tests.lab.real_model fetch 1.5b                  # the answering model's weights, once (~1.1 GB)
 python -m bench.long_memory --fast                          # the scripted model, one short history (~1 min)
+python -m bench.long_memory.real_friends                     # the real people's file, from FriendsQA (fetched)
+python -m bench.long_memory --fast --real bench/data/long_memory_real.json --real-people 1   # ... imported too
 python -m bench.long_memory --people 1 --name part1          # the 1.5B model, the first person ...
 python -m bench.long_memory --people 2 --skip 1 --name part2  # ... the second, another day
 python -m bench.long_memory --merge bench/results/part1.json bench/results/part2.json --name long_memory-1.5b
@@ -52,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fast",
         action="store_true",
-        help=f"the scripted model, the first person, {FAST_MAILS} mails: the harness end to end in CI",
+        help=f"the scripted model, the first generated person, {FAST_MAILS} mails (and --real's people, whole, "
+        "when given): the harness end to end in CI",
     )
     p.add_argument("--no-import-jobs", action="store_true", help="import without the session jobs at its end")
     p.add_argument("--workdir", type=Path, help="keep the lab's files here (database, mbox, calls.jsonl: every "
@@ -84,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(markdown(result))
         return result
     if args.fast:
-        args.people, args.mails, args.real = min(args.people, 1), min(args.mails, FAST_MAILS), None
+        args.people, args.mails = min(args.people, 1), min(args.mails, FAST_MAILS)
     if not 0 <= args.skip < args.people + (1 if args.real else 0) or args.mails < 30:
         p.error("--skip must leave someone to ask, and --mails must be 30 or more (a history has to be long)")
     name = "scripted" if args.fast else f"the server at {args.base_url}" if args.base_url else MODELS[args.model].name

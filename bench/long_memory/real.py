@@ -1,7 +1,7 @@
 """The hook for real people: public human-written multi-session conversations turned into mail (issue 32: half of
-the benchmark's people). This module reads a file another piece of work builds from the development sources the
-recall issue uses (never the held-out benchmark); it downloads nothing, and nothing here names or fetches a data
-set.
+the benchmark's people). This module reads a file built from the development sources the recall issue uses (never
+the held-out benchmark): bench/long_memory/real_friends.py writes it from FriendsQA. It downloads nothing, and
+nothing here names or fetches a data set.
 
 The file is JSON::
 
@@ -56,27 +56,36 @@ def load(path: Path, limit: int | None = None) -> list[Person]:
 
 
 def person_from_sessions(first: str, last: str, speaker: str, sessions: list[dict[str, Any]],
-                         questions: list[Probe], live: list[str] | None = None) -> Person:  # fmt: skip
+                         questions: list[Probe], live: list[str] | None = None,
+                         words_per_mail: int = 0) -> Person:  # fmt: skip
     """A person from multi-session chat: ``sessions`` as ``[{"date": ISO, "turns": [{"speaker": ..., "text": ...}]}]``
     in time order; ``speaker`` names the person's turns. Each session is a thread (subject from its date), each
-    run of the person's turns one mail, a minute apart, the other side's turn before it quoted below it."""
+    run of the person's turns one mail, a minute apart, the other side's turn before it quoted below it. With
+    ``words_per_mail``, a mail goes on with the person's next runs of the session (a paragraph each) until it
+    holds that many words: chat turns are a dozen words, and a hundred one-line mails would fit a model's context
+    whole (the other side's turns between the runs are left out; Quinn keeps only the person's words anyway)."""
     mails: list[Mail] = []
     for session in sessions:
         start = datetime.fromisoformat(session["date"])
         thread = len(mails)
-        other, other_name, mine = "", "", []
+        other, other_name, quote, mine, runs = "", "", ("", ""), [], []
         for turn in [*session["turns"], {"speaker": None, "text": ""}]:  # a sentinel ends the last run
             if turn["speaker"] == speaker:
+                if not mine and not runs:
+                    quote = (other, other_name)
                 mine.append(str(turn["text"]).strip())
                 continue
             if mine:
-                quoted = "".join(f"> {line}\n" for line in other.splitlines())
-                quoted = f"\n\nOn {start:%d %B %Y}, {other_name} wrote:\n{quoted}" if other else ""
+                runs.append(" ".join(mine))
+                mine = []
+            if runs and (turn["speaker"] is None or sum(len(r.split()) for r in runs) >= words_per_mail):
+                quoted = "".join(f"> {line}\n" for line in quote[0].splitlines())
+                quoted = f"\n\nOn {start:%d %B %Y}, {quote[1]} wrote:\n{quoted}" if quote[0] else ""
                 subject = f"Our chat of {start:%d %B %Y}" if len(mails) == thread else (
                     f"Re: Our chat of {start:%d %B %Y}")  # fmt: skip
-                body = f"{' '.join(mine)}\n\n{first}{quoted}"
+                body = "\n\n".join(runs) + f"\n\n{first}{quoted}"
                 mails.append(Mail(subject, body, start + timedelta(minutes=len(mails) - thread), thread))
-                mine = []
+                runs = []
             other, other_name = str(turn["text"]).strip(), str(turn["speaker"] or "")
     return Person(first, last, mails, list(live or []), questions, source="real")
 
