@@ -60,7 +60,6 @@ def test_a_child_that_dies_says_so() -> None:
     assert stopped.value.kind == "memory"  # no answer: the memory cap or a crash, said as one
 
 
-
 @pytest.mark.lab
 def test_the_console_script_costs_a_fork_server_child_no_import_of_the_cli(tmp_path) -> None:
     """A fork-server child runs the main script's top level again (``__mp_main__``). Under the ``quinn`` console

@@ -48,7 +48,9 @@ def same_attribute(new_type: str, new_about: str | None, old_type: str, old_abou
 
 
 def superseded(
-    new: Sequence[tuple[str, str | None]], current: Sequence[tuple[int, str, str | None]], taken: Sequence[int] = (),
+    new: Sequence[tuple[str, str | None]],
+    current: Sequence[tuple[int, str, str | None]],
+    taken: Sequence[int] = (),
     near: Sequence[Callable[[int], bool]] | None = None,
 ) -> list[int | None]:
     """For each new memory (type, about), the id of the current memory (id, type, about) it replaces, or None.

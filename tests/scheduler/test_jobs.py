@@ -339,8 +339,11 @@ async def test_only_a_memory_near_in_meaning_is_replaced_by_a_key_or_an_id_the_m
 
     now = {m[3] for m in memories(bench, user)}
     assert bench.store.get(novel).current and bench.store.get(city).superseded_by is not None
-    assert {"Dana moved from Split to Lund.", "The kids at the school next door were rehearsing a play all "
-            "afternoon.", "Dana finished the novel everyone recommended; the ending felt rushed."} <= now
+    assert {
+        "Dana moved from Split to Lund.",
+        "The kids at the school next door were rehearsing a play all afternoon.",
+        "Dana finished the novel everyone recommended; the ending felt rushed.",
+    } <= now
     assert "Dana lives in Split and takes the tram to work." not in now
     assert bench.store.get(bench.store.get(city).superseded_by).content == "Dana moved from Split to Lund."
 
