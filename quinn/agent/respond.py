@@ -105,6 +105,7 @@ class _Work:
     changes: list[MemoryChange] = field(default_factory=list)
     attachments: list[Attachment] = field(default_factory=list)
     elsewhere: list[str] = field(default_factory=list)  # where else a forget took the fact out (issue 35)
+    forgotten: list[Callable[[str], bool]] = field(default_factory=list)  # what it asked to forget: never resaved
     opted_out: bool = False  # the person asked not to be remembered (consent.py): read what is known, store nothing
 
 
@@ -303,9 +304,12 @@ class Agent:
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
             domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email, session_id),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
-            keep_secrets=asked_to_keep(email.text),
-            grounding=Grounding.of([email.text, *(d.text for d in documents if not d.error)],
-                                   [user, email.from_.name if email.from_ else ""]),  # what they sent
+            keep_secrets=asked_to_keep(email.text), forgotten=tuple(work.forgotten),
+            # What they sent, without their memory commands: "forget that I have a dog" is not their word for a
+            # memory of the dog (the 1.5B pilot saved the forgotten fact again from the request's own words).
+            grounding=Grounding.of([memory_mail.learnable_text(email.text),
+                                    *(d.text for d in documents if not d.error)],
+                                   [user, email.from_.name if email.from_ else ""]),
         )  # fmt: skip
         return await self._model_reply(inputs, deps, work, self.budget(True)[2])
 
@@ -336,6 +340,7 @@ class Agent:
                 work.changes.append(change)
                 work.actions.append(f"Saved, as asked: {change.content} [memory:{change.memory_id}]")
             elif request.kind == "forget":
+                work.forgotten.append(forgetting.Forgetting.of(request.argument).mentions)
                 forgot = memory_mail.forget(self.store, user, request.argument, private_ok)
                 if forgot is None:
                     work.actions.append(f'Asked to forget "{request.argument}", but no memory clearly matches it: '

@@ -30,6 +30,8 @@ MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedb
 PROFILE_TYPES = frozenset({"preference", "personal", "feedback"})
 SEARCH_LIMIT = 8
 READ_ONLY = "Refused: this person asked not to be remembered; nothing new about them is stored."
+FORGOTTEN = ("Refused: the person asked in this email to forget that; it was forgotten, and must not be saved "
+             "again.")
 NOT_THEIRS = ("Refused: the person did not say that in this email; save only what they told you, in their words "
               "(not your advice, and no name or number they did not write).")  # fmt: skip
 
@@ -65,6 +67,12 @@ class MemoryDeps:
     calls: list[ToolUse] = field(default_factory=list)  # what the model called, for the reply's trace
     grounding: Grounding | None = None  # the person's own words in this mail: what a saved memory must stand on
     keep_secrets: bool = False  # the mail asked to keep something ("remember my IBAN"): its secrets are kept
+    # What this mail asked to forget (``Forgetting.mentions`` of each): never saved again in the same reply.
+    forgotten: tuple[Callable[[str], bool], ...] = ()
+
+    def asked_to_forget(self, text: str) -> bool:
+        """Whether ``text`` mentions something this mail asked to forget."""
+        return any(mentions(text) for mentions in self.forgotten)
 
     def called(self, name: str, memory_ids: tuple[int, ...] = (), found: int | None = None,
                refused: bool = False) -> None:  # fmt: skip
@@ -147,6 +155,9 @@ async def save_memory(
         return "Refused: content is empty; write the memory as one full sentence."
     if not 0.0 <= importance <= 1.0:
         return f"Refused: importance {importance} must be between 0 and 1."
+    if deps.asked_to_forget(text):
+        deps.called("save_memory", refused=True)
+        return FORGOTTEN
     if deps.grounding is not None:
         text = grounded(text, deps.grounding)
         if not text:
@@ -181,6 +192,8 @@ async def update_memory(ctx: llm.Context[MemoryDeps], id: int, content: str) -> 
         found = READ_ONLY
     elif not text:
         found = "Refused: content is empty; write the corrected memory as one full sentence."
+    elif deps.asked_to_forget(text):
+        found = FORGOTTEN
     else:
         found = await deps.db(_owned, deps, int(id))
     if not isinstance(found, str) and deps.grounding is not None:

@@ -221,6 +221,30 @@ async def test_the_forget_tool_forgets_only_what_the_mail_is_about(make_quinn, m
     assert "river path" not in reply
 
 
+async def test_what_a_mail_asks_to_forget_is_not_saved_again_by_the_model(make_quinn, mail_lab, brain: Brain) -> None:
+    """The 1.5B run of issue 32: "Please forget that I finally replaced the old car; the new one is a navy blue
+    Peugeot." forgot it, then the model saved it again with update_memory, twice, in the request's own words. A
+    tool never saves what the mail asked to forget, nor stands on the words of the request."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    store = quinn.app.store
+    assert store is not None
+    car = store.add(alice, "Alice replaced the old car with a navy blue Peugeot.", type="fact")
+    store.add(alice, "Alice walks along the river path after dinner.", type="fact")
+    script = iter([ToolCalls([ToolCall("save_memory", {"content": "Alice drives a navy blue Peugeot.", "type": "fact"}),
+                              ToolCall("update_memory", {"id": car, "content": "Alice bought a blue car."})]),
+                   Text("Done.")])  # fmt: skip
+    brain.reply = lambda request: next(script)
+    await quinn.send(alice, "Please forget something", "Please forget that I replaced the old car with a navy blue "
+                     "Peugeot.", date=DAY0)  # fmt: skip
+    reply = body(quinn.replies(alice, 1)[0])
+
+    final = next(r.text for r in brain.server.requests if "Refused" in r.text)
+    assert "Refused: the person asked in this email to forget that" in final
+    assert not any("Peugeot" in m or "car" in m for m in current(quinn, alice)), current(quinn, alice)
+    assert f"- forgotten [memory:{car}]" in reply and "saved" not in reply
+
+
 async def test_failing_model_defers_the_mail_and_it_is_answered_later(make_quinn, mail_lab, brain: Brain,
                                                                      caplog) -> None:  # fmt: skip
     alice = mail_lab.new_user("alice")
