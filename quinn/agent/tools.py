@@ -30,8 +30,7 @@ MemoryType = Literal["preference", "goal", "fact", "decision", "context", "feedb
 PROFILE_TYPES = frozenset({"preference", "personal", "feedback"})
 SEARCH_LIMIT = 8
 READ_ONLY = "Refused: this person asked not to be remembered; nothing new about them is stored."
-FORGOTTEN = ("Refused: the person asked in this email to forget that; it was forgotten, and must not be saved "
-             "again.")
+FORGOTTEN = "Refused: the person asked in this email to forget that; it was forgotten, and must not be saved again."
 NOT_THEIRS = ("Refused: the person did not say that in this email; save only what they told you, in their words "
               "(not your advice, and no name or number they did not write).")  # fmt: skip
 
