@@ -76,6 +76,13 @@ class Forgetting:
         names = {n for n in fact.names if re.split(r"['’]", n)[0] not in own}  # "alice's" is hers too
         return cls(fact.request, frozenset(names), fact.words) if names != fact.names else fact
 
+    def besides_person(self, *names: str) -> Forgetting:
+        """Without the person's own names (their address and display name): "forget that Alice lives in Berlin",
+        from Alice, is about Berlin, not about everything that names her."""
+        own = {w.lower() for n in names for w in _WORD.findall(n.split("@")[0].replace("_", " ").replace(".", " "))}
+        kept = {n for n in self.names if re.split(r"['’]", n)[0] not in own}
+        return Forgetting(self.request, frozenset(kept), self.words) if kept != self.names else self
+
     @property
     def empty(self) -> bool:
         """Whether the request names nothing a text could be matched on."""

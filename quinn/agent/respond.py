@@ -340,7 +340,8 @@ class Agent:
                 work.changes.append(change)
                 work.actions.append(f"Saved, as asked: {change.content} [memory:{change.memory_id}]")
             elif request.kind == "forget":
-                work.forgotten.append(forgetting.Forgetting.of(request.argument).mentions)
+                fact = forgetting.Forgetting.of(request.argument).besides_person(user, name)
+                work.forgotten.append(fact.mentions)
                 forgot = memory_mail.forget(self.store, user, request.argument, private_ok)
                 if forgot is None:
                     work.actions.append(f'Asked to forget "{request.argument}", but no memory clearly matches it: '

@@ -147,3 +147,9 @@ def test_a_forget_reaches_the_earlier_value_and_the_mail_when_no_current_memory_
         assert forget(store, "alice@example.org", "that I keep bees", True) is None  # nothing holds it
     finally:
         store.close()
+
+
+def test_what_a_mail_asked_to_forget_is_its_fact_not_the_persons_name() -> None:
+    fact = Forgetting.of("that Alice lives in Berlin").besides_person("alice.smith@example.org", "Alice")
+    assert fact.names == {"berlin"}
+    assert fact.mentions("Alice moved to Berlin.") and not fact.mentions("Alice likes green tea.")
