@@ -148,7 +148,9 @@ class Bench:
 
     ask = staticmethod(question_mail)  # (script, question) -> (subject, body) of the mail that asks it
 
-    def __init__(self, workdir: Path, recorder: ModelRecorder, lab: MailLab, n_ctx: int, tool_rounds: int) -> None:
+    def __init__(
+        self, workdir: Path, recorder: ModelRecorder, lab: MailLab, n_ctx: int, tool_rounds: int, learn: str = "model"
+    ) -> None:
         self.recorder = recorder
         self.lab = lab
         self.n_ctx = n_ctx
@@ -166,7 +168,7 @@ class Bench:
             llm_timeout_s=600,
             llm_extra=llm_extra,
             extra="[scheduler]\nenabled = false\n\n[policy]\nmax_replies_per_sender_per_hour = 1000\n"
-            "max_replies_per_thread_per_hour = 1000\n",
+            f'max_replies_per_thread_per_hour = 1000\n\n[memory]\nlearn = "{learn}"\n',
         )
         path = workdir / "quinn.toml"
         path.write_text(text, encoding="utf-8")

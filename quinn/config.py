@@ -465,6 +465,13 @@ class MemoryConfig(Section):
         "large model each get what fits; unset without it: 1200.",
     )  # fmt: skip
     search_k: int = Field(default=10, ge=1, le=100, description="Memories retrieved per email before budgeting.")
+    learn: Literal["model", "own_words"] = Field(
+        default="model",
+        description='How a mail becomes memories. "model": the background model writes them (third person, keyed, '
+        'so a new value replaces the old; needs a capable model). "own_words": each statement the person made '
+        "becomes a memory in their words, with no model call (for small local models, whose extraction keeps small "
+        "talk and misses facts: bench/results/long_memory-1.5b-part1.md).",
+    )  # fmt: skip
     recall_min_similarity: float = Field(
         default=0.0, ge=0, le=1,
         description="A retrieved memory or past-mail passage reaches the prompt only when a word of the email is in "

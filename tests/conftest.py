@@ -374,8 +374,8 @@ async def make_quinn(lab_config, mail_lab) -> AsyncIterator[Callable[..., Any]]:
 
     started: list[LabQuinn] = []
 
-    async def make(extra: str = "") -> LabQuinn:
-        quinn = LabQuinn(lab_config(extra=extra), mail_lab)
+    async def make(extra: str = "", **config: Any) -> LabQuinn:  # config: more of lab_config's (llm_extra=...)
+        quinn = LabQuinn(lab_config(extra=extra, **config), mail_lab)
         started.append(quinn)
         return await quinn.start()
 

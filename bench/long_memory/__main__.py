@@ -45,7 +45,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--skip", type=int, default=0, help="leave out the first N people (a run in parts)")
     p.add_argument("--top-k", type=int, default=5, help="passages the BM25 baseline pastes")
     p.add_argument("--n-ctx", type=int, default=4096, help="the model's context in tokens")
-    p.add_argument("--tool-rounds", type=int, default=2, help="[llm] max_tool_rounds")
+    p.add_argument("--tool-rounds", type=int, default=0, help="Quinn's [llm] max_tool_rounds (default 0: one call a "
+                   "question, as for every baseline; recall has run before the model is asked)")  # fmt: skip
+    p.add_argument("--learn", choices=("own_words", "model"), default="own_words",
+                   help="Quinn's [memory] learn (default own_words: the small model's extraction kept small talk "
+                   "and missed facts, bench/results/long_memory-1.5b-part1.md)")  # fmt: skip
     p.add_argument("--threads", type=int, default=2, help="the model server's threads (default 2, CI's two cores; "
                    "give 1 when other work shares them: llama.cpp's threads wait on each other, and decoding fell "
                    "from 12 to 1 token/s with 2 threads beside one busy process)")  # fmt: skip
@@ -93,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     name = "scripted" if args.fast else f"the server at {args.base_url}" if args.base_url else MODELS[args.model].name
     model = {"name": name, "n_ctx": args.n_ctx,
              "temperature": 0, "max_output_tokens": MAX_OUTPUT_TOKENS, "max_tool_rounds": args.tool_rounds,
+             "learn": args.learn,
              "runtime": args.base_url or ("tests/lab/llm_server.py" if args.fast else
                                           "llama-cpp-python[server]==0.3.36")}  # fmt: skip
     state = Run(args, {**machine_info(), "model_threads": None if args.fast or args.base_url else args.threads}, model)

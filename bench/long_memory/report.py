@@ -112,7 +112,9 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {NAMES[condition]} | " + " | ".join(cells) + " |")
     h = result["history"]
     lines += ["", f"History: {h['mails']} mails imported in {h['import_seconds']} s ({h['extraction_calls']} "
-              f"extraction calls); memories per person {h['memories_per_person']}; recent-history prompts kept "
+              f"extraction calls; Quinn learns with [memory] learn = {result['model'].get('learn', 'model')}, "
+              f"[llm] max_tool_rounds = {result['model']['max_tool_rounds']}); "
+              f"memories per person {h['memories_per_person']}; recent-history prompts kept "
               f"{h['recent_kept']} messages (n_ctx {result['model']['n_ctx']}); BM25 top-{d['top_k']}. "
               f"Whole run {result['duration_s']} s.", ""]  # fmt: skip
     return "\n".join(lines)

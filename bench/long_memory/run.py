@@ -257,7 +257,9 @@ def people_of(args: argparse.Namespace) -> list[Person]:
 async def run(state: Run, target: Target, workdir: Path) -> None:
     args = state.args
     with Dovecot() as dovecot, SmtpLab(dovecot) as smtp, ModelRecorder(target) as recorder:  # type: ignore[arg-type]
-        bench = LongBench(workdir, recorder, MailLab(dovecot, smtp, unique_address), args.n_ctx, args.tool_rounds)
+        bench = LongBench(
+            workdir, recorder, MailLab(dovecot, smtp, unique_address), args.n_ctx, args.tool_rounds, args.learn
+        )
         await bench.start()
         try:
             for person in people_of(args):

@@ -68,6 +68,7 @@ class ReplyInputs:
     attachments_listed: int | None = None  # attachments listed, at most ([budget], by trust; None: all)
     earlier: Mapping[int, Memory] = field(default_factory=dict)  # the version each memory replaced, by its id
     history: Sequence[Passage] = ()  # the person's whole past mail, oldest first, when it may fit (issue 32)
+    tools: bool = True  # the model is offered the memory tools (the template names them only then)
 
 
 def others_on_thread(email: InboundEmail, user_id: str, own_address: str) -> list[str]:
@@ -142,6 +143,7 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
         "user": {"address": inputs.user_id, "name": email.from_.name if email.from_ else ""},
         "today": inputs.today,
         "memory_enabled": inputs.memory_enabled,
+        "tools": inputs.tools and inputs.memory_enabled,
         "persona": persona,
         "profile": profile_text,
         "memories": memories_text,
@@ -253,9 +255,10 @@ def _tokens(text: str) -> int:
 
 
 def passage_block(hits: Sequence[PassageHit], token_budget: int) -> str:
-    """Passages of past mail as lines citing their date (``[mail:2026-03-14]``), best first, deduplicated,
-    cut at ``token_budget``; who wrote each (the user, or Quinn's reply) and its subject are said."""
-    lines: list[str] = []
+    """Passages of past mail as lines citing their date (``[mail:2026-03-14]``), the best that fit
+    ``token_budget`` (deduplicated), shown oldest first (``chronological``); who wrote each (the user, or Quinn's
+    reply) and its subject are said."""
+    lines: list[tuple[str, str]] = []
     seen: set[str] = set()
     used = 0
     for hit in hits:
@@ -268,9 +271,17 @@ def passage_block(hits: Sequence[PassageHit], token_budget: int) -> str:
         if used + cost > token_budget:
             continue
         seen.add(key)
-        lines.append(line)
+        lines.append((passage.sent_at, line))
         used += cost
-    return "\n".join(lines)
+    return chronological(lines)
+
+
+def chronological(lines: Sequence[tuple[str, str]]) -> str:
+    """``(date, line)`` pairs, chosen best first, as lines oldest first (a stable sort: one date keeps the rank
+    order). Issue 32, the 1.5B run of bench/long_memory: with the old and the new value both shown best first, the
+    small model answered the one listed first ("Bashir", the manager who had left), though the prompt says the
+    newer wins; in time order the current value is the last one read, as in a thread."""
+    return "\n".join(line for _, line in sorted(lines, key=lambda pair: pair[0]))
 
 
 def email_variables(email: InboundEmail, mail_tokens: int | None = None) -> dict[str, Any]:
@@ -310,10 +321,11 @@ def restates(before: str, after: str) -> bool:
 
 
 def context_block(hits: Sequence[SearchHit], token_budget: int, earlier: Mapping[int, Memory] | None = None) -> str:
-    """Memories as lines with ``[memory:ID]`` citations, deduplicated, best first, cut at ``token_budget``. A
+    """Memories as lines with ``[memory:ID]`` citations, the best that fit ``token_budget`` (deduplicated), shown
+    oldest first by the date they hold from (``chronological``). A
     memory with an ``earlier`` version (by its id) says it after its own text, ``earlier: X (until DATE)``,
     unless the new text only restates it or the budget has room for the current value only."""
-    lines: list[str] = []
+    lines: list[tuple[str, str]] = []
     seen: set[str] = set()
     shown: set[int] = set()
     used = 0
@@ -337,6 +349,6 @@ def context_block(hits: Sequence[SearchHit], token_budget: int, earlier: Mapping
             continue
         seen.add(key)
         shown.add(memory.id)
-        lines.append(line)
+        lines.append((memory.valid_from, line))
         used += cost
-    return "\n".join(lines)
+    return chronological(lines)

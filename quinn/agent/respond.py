@@ -33,6 +33,7 @@ from quinn.agent.extract import ExtractionOutcome, extract_memories
 from quinn.agent.gate import sensory_gate
 from quinn.agent.grounding import Grounding
 from quinn.agent.llm import LLM, PromptTooLong, Usage
+from quinn.agent.own_words import learn_own_words
 from quinn.agent.prompts import PromptStore
 from quinn.agent.purge import purge
 from quinn.agent.reply_trace import Trace, trace_of
@@ -205,7 +206,7 @@ class Agent:
             documents=list(documents), document_tokens=c.documents.prompt_tokens,
             mail_tokens=self.budget(use_memory if authenticated is None else authenticated)[0],
             attachments_listed=self.budget(use_memory if authenticated is None else authenticated)[1],
-            earlier=earlier, history=history or (),
+            earlier=earlier, history=history or (), tools=c.llm.max_tool_rounds > 0,
         )  # fmt: skip
         if use_memory and touch:
             # Use is what reached the prompt: the profile shown and the hits that survived the domain, privacy
@@ -540,7 +541,10 @@ class Agent:
         if not decision.passed:
             await self._learnt(email, reply_trace.REJECTED)
             return None
-        outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db, self.domains)
+        if self.config.memory.learn == "own_words":  # their statements, verbatim: no model call (agent/own_words.py)
+            outcome = await self._db(learn_own_words, self.store, user, email)
+        else:
+            outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db, self.domains)
         if outcome.usage is not None:
             await self.record("extract", outcome.usage, user, email.message_id)
         await self._learnt(email, reply_trace.PASSED, len(outcome.created) + len(outcome.updated))

@@ -34,8 +34,12 @@ _SECRET_WORDS = (
     r"one[- ]time code|otp|2fa code|api[ -]?key|access token|secret key|code ?word|safe combination|"
     r"alarm code|door code|wifi key)\b"
 )
-# The word and its value: after "is", "was", "=" or ":" anything; otherwise a value with a digit ("PIN 4411").
-_CREDENTIAL = re.compile(_SECRET_WORDS + r"(?:\W{0,3}(?:is|was|=|:)\s*\S+|\s+\S*\d\S*)", re.IGNORECASE)
+# The word and its value: after "is", "was", "=" or ":" anything, also when what it is for comes between ("the
+# password for the wifi is …"); otherwise a value with a digit ("PIN 4411").
+_CREDENTIAL = re.compile(
+    _SECRET_WORDS + r"(?:(?:\s+(?:for|of|to|on|at)(?:\s+[\w'’-]+){1,3}?)?\W{0,3}(?:is|was|=|:)\s*\S+|\s+\S*\d\S*)",
+    re.IGNORECASE,
+)
 _HEALTH = re.compile(
     r"\b(?:diagnos\w*|prescri\w*|medication|medicine|antidepressant\w*|chemo\w*|therap(?:y|ist)|"
     r"psychiatr\w*|psycholog\w*|depress(?:ion|ed)|anxiety|panic attacks?|bipolar|adhd|autis\w*|cancer|tumou?r|"

@@ -17,6 +17,7 @@ from quinn.memory.sensitive import detect, iban_ok, luhn_ok
     ("NINO: AB123456C", ("national_id",)),
     ("Alice's passport number for the trip is X1234567", ("national_id",)),
     ("The wifi password is hunter2", ("credential",)),
+    ("The password for the wifi is hunter22.", ("credential",)),  # what it is for, between the word and its value
     ("door code 4411#", ("credential",)),
     ("Alice was diagnosed with diabetes last year", ("health",)),
     ("Alice is allergic to shellfish", ("health",)),
@@ -32,6 +33,7 @@ def test_shapes_that_must_never_reach_a_shared_thread_are_found(text: str, kinds
     "IBAN-like GB82 WEST 1234 5698 7654 33",  # one digit off: mod 97 fails
     "Meeting at 10:30 on 2026-03-04 in room 12, call +351 912 345 678",
     "I changed my password yesterday and pinned the note",
+    "I forgot the password for the wifi again.",
     "Alice works as a nurse at the city hospital",
     "0000 0000 0000 0000",
 ])  # fmt: skip

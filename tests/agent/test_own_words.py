@@ -1,0 +1,85 @@
+"""Learning from the person's own words (issue 32, ``[memory] learn = "own_words"``): each statement of theirs
+becomes a memory in their words, with no model call, through the real pipeline (Dovecot, aiosmtpd, libSQL, the
+real embedder; the scripted model only answers). The reply prompt shows memories and past mail oldest first, and
+offers no tools when ``[llm] max_tool_rounds = 0``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from quinn.agent.own_words import MAX_CHARS, MAX_STATEMENTS, statements
+from tests.agent.test_scenarios import DAY0
+from tests.lab.brain import Brain
+
+OWN_WORDS = '[memory]\nlearn = "own_words"\n'
+
+
+def test_statements_keep_what_the_person_told_and_drop_greetings_questions_and_requests() -> None:
+    text = (
+        "Hi Quinn,\n\n"
+        "The booking reference for our holiday flat is F4F84M, in case I lose the email. Our internet was down "
+        "for most of Tuesday.\n\n"
+        "How should I prepare for a job interview? Could you keep it short. Please keep it short.\n"
+        "Please always answer me in German. Thanks again.\n\n"
+        "Best,\nIngrid"
+    )
+    assert statements(text) == [
+        "The booking reference for our holiday flat is F4F84M, in case I lose the email.",
+        "Our internet was down for most of Tuesday.",
+        "Please always answer me in German.",  # a request that sets a standing preference is kept
+    ]
+    # The greeting on the statement's own line is cut from it; a statement said twice in one mail is kept once.
+    assert statements("Hi again, We moved to Split last week. We moved to Split last week.") == [
+        "We moved to Split last week."
+    ]
+    assert statements("Hello there! I work at Acme as a nurse.") == ["I work at Acme as a nurse."]
+    # Talking to Quinn is no statement about the person.
+    assert statements("I hope you are well. Your last answer helped a lot.") == []
+
+
+def test_statements_are_bounded_in_size_and_count() -> None:
+    wall = "I " + " ".join(f"walked past garden{i}" for i in range(200)) + " today"
+    (only,) = statements(wall)
+    assert len(only) <= MAX_CHARS + 2 and only.endswith("…")
+    many = " ".join(f"My locker number {i} holds a blue bag." for i in range(MAX_STATEMENTS + 25))
+    assert len(statements(many)) == MAX_STATEMENTS
+
+
+async def test_own_words_become_memories_without_a_model_call_and_the_prompt_reads_oldest_first(
+    make_quinn, mail_lab, brain: Brain
+) -> None:
+    ingrid = mail_lab.new_user("ingrid")
+    quinn = await make_quinn(OWN_WORDS, llm_extra="max_tool_rounds = 0")
+    first, later, asked = DAY0, DAY0 + timedelta(days=400), DAY0 + timedelta(days=500)
+    await quinn.send(ingrid, "Work", "Hi Quinn,\n\nMy manager, Bashir, is great at keeping meetings short.\n\n"
+                     "Could you suggest a simple dinner?\n\nBest,\nIngrid", date=first)  # fmt: skip
+    await quinn.send(ingrid, "News", "Hi Quinn,\n\nBashir has left the company, so Nikolai is my manager now.\n"
+                     "The password for the wifi is hunter22.\n", date=later)  # fmt: skip
+    await quinn.send(ingrid, "Question", "Who is my manager these days? Please keep it short.", date=asked)
+    quinn.replies(ingrid, 3)
+
+    # No extraction call: the memories are the person's sentences, dated by their mails; nothing of the
+    # question, the request or the greeting; the secret masked (and private), as any extraction's is.
+    assert brain.requests("Extraction") == []
+    rows = quinn.query(
+        "SELECT content, valid_from, metadata FROM memories WHERE user_id = ? AND valid_to IS NULL ORDER BY id",
+        (ingrid,),
+    )
+    contents = [r[0] for r in rows]
+    assert contents[:2] == [
+        "My manager, Bashir, is great at keeping meetings short.",
+        "Bashir has left the company, so Nikolai is my manager now.",
+    ]
+    assert rows[0][1].startswith(first.date().isoformat()) and rows[1][1].startswith(later.date().isoformat())
+    assert len(contents) == 3 and "hunter22" not in contents[2] and '"private": true' in rows[2][2]
+    assert not any("dinner" in c or "manager these days" in c or "Quinn" in c for c in contents)
+
+    # The last reply's prompt: both managers recalled, the older first, and no tools named or offered.
+    request = brain.requests("reply")[-1]
+    prompt = request.text
+    old = prompt.index("My manager, Bashir, is great")
+    new = prompt.index("Nikolai is my manager now")
+    assert old < new
+    assert "save_memory" not in prompt and "search_memory" not in prompt
+    assert not request.body_json.get("tools")
