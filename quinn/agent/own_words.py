@@ -15,7 +15,7 @@ out by ``memory_mail.learnable_text``), the sentences that tell something:
 * not a question, and not a request to the reader ("Could you …", "Please keep it short."): a sentence with
   "you" or "your" talks to Quinn. A request that sets a standing preference ("Please always answer in German")
   is kept;
-* with at least ``MIN_WORDS`` content words ("Thanks again." tells nothing);
+* with at least ``MIN_WORDS`` content words of letters ("Thanks again." or a date alone tells nothing);
 * at most ``MAX_CHARS`` long (a longer one is cut at a word) and at most ``MAX_STATEMENTS`` per mail (the first).
 What happens next is what happens to any extraction (``extract.apply_extraction``): secrets masked unless the
 person asked to keep them, data of a sensitive shape made private, a sentence said again restated as a new
@@ -79,7 +79,7 @@ def _tells(sentence: str) -> bool:
     standing = bool(_STANDING.search(sentence))
     if (words & YOU or _REQUEST.match(sentence)) and not standing:
         return False
-    return len(content_words(sentence)) >= MIN_WORDS
+    return sum(1 for w in content_words(sentence) if any(c.isalpha() for c in w)) >= MIN_WORDS  # not "[2024-01-09]"
 
 
 def _cut(sentence: str) -> str:

@@ -269,7 +269,10 @@ class Importer:
             where = await self._db(sessions.placed, message_id)
             if user is not None and where is not None:
                 placed.append((user, where[1], where[0], message_id, where[2]))
-        batches = _batches(sorted(placed))
+        # Learning from their own words costs no model call: each mail alone, so each statement keeps its mail's
+        # date (a batch is dated by its last mail).
+        most = 1 if self.parts.config.memory.learn == "own_words" else BATCH_MAILS
+        batches = _batches(sorted(placed), most)
         for done, (user, ids) in enumerate(batches, start=1):
             await self._learn_batch(user, ids, report)
             self.progress("learning", done, len(batches))
@@ -334,14 +337,14 @@ class Importer:
             self.progress(name, 1, 1)
 
 
-def _batches(placed: list[tuple[str, str, str, str, int]]) -> list[tuple[str, list[str]]]:
-    """Runs of consecutive mails (per person, by date) of one thread, each within ``BATCH_CHARS`` and
-    ``BATCH_MAILS``: a later mail of another thread ends a run, so what was written later is learnt later."""
+def _batches(placed: list[tuple[str, str, str, str, int]], most: int = BATCH_MAILS) -> list[tuple[str, list[str]]]:
+    """Runs of consecutive mails (per person, by date) of one thread, each within ``BATCH_CHARS`` and ``most``
+    mails: a later mail of another thread ends a run, so what was written later is learnt later."""
     batches: list[tuple[str, list[str]]] = []
     key: tuple[str, str] | None = None
     size = 0
     for user, _date, session, message_id, length in placed:
-        if key == (user, session) and size + length <= BATCH_CHARS and len(batches[-1][1]) < BATCH_MAILS:
+        if key == (user, session) and size + length <= BATCH_CHARS and len(batches[-1][1]) < most:
             batches[-1][1].append(message_id)
             size += length
             continue

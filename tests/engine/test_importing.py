@@ -324,3 +324,28 @@ async def test_a_source_server_that_goes_away_mid_import_is_one_clear_error(tmp_
         assert record is not None and not record.final
     finally:
         await parts.close()
+
+
+def test_an_own_words_import_learns_each_mail_on_its_own_date_with_no_extraction_call(
+    lab_config, brain: Brain, tmp_path: Path
+) -> None:
+    config = lab_config(idle=False, extra='[memory]\nlearn = "own_words"\n')
+    path = tmp_path / "archive.mbox"
+    box = mailbox.mbox(path)
+    for raw in history(config.address).values():
+        box.add(raw)
+    box.close()
+    teach(brain)
+
+    done = summary_of(quinn_import(config, str(path)))
+    assert done["outcomes"] == {"imported": 3, "ignored": 1, "not trusted": 1}, done
+    # One learning step per mail (the first thread's two mails are not batched): each statement dated by its own
+    # mail, in Alice's words; none from the model.
+    assert done["learning"]["batches"] == 3 and brain.extractions() == []
+    current = query(config.db_path, "SELECT content, substr(valid_from, 1, 10) FROM memories WHERE user_id = ? AND "
+                    "valid_to IS NULL ORDER BY id", (ALICE,))  # fmt: skip
+    assert current == [
+        ("I live in Lisbon now and work at Acme as a designer.", "2023-03-01"),  # the greeting cut
+        ("Also: my locker is number 12.", "2023-03-02"),
+        ("I moved to Porto last month; my parking permit is attached.", "2024-02-01"),
+    ]
