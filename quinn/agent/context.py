@@ -339,6 +339,8 @@ def context_block(hits: Sequence[SearchHit], token_budget: int, earlier: Mapping
         # A fact the extraction was unsure of is not presented as certain (issue 15).
         unsure = ", unsure" if memory.metadata.get("confidence") == "low" else ""
         line = f"- [memory:{memory.id}] ({where}, since {date}{unsure}) {memory.content}"
+        if memory.metadata.get("via") == "own_words":  # their sentence, as they wrote it that day
+            line = f"- [memory:{memory.id}] (they wrote on {date}) {memory.content}"
         before = (earlier or {}).get(memory.id)
         if before is not None and not restates(before.content, memory.content):
             with_before = f"{line} | earlier: {before.content} (until {(before.valid_to or date)[:10]})"

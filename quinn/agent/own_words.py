@@ -20,6 +20,15 @@ out by ``memory_mail.learnable_text``), the sentences that tell something:
 What happens next is what happens to any extraction (``extract.apply_extraction``): secrets masked unless the
 person asked to keep them, data of a sensitive shape made private, a sentence said again restated as a new
 version of the old memory (its date moves; nothing is duplicated), "forget" reaching every version.
+
+A new value supersedes the old one in code (``changes``), as the issue asks, not by a model: a statement that says
+something changed (a word of ``CHANGE``: "moved", "left", "now", "new", "no longer", …) replaces the person's
+statement nearest it in meaning when the two share a content word (the thing that changed: "manager", "pottery",
+"Split"). "Bashir has left the company, so Nikolai is my manager now." replaces "My manager, Bashir, is great at
+keeping meetings short."; the prompt then shows the old one as "earlier: … (until DATE)". Seen in the 1.5B run
+with both shown as current, oldest first: the small model answered the old manager, class and city every time.
+A statement the cue words miss stays beside the old one, both dated; one they wrongly catch moves the old
+statement to "earlier" (still shown, still in history), never away.
 """
 
 from __future__ import annotations
@@ -28,10 +37,19 @@ import logging
 import re
 from datetime import datetime
 
-from quinn.agent.extract import Applied, ExtractedMemory, Extraction, ExtractionOutcome, apply_extraction
+from quinn.agent.extract import (
+    DUPLICATE_SIMILARITY,
+    Applied,
+    ChangedMemory,
+    ExtractedMemory,
+    Extraction,
+    ExtractionOutcome,
+    apply_extraction,
+)
 from quinn.agent.grounding import YOU
 from quinn.mailbox import InboundEmail
-from quinn.memory import MemoryStore, asked_to_keep, content_words
+from quinn.memory import MemoryStore, asked_to_keep, content_words, find_similar
+from quinn.memory.conversations import stem
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +70,11 @@ _SIGN_OFF = re.compile(
 _REQUEST = re.compile(r"^(?:please|pls|kindly|could|can|would|will|let\s+me\s+know)\b", re.IGNORECASE)
 _STANDING = re.compile(r"\b(?:always|never|from\s+now\s+on|in\s+future|in\s+the\s+future|every\s+time)\b", re.I)
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+#: Words that say a statement changes what was true before: "moved", "left", "now", "new", "no longer", "instead".
+CHANGE = frozenset(
+    "now moved move moves moving left leaving changed changes switched new longer anymore instead replaced".split()
+)
+STATED = frozenset({"own_words", "remember"})  # memories in the person's own words: what a statement may replace
 
 
 def statements(text: str) -> list[str]:
@@ -96,7 +119,7 @@ def learn_own_words(store: MemoryStore, user_id: str, email: InboundEmail) -> Ex
     if not found:
         log.info("learning for %s: no statement of their own in %s", user_id, email.message_id)
         return ExtractionOutcome([], [], None)
-    extraction = Extraction(new=[ExtractedMemory(content=s, type="fact", confidence="high") for s in found])
+    extraction = changes(store, user_id, found)
     source = {
         "source": {
             "message_id": email.message_id, "subject": email.subject,
@@ -111,3 +134,40 @@ def learn_own_words(store: MemoryStore, user_id: str, email: InboundEmail) -> Ex
     log.info("learning for %s: %d statements, %d new, %d restated (own words)", user_id, len(found),
              len(applied.created), len(applied.updated))  # fmt: skip
     return ExtractionOutcome(applied.created, applied.updated, None)
+
+
+def changes(store: MemoryStore, user_id: str, found: list[str]) -> Extraction:
+    """``found`` as an extraction: a statement of change (a ``CHANGE`` word) that shares a content word with the
+    person's statement nearest it in meaning (and is no near-duplicate of it) is that statement's next version;
+    the rest are new. Runs on the DB thread."""
+    new: list[ExtractedMemory] = []
+    updated: list[ChangedMemory] = []
+    aimed: set[int] = set()
+    for sentence in found:
+        target = _replaced(store, user_id, sentence)
+        if target is not None and target not in aimed:
+            aimed.add(target)
+            updated.append(ChangedMemory(content=sentence, type="fact", confidence="high", id=target))
+        else:
+            new.append(ExtractedMemory(content=sentence, type="fact", confidence="high"))
+    return Extraction(new=new, updated=updated)
+
+
+def _replaced(store: MemoryStore, user_id: str, sentence: str) -> int | None:
+    """The id of the person's statement that ``sentence`` says has changed, if any (see ``changes``)."""
+    words = {m.group(0).lower() for m in _WORD.finditer(sentence)}
+    if not words & CHANGE:
+        return None
+    hits = find_similar(store, user_id, sentence, -1.0)
+    if not hits or hits[0].score >= DUPLICATE_SIMILARITY:  # nothing to replace, or the same thing said again
+        return None
+    nearest = hits[0].memory
+    if nearest.immutable or nearest.metadata.get("via") not in STATED:
+        return None
+    anchors = _stems(sentence) & _stems(nearest.content)
+    return nearest.id if anchors else None
+
+
+def _stems(text: str) -> set[str]:
+    """The stemmed content words of ``text`` that are no words of change."""
+    return {stem(w) for w in content_words(text) if w not in CHANGE and any(c.isalpha() for c in w)}

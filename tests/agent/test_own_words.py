@@ -56,8 +56,10 @@ async def test_own_words_become_memories_without_a_model_call_and_the_prompt_rea
                      "Could you suggest a simple dinner?\n\nBest,\nIngrid", date=first)  # fmt: skip
     await quinn.send(ingrid, "News", "Hi Quinn,\n\nBashir has left the company, so Nikolai is my manager now.\n"
                      "The password for the wifi is hunter22.\n", date=later)  # fmt: skip
+    await quinn.send(ingrid, "Class", "My pottery class is on Tuesday evenings. We adopted a cat called Mochi.",
+                     date=later + timedelta(days=1))  # fmt: skip
     await quinn.send(ingrid, "Question", "Who is my manager these days? Please keep it short.", date=asked)
-    quinn.replies(ingrid, 3)
+    quinn.replies(ingrid, 4)
 
     # No extraction call: the memories are the person's sentences, dated by their mails; nothing of the
     # question, the request or the greeting; the secret masked (and private), as any extraction's is.
@@ -67,19 +69,42 @@ async def test_own_words_become_memories_without_a_model_call_and_the_prompt_rea
         (ingrid,),
     )
     contents = [r[0] for r in rows]
-    assert contents[:2] == [
-        "My manager, Bashir, is great at keeping meetings short.",
+    # The new manager supersedes the old one in code: a statement of change ("left", "now") sharing a word
+    # ("Bashir", "manager") with the statement nearest it. The cat is news, not a change of anything.
+    assert contents == [
         "Bashir has left the company, so Nikolai is my manager now.",
+        "The password for the wifi is [secret withheld].",
+        "My pottery class is on Tuesday evenings.",
+        "We adopted a cat called Mochi.",
     ]
-    assert rows[0][1].startswith(first.date().isoformat()) and rows[1][1].startswith(later.date().isoformat())
-    assert len(contents) == 3 and "hunter22" not in contents[2] and '"private": true' in rows[2][2]
-    assert not any("dinner" in c or "manager these days" in c or "Quinn" in c for c in contents)
+    assert rows[0][1].startswith(later.date().isoformat()) and '"private": true' in rows[1][2]
+    closed = quinn.query("SELECT content, substr(valid_to, 1, 10) FROM memories WHERE user_id = ? AND valid_to IS "
+                         "NOT NULL", (ingrid,))  # fmt: skip
+    assert closed == [("My manager, Bashir, is great at keeping meetings short.", later.date().isoformat())]
 
-    # The last reply's prompt: both managers recalled, the older first, and no tools named or offered.
+    # The last reply's prompt: the manager now, with the one before as earlier, each line dated as written; past
+    # mail oldest first; no tools named or offered.
     request = brain.requests("reply")[-1]
     prompt = request.text
-    old = prompt.index("My manager, Bashir, is great")
-    new = prompt.index("Nikolai is my manager now")
-    assert old < new
+    assert (f"(they wrote on {later.date().isoformat()}) Bashir has left the company, so Nikolai is my manager now."
+            f" | earlier: My manager, Bashir, is great at keeping meetings short. (until {later.date().isoformat()})"
+            in prompt)  # fmt: skip
+    mails = [prompt.index(f"[mail:{day.date().isoformat()}]") for day in (later, later + timedelta(days=1))]
+    assert mails == sorted(mails)
     assert "save_memory" not in prompt and "search_memory" not in prompt
     assert not request.body_json.get("tools")
+
+
+def test_recall_is_chosen_best_first_and_shown_oldest_first() -> None:
+    from quinn.agent.context import passage_block
+    from quinn.memory import Passage, PassageHit
+
+    def hit(day: str, text: str, score: float) -> PassageHit:
+        return PassageHit(Passage(1, "a@x.test", f"<{day}@x>", "in", f"{day}T09:00:00+00:00", "S", 0, text,
+                                  frozenset()), score)  # fmt: skip
+
+    hits = [hit("2025-07-21", "Nikolai is my manager now.", 0.9), hit("2024-05-03", "My manager is Bashir.", 0.8),
+            hit("2023-01-01", "A long mail about the weather " * 20, 0.7)]  # fmt: skip
+    block = passage_block(hits, 40)  # room for the two best only
+    assert block.splitlines() == ['- [mail:2024-05-03] (they wrote, "S") My manager is Bashir.',
+                                  '- [mail:2025-07-21] (they wrote, "S") Nikolai is my manager now.']  # fmt: skip
