@@ -108,3 +108,19 @@ def test_recall_is_chosen_best_first_and_shown_oldest_first() -> None:
     block = passage_block(hits, 40)  # room for the two best only
     assert block.splitlines() == ['- [mail:2024-05-03] (they wrote, "S") My manager is Bashir.',
                                   '- [mail:2025-07-21] (they wrote, "S") Nikolai is my manager now.']  # fmt: skip
+
+
+async def test_forget_reaches_a_statement_learnt_in_own_words_and_it_is_not_learnt_again(
+    make_quinn, mail_lab, brain: Brain
+) -> None:
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn(OWN_WORDS)
+    await quinn.send(alice, "Car", "I finally replaced the old car; the new one is a navy blue Peugeot. My sister "
+                     "lives in Oslo.", date=DAY0)  # fmt: skip
+    await quinn.send(alice, "Privacy", "Please forget that my new car is a navy blue Peugeot. I love hiking along the fjords.",
+                     date=DAY0 + timedelta(days=1))  # fmt: skip
+    quinn.replies(alice, 2)
+    current = [r[0] for r in quinn.query("SELECT content FROM memories WHERE user_id = ? AND valid_to IS NULL "
+                                         "ORDER BY id", (alice,))]  # fmt: skip
+    assert not any("Peugeot" in c for c in current), current  # nor stored again from the request itself
+    assert "My sister lives in Oslo." in current and "I love hiking along the fjords." in current
