@@ -23,8 +23,10 @@ version of the old memory (its date moves; nothing is duplicated), "forget" reac
 
 A new value supersedes the old one in code (``changes``), as the issue asks, not by a model: a statement that says
 something changed (a word of ``CHANGE``: "moved", "left", "now", "new", "no longer", …) replaces the person's
-statement nearest it in meaning when the two share a content word (the thing that changed: "manager", "pottery",
-"Split"). "Bashir has left the company, so Nikolai is my manager now." replaces "My manager, Bashir, is great at
+statement nearest it in meaning when the two are about one thing: they share a name or number ("Bashir",
+"Split", "Tuesday") or ``ANCHORS`` content words ("pottery class"). One common word is not enough: in the
+1.5B run "We live in Split now, and I take the train to work" replaced "Work has been hectic" by "work" alone.
+"Bashir has left the company, so Nikolai is my manager now." replaces "My manager, Bashir, is great at
 keeping meetings short."; the prompt then shows the old one as "earlier: … (until DATE)". Seen in the 1.5B run
 with both shown as current, oldest first: the small model answered the old manager, class and city every time.
 A statement the cue words miss stays beside the old one, both dated; one they wrongly catch moves the old
@@ -74,6 +76,7 @@ _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 CHANGE = frozenset(
     "now moved move moves moving left leaving changed changes switched new longer anymore instead replaced".split()
 )
+ANCHORS = 2  # content words two statements share to be about one thing, unless one is a name or number
 STATED = frozenset({"own_words", "remember"})  # memories in the person's own words: what a statement may replace
 
 
@@ -137,9 +140,9 @@ def learn_own_words(store: MemoryStore, user_id: str, email: InboundEmail) -> Ex
 
 
 def changes(store: MemoryStore, user_id: str, found: list[str]) -> Extraction:
-    """``found`` as an extraction: a statement of change (a ``CHANGE`` word) that shares a content word with the
-    person's statement nearest it in meaning (and is no near-duplicate of it) is that statement's next version;
-    the rest are new. Runs on the DB thread."""
+    """``found`` as an extraction: a statement of change (a ``CHANGE`` word) about the same thing as the person's
+    statement nearest it in meaning (a shared name or number, or ``ANCHORS`` shared content words; no
+    near-duplicate of it) is that statement's next version; the rest are new. Runs on the DB thread."""
     new: list[ExtractedMemory] = []
     updated: list[ChangedMemory] = []
     aimed: set[int] = set()
@@ -165,9 +168,22 @@ def _replaced(store: MemoryStore, user_id: str, sentence: str) -> int | None:
     if nearest.immutable or nearest.metadata.get("via") not in STATED:
         return None
     anchors = _stems(sentence) & _stems(nearest.content)
-    return nearest.id if anchors else None
+    named = anchors & (_names(sentence) | _names(nearest.content))
+    return nearest.id if len(anchors) >= ANCHORS or named else None
 
 
 def _stems(text: str) -> set[str]:
     """The stemmed content words of ``text`` that are no words of change."""
-    return {stem(w) for w in content_words(text) if w not in CHANGE and any(c.isalpha() for c in w)}
+    return {stem(w) for w in content_words(text) if w not in CHANGE}
+
+
+def _names(text: str) -> set[str]:
+    """The stems of ``text``'s names and numbers: a capitalised word not opening a sentence ("Bashir", "Split",
+    "Tuesday"), or one with a digit."""
+    found = set()
+    for sentence in _SENTENCE.split(text):
+        for i, match in enumerate(_WORD.finditer(sentence)):
+            word = match.group(0)
+            if any(c.isdigit() for c in word) or (i > 0 and word[0].isupper() and word != "I"):
+                found.add(stem(word.lower()))
+    return found

@@ -117,10 +117,37 @@ async def test_forget_reaches_a_statement_learnt_in_own_words_and_it_is_not_lear
     quinn = await make_quinn(OWN_WORDS)
     await quinn.send(alice, "Car", "I finally replaced the old car; the new one is a navy blue Peugeot. My sister "
                      "lives in Oslo.", date=DAY0)  # fmt: skip
-    await quinn.send(alice, "Privacy", "Please forget that my new car is a navy blue Peugeot. I love hiking along the fjords.",
-                     date=DAY0 + timedelta(days=1))  # fmt: skip
+    await quinn.send(alice, "Privacy", "Please forget that my new car is a navy blue Peugeot. I love hiking along "
+                     "the fjords.", date=DAY0 + timedelta(days=1))  # fmt: skip
     quinn.replies(alice, 2)
     current = [r[0] for r in quinn.query("SELECT content FROM memories WHERE user_id = ? AND valid_to IS NULL "
                                          "ORDER BY id", (alice,))]  # fmt: skip
     assert not any("Peugeot" in c for c in current), current  # nor stored again from the request itself
     assert "My sister lives in Oslo." in current and "I love hiking along the fjords." in current
+
+
+def test_a_statement_of_change_replaces_only_a_statement_about_the_same_thing(tmp_path, local_embedder) -> None:
+    from quinn.agent.own_words import changes
+    from quinn.memory import MemoryStore
+
+    store = MemoryStore.open(str(tmp_path / "m.db"), embedder=local_embedder)
+    ids = {text: store.add("a@x.test", text, type="fact", metadata={"via": "own_words"}) for text in (
+        "Work has been hectic, with three deadlines landing in the same fortnight.",
+        "My manager, Bashir, is great at keeping meetings short.",
+        "My pottery class is on Tuesday evenings.",
+        "We live in Split now.",
+    )}  # fmt: skip
+    found = changes(store, "a@x.test", [
+        "We live in Lund now, and I take the train to work.",  # "work" alone: not the same thing as the deadlines
+        "Bashir has left the company, so Nikolai is my manager now.",  # a name: the manager
+        "The pottery class moved to Wednesday evenings.",  # two words: the class
+        "We adopted a cat a few weeks ago.",  # no word of change
+    ])  # fmt: skip
+    assert {c.content: c.id for c in found.updated} == {
+        "Bashir has left the company, so Nikolai is my manager now.":
+            ids["My manager, Bashir, is great at keeping meetings short."],
+        "The pottery class moved to Wednesday evenings.": ids["My pottery class is on Tuesday evenings."],
+    }  # fmt: skip
+    assert [m.content for m in found.new] == ["We live in Lund now, and I take the train to work.",
+                                              "We adopted a cat a few weeks ago."]  # fmt: skip
+    store.close()
