@@ -92,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return result
     if args.fast:
         args.people, args.mails = min(args.people, 1), min(args.mails, FAST_MAILS)
-    if not 0 <= args.skip < args.people + (1 if args.real else 0) or args.mails < 30:
+    # With --real the people are counted once the file is read (run.people_of): --skip 4 --real-people 2 is the
+    # second real person of a run with 3 generated ones.
+    if args.skip < 0 or (not args.real and args.skip >= args.people) or args.mails < 30:
         p.error("--skip must leave someone to ask, and --mails must be 30 or more (a history has to be long)")
     name = "scripted" if args.fast else f"the server at {args.base_url}" if args.base_url else MODELS[args.model].name
     model = {"name": name, "n_ctx": args.n_ctx,

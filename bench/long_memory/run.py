@@ -251,6 +251,8 @@ def people_of(args: argparse.Namespace) -> list[Person]:
             people += load(args.real, args.real_people or None)
         except RealPeopleError as exc:
             raise SystemExit(str(exc)) from None
+    if len(people) <= args.skip:
+        raise SystemExit(f"--skip {args.skip} leaves no one to ask: the run has {len(people)} people")
     return people[args.skip :]
 
 
