@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,9 @@ from quinn.documents import Extracted
 from quinn.mailbox import InboundEmail
 from quinn.memory import Memory, Passage, PassageHit, SearchHit
 
+#: After a memory rewritten by "forget …": the 1.5B run of bench/long_memory, asked the brand of the car whose
+#: brand had been forgotten, invented one ("a Toyota Camry") from "I finally replaced the old car."
+FORGOT_NOTE = "they asked you to forget more of what this said"
 PROFILE_SHARE = 0.4  # at most this share of the memory budget goes to the always-present profile
 
 
@@ -130,6 +133,9 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
             and visible([h.memory], private_ok, inputs.now)
         ]
         hits = [h for h in relevant if h.memory.id not in shown]
+        if not private_ok:  # that they asked to forget something is theirs alone (FORGOT_NOTE)
+            profile_text = context_block([SearchHit(_unmarked(m), 1.0) for m in profile], profile_budget, earlier)
+            hits = [replace(h, memory=_unmarked(h.memory)) for h in hits]
         remaining = inputs.token_budget - (estimate_tokens(profile_text) if profile_text else 0)
         # Checked again here (the search already applies it): a passage others did not see never reaches them.
         passages = [h for h in inputs.passages if h.passage.seen_by(others)]
@@ -320,6 +326,13 @@ def restates(before: str, after: str) -> bool:
     return set(words.findall(before.lower())) <= set(words.findall(after.lower()))
 
 
+def _unmarked(memory: Memory) -> Memory:
+    """``memory`` without the mark of a forget (``FORGOT_NOTE``)."""
+    if "forgot" not in memory.metadata:
+        return memory
+    return replace(memory, metadata={k: v for k, v in memory.metadata.items() if k != "forgot"})
+
+
 def context_block(hits: Sequence[SearchHit], token_budget: int, earlier: Mapping[int, Memory] | None = None) -> str:
     """Memories as lines with ``[memory:ID]`` citations, the best that fit ``token_budget`` (deduplicated), shown
     oldest first by the date they hold from (``chronological``). A
@@ -341,6 +354,8 @@ def context_block(hits: Sequence[SearchHit], token_budget: int, earlier: Mapping
         line = f"- [memory:{memory.id}] ({where}, since {date}{unsure}) {memory.content}"
         if memory.metadata.get("via") == "own_words":  # their sentence, as they wrote it that day
             line = f"- [memory:{memory.id}] (they wrote on {date}) {memory.content}"
+        if memory.metadata.get("forgot"):  # what was cut is gone; that something was, the model may say
+            line += f" ({FORGOT_NOTE} on {str(memory.metadata['forgot'])[:10]})"
         before = (earlier or {}).get(memory.id)
         if before is not None and not restates(before.content, memory.content):
             with_before = f"{line} | earlier: {before.content} (until {(before.valid_to or date)[:10]})"

@@ -173,7 +173,9 @@ def forget(store: MemoryStore, user_id: str, what: str, private_ok: bool) -> For
     for memory in ([target] if target is not None else []) + others:
         rest = fact.without(memory.content) if fact.mentions(memory.content) else ""
         if rest and content_words(rest) and rest != memory.content:
-            new_id = store.update(memory.id, rest, user_id=user_id, reason=f"{reason}; the rest kept")
+            new_id = store.update(
+                memory.id, rest, user_id=user_id, reason=f"{reason}; the rest kept", metadata={"forgot": iso(utcnow())}
+            )  # fmt: skip  (context.context_block says so)
             changes.append(MemoryChange("rewritten", new_id, rest))
         else:
             store.forget(memory.id, user_id=user_id, reason=reason)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from quinn.agent.own_words import MAX_CHARS, MAX_STATEMENTS, statements
+from quinn.clock import utcnow
 from tests.agent.test_scenarios import DAY0
 from tests.lab.brain import Brain
 
@@ -124,6 +125,18 @@ async def test_forget_reaches_a_statement_learnt_in_own_words_and_it_is_not_lear
                                          "ORDER BY id", (alice,))]  # fmt: skip
     assert not any("Peugeot" in c for c in current), current  # nor stored again from the request itself
     assert "My sister lives in Oslo." in current and "I love hiking along the fjords." in current
+
+    # Asked later, the model is told that more of it was forgotten (not what): the 1.5B invented a brand from
+    # "I finally replaced the old car." alone. Not with someone else on the mail: the forget is Alice's business.
+    asked = DAY0 + timedelta(days=2)
+    await quinn.send(alice, "Car?", "What brand is the car I bought to replace the old one?", date=asked)
+    bob = mail_lab.new_user("bob")
+    await quinn.send(alice, "Car, again", "Which car did I buy to replace the old one?", cc=[bob], date=asked)
+    quinn.replies(alice, 4)
+    alone, shared = brain.prompt("What brand is the car"), brain.prompt("Which car did I buy")
+    note = f"I finally replaced the old car. (they asked you to forget more of what this said on {utcnow().date()})"
+    assert note in alone and "Peugeot" not in alone
+    assert "I finally replaced the old car." in shared and "forget more" not in shared
 
 
 def test_a_statement_of_change_replaces_only_a_statement_about_the_same_thing(tmp_path, local_embedder) -> None:
