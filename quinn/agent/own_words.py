@@ -50,8 +50,7 @@ from quinn.agent.extract import (
 )
 from quinn.agent.grounding import YOU
 from quinn.mailbox import InboundEmail
-from quinn.memory import MemoryStore, asked_to_keep, content_words, find_similar
-from quinn.memory.conversations import stem
+from quinn.memory import MemoryStore, asked_to_keep, content_words, find_similar, stem
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ own. Loaded whole: every command that opens the store needs most of it anyway.
 
 from quinn.memory import expiry, people
 from quinn.memory.clusters import current_with_vectors, similar_groups
+from quinn.memory.conversations import stem
 from quinn.memory.earlier import earlier_versions, retire_earlier
 from quinn.memory.embed import Embedder, embedder_for
 from quinn.memory.filters import AGE_ANCHOR, CURRENT, NOT_CURRENT, memory_filter, normalise_user
@@ -97,6 +98,7 @@ __all__ = [
     "search_passages",
     "similar_groups",
     "split_passages",
+    "stem",
     "stored_message",
     "user_passages",
     "versions_of",
