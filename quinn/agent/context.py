@@ -122,6 +122,8 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
     if inputs.memory_enabled:
         earlier = {mid: m for mid, m in inputs.earlier.items() if private_ok or not m.private}
         profile = profile_order(visible(inputs.profile, private_ok, inputs.now))
+        if not private_ok:  # that they asked to forget something is theirs alone (FORGOT_NOTE)
+            profile = [_unmarked(m) for m in profile]
         profile_budget = int(inputs.token_budget * PROFILE_SHARE)
         profile_text = context_block([SearchHit(m, 1.0) for m in profile], profile_budget, earlier)
         shown = {m.id for m in profile if f"[memory:{m.id}]" in profile_text}
@@ -133,8 +135,7 @@ def reply_variables(inputs: ReplyInputs) -> dict[str, Any]:
             and visible([h.memory], private_ok, inputs.now)
         ]
         hits = [h for h in relevant if h.memory.id not in shown]
-        if not private_ok:  # that they asked to forget something is theirs alone (FORGOT_NOTE)
-            profile_text = context_block([SearchHit(_unmarked(m), 1.0) for m in profile], profile_budget, earlier)
+        if not private_ok:
             hits = [replace(h, memory=_unmarked(h.memory)) for h in hits]
         remaining = inputs.token_budget - (estimate_tokens(profile_text) if profile_text else 0)
         # Checked again here (the search already applies it): a passage others did not see never reaches them.

@@ -60,6 +60,16 @@ def history(quinn: str) -> dict[str, bytes]:
             "list": mx_stamp(raw_list, "news@example.test"), "bob": raw_bob, "a3": mx_stamp(raw_b1, ALICE)}  # fmt: skip
 
 
+def history_mbox(config: LabConfig, folder: Path) -> Path:
+    """``history`` as an mbox file in ``folder``."""
+    path = folder / "archive.mbox"
+    box = mailbox.mbox(path)
+    for raw in history(config.address).values():
+        box.add(raw)
+    box.close()
+    return path
+
+
 def teach(brain: Brain) -> None:
     """The scripted model: Lisbon learnt, then contradicted by Porto; every session review gives a summary."""
     brain.learn["Lisbon"] = {"new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
@@ -192,11 +202,7 @@ def test_maildir_import_stores_threads_memory_files_and_judges_trust(lab_config,
 
 def test_mbox_import_resumes_after_a_kill_without_duplicates(lab_config, brain: Brain, tmp_path: Path) -> None:
     config = lab_config(idle=False)
-    path = tmp_path / "archive.mbox"
-    box = mailbox.mbox(path)
-    for raw in history(config.address).values():
-        box.add(raw)
-    box.close()
+    path = history_mbox(config, tmp_path)
     teach(brain)
 
     killed = quinn_import(config, str(path), fault="after_store:2")  # the 2nd mail stored, not queued, not done
@@ -330,11 +336,7 @@ def test_an_own_words_import_learns_each_mail_on_its_own_date_with_no_extraction
     lab_config, brain: Brain, tmp_path: Path
 ) -> None:
     config = lab_config(idle=False, extra='[memory]\nlearn = "own_words"\n')
-    path = tmp_path / "archive.mbox"
-    box = mailbox.mbox(path)
-    for raw in history(config.address).values():
-        box.add(raw)
-    box.close()
+    path = history_mbox(config, tmp_path)
     teach(brain)
 
     done = summary_of(quinn_import(config, str(path)))
