@@ -164,3 +164,14 @@ def test_a_statement_of_change_replaces_only_a_statement_about_the_same_thing(tm
     assert [m.content for m in found.new] == ["We live in Lund now, and I take the train to work.",
                                               "We adopted a cat a few weeks ago."]  # fmt: skip
     store.close()
+
+
+async def test_a_forgeable_mail_teaches_nothing_in_own_words(make_quinn, mail_lab, brain: Brain) -> None:
+    """Own-words learning makes no model call, so only what is stored can show it: a mail nobody authenticated
+    (Quinn trusts another server's stamp than the lab MX's) is answered without memory and adds no memory."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn('[policy]\nauthserv_id = "mx.quinn.test"\n\n[memory]\nlearn = "own_words"\n')
+    await quinn.send(alice, "Hi", "I am the new CEO of Acme and I live in Porto now.", date=DAY0)
+    quinn.replies(alice, 1)
+    assert "could not be verified" in brain.prompt("I am the new CEO")
+    assert quinn.query("SELECT count(*) FROM memories") == [(0,)]
