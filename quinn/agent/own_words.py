@@ -76,7 +76,6 @@ CHANGE = frozenset(
     "now moved move moves moving left leaving changed changes switched new longer anymore instead replaced".split()
 )
 ANCHORS = 2  # content words two statements share to be about one thing, unless one is a name or number
-STATED = frozenset({"own_words", "remember"})  # memories in the person's own words: what a statement may replace
 
 
 def statements(text: str) -> list[str]:
@@ -164,7 +163,7 @@ def _replaced(store: MemoryStore, user_id: str, sentence: str) -> int | None:
     if not hits or hits[0].score >= DUPLICATE_SIMILARITY:  # nothing to replace, or the same thing said again
         return None
     nearest = hits[0].memory
-    if nearest.immutable or nearest.metadata.get("via") not in STATED:
+    if nearest.immutable or not nearest.in_their_words:
         return None
     anchors = _stems(sentence) & _stems(nearest.content)
     named = anchors & (_names(sentence) | _names(nearest.content))

@@ -17,6 +17,9 @@ MEMORY_TYPES: tuple[str, ...] = (
 )  # fmt: skip
 PRIVATE_TYPES: frozenset[str] = frozenset({"personal"})
 SCHEMA_VERSION = 1
+#: How a memory in the person's own words came to be (``metadata.via``): a statement of their mail kept as written
+#: (``[memory] learn = "own_words"``) or "remember ..." by mail. No model rewrites these (consolidation, reflection).
+THEIR_WORDS: frozenset[str] = frozenset({"own_words", "remember"})
 """Version of a memory row's meaning, stored in each row (``memories.schema_version``)."""
 RECORD_SCHEMA_VERSION = 1
 """Version of the export record format (``memory.schema.json``); bump it when a record's fields change."""
@@ -104,6 +107,11 @@ class Memory:
     def current(self) -> bool:
         """Active and not superseded (expiry is checked against a clock by the caller)."""
         return self.active and self.superseded_by is None and self.valid_to is None
+
+    @property
+    def in_their_words(self) -> bool:
+        """The person's own sentence, kept as they wrote it (``THEIR_WORDS``), not a model's wording of it."""
+        return self.metadata.get("via") in THEIR_WORDS
 
     @property
     def private(self) -> bool:

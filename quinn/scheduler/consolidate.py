@@ -6,6 +6,10 @@ sentence; the merged memory takes the highest importance, the union of tags and 
 from; the originals are superseded by it (``superseded_by``) and stay in history. ``MemoryStore.supersede``
 does the swap in one transaction, so a run killed at any point leaves every group either merged or untouched,
 never half: no memory is both current and merged away. The next run finds the untouched groups again.
+
+A memory kept in the person's own words (``Memory.in_their_words``: learnt with ``[memory] learn = "own_words"``
+or by "remember ...") is never merged: the model would put its wording in place of theirs, which is what the
+operator chose own words to avoid (the 1.5B's merges and promotions read "My father's last name is <address>").
 """
 
 from __future__ import annotations
@@ -61,7 +65,9 @@ def find_groups(store: MemoryStore, user_id: str, min_group: int, similarity: fl
 
 
 def _mergeable(memory: Memory) -> bool:
-    return memory.current and not memory.immutable and memory.type not in SKIP_TYPES and memory.user_id is not None
+    """A memory the model may fold into one sentence: not one the person's own words keep (``in_their_words``)."""
+    return (memory.current and not memory.immutable and not memory.in_their_words and memory.type not in SKIP_TYPES
+            and memory.user_id is not None)  # fmt: skip
 
 
 def merged_memory(group: Group, content: str, valid_from: str) -> NewMemory:

@@ -3,7 +3,9 @@
 1. Promotion: when ``reflect_min_episodes`` or more similar episodic memories exist (cosine similarity at least
    ``reflect_similarity``) and one of them is new since the last run, one structured call states what they show.
    A semantic fact becomes a ``semantic`` memory with the model's confidence and the episodes' ids; the episodes
-   stay as they are (they happened). Episodes once promoted are not promoted again.
+   stay as they are (they happened). Episodes once promoted are not promoted again, and a memory in the
+   person's own words (``Memory.in_their_words``) is no episode to promote: the model's statement would stand in
+   the profile, above their words, in its wording (job 3 explains why).
 2. Core memories (identity, preference, relationship, behavioral) change slowly: reflection adds one when none
    is similar, and changes a similar one only when it is at least ``core_update_min_days`` old and the model is
    confident (0.7 or more).
@@ -85,7 +87,7 @@ def episode_groups(
     """Groups of similar episodes not promoted yet, with at least one episode newer than ``after_id``."""
     memories, vectors = current_with_vectors(store, user_id, scope="episodic", exclude_types=NOT_EPISODES)
     used = promoted_episode_ids(store, user_id)
-    keep = [i for i, m in enumerate(memories) if m.id not in used]
+    keep = [i for i, m in enumerate(memories) if m.id not in used and not m.in_their_words]
     if len(keep) < min_episodes:
         return []
     groups = similar_groups([memories[i] for i in keep], vectors[keep], similarity, min_episodes)

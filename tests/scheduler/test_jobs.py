@@ -626,6 +626,47 @@ async def test_reflection_turns_a_semantic_pattern_into_a_new_memory(bench, llm_
     assert semantic.tags == ()  # no bookkeeping tag that would group unrelated reflections for consolidation
 
 
+async def test_no_job_puts_the_models_words_in_place_of_the_persons_own(bench, llm_server):
+    """Own-words memories (``learn = "own_words"``) and "remember ..." are neither merged nor promoted: seen with
+    the 1.5B, reflection over a person's statements put "My father's last name is <their address>" in their
+    profile. Memories the model worded still are, in the same runs."""
+    finn = "finn@example.test"
+    said = {"via": "own_words", "source": {"message_id": "<f1@x>"}}
+    theirs = [
+        bench.store.add(finn, text, scope="episodic", tags=["running"], metadata=said)
+        for text in (
+            "I ran 5 km before work on Monday.",
+            "I ran 8 km early on Wednesday before the office.",
+            "I did a short run before work on Friday, the usual loop.",
+            "I ran before work today, in the rain.",
+        )
+    ]
+    kept = bench.store.add(finn, "My locker code at the pool is 4471.", scope="episodic", tags=["running"],
+                           metadata={"via": "remember"})  # fmt: skip
+    worded = [bench.store.add(finn, text, scope="profile", type="personal")
+              for text in ("Finn's dog is named Rex.", "Finn has a dog called Rex.")]  # fmt: skip
+
+    def respond(request: RecordedRequest):
+        if request.purpose == MERGE:
+            return Text("Finn's dog is named Rex.")
+        if request.purpose == REFLECT:
+            return Json({"statement": "Finn runs before work.", "type": "behavioral", "confidence": 0.9})
+        if request.purpose == ENTITIES:
+            return Json({"entities": [], "relations": []})
+        return None
+
+    llm_server.responder = respond
+    merged = await bench.runner().run_job("consolidate")
+    assert merged.status == "ok" and merged.counts["merged"] == 2  # the two model-worded lines about Rex
+    [asked] = prompts_with(llm_server, MERGE)
+    assert "Rex" in asked.text and "run" not in asked.text and "4471" not in asked.text
+    assert all(bench.store.get(m).current for m in [*theirs, kept])
+    assert not any(bench.store.get(m).current for m in worded)
+    reflected = await bench.runner().run_job("reflect")
+    assert reflected.status == "ok" and prompts_with(llm_server, REFLECT) == []
+    assert [m.content for m in bench.store.get_all(finn) if not m.in_their_words] == ["Finn's dog is named Rex."]
+
+
 async def test_one_group_the_model_cannot_merge_does_not_hold_up_the_others(bench, llm_server):
     hana = "hana@example.test"
     for tag, facts in (("tea", ["drinks sencha", "owns a kyusu", "buys matcha in Kyoto", "brews at 70 C",
