@@ -95,16 +95,20 @@ def test_the_whole_history_replaces_fragments_when_it_fits_and_retrieval_takes_o
     assert "Acme" not in reply_variables(inputs(email=cc, history=history))["conversations"]
 
 
-def test_the_reply_prompt_dates_the_email_and_asks_not_to_guess_when_nothing_was_recalled() -> None:
+def test_the_reply_prompt_dates_the_email_asks_not_to_guess_and_puts_recall_in_the_user_turn() -> None:
     store = PromptStore()
     empty = store.render("reply", reply_variables(inputs()))
     assert "The new email was written on 2026-11-22T09:00:00+00:00" in empty.system
     assert "tell them you do not know" in empty.system
     hit = SearchHit(sample_memory(3, "Alice leads Project Alpha."), 1.0)
     recalled = store.render("reply", reply_variables(inputs(hits=[hit])))
-    assert "tell them you do not know" not in recalled.system and "[memory:3]" in recalled.system
+    assert "tell them you do not know" not in recalled.system
+    # What was recalled is data, in the user's turn just before the new email (the 1.5B read it there better:
+    # docs/architecture.md), never in the system prompt's instructions.
+    assert "[memory:3]" in recalled.user and "[memory:3]" not in recalled.system
+    assert recalled.user.index("[memory:3]") < recalled.user.index("New email from")
     whole = store.render("reply", reply_variables(inputs(history=[mail(1, "I started at Acme.", "2026-01-05")])))
-    assert "Everything this person wrote to you before, oldest first" in whole.system
+    assert "Everything this person wrote to you before, oldest first" in whole.user
 
 
 def test_the_memory_budget_follows_the_models_context_unless_the_operator_set_it(tmp_path: Path) -> None:

@@ -128,7 +128,8 @@ def test_edit_a_template_see_the_error_fix_it_preview_save_and_roll_back(served_
     driver.find_element(By.ID, "preview").click()
     arrive(driver, f"{served}/prompts/reply/preview")
     system = driver.find_element(By.ID, "preview-system").text
-    assert 'Sign as "Quinn from the browser".' in system and "Alice's sister is called Jo" in system
+    user = driver.find_element(By.ID, "preview-user-message").text  # recall opens the user message (reply.j2)
+    assert 'Sign as "Quinn from the browser".' in system and "Alice's sister is called Jo" in user
     assert list(admin_dir.iterdir()) == []  # a preview saves nothing
 
     driver.find_element(By.ID, "save-template").click()
