@@ -123,3 +123,23 @@ def test_a_multi_session_chat_becomes_threads_of_the_persons_own_mails() -> None
     raw = build_mail("dana@example.test", "q@example.test", dana.mails[1].subject, dana.mails[1].body)[1]
     text = parse_email(raw).text
     assert "Rainy. But I love the tram." in text and "how is it" not in text
+
+
+def test_the_replay_moves_only_the_recalled_lines_and_refuses_a_prompt_with_none_in_its_system_message() -> None:
+    from bench.long_memory.replay import ReplayError, moved
+
+    system = (
+        "You are Quinn.\nWhen the email asks about something the person told you and nothing below says it, say "
+        "that you do not know.\n\n\n\nMemories that may be relevant to this email, oldest first:\n- [memory:4] "
+        "(they wrote on 2025-03-19) We moved to Lund.\n\n\n\nFrom your past emails with this person, oldest first:\n"
+        '- [mail:2025-03-19] (they wrote, "News") We moved to Lund.\n\n\n\nRecent context with this person:\n'
+        "last conversation summary: a move."
+    )
+    user = 'New email from Ingrid on 2026-11-28, subject "Q":\n\nWhere do I live?'
+    new_system, new_user = moved(system, user)
+    assert "[memory:4]" not in new_system and "[mail:2025-03-19]" not in new_system
+    assert new_system.startswith("You are Quinn.") and new_system.endswith("last conversation summary: a move.")
+    assert new_user.startswith("Memories that may be relevant") and new_user.endswith(user)
+    assert new_user.index("[memory:4]") < new_user.index("[mail:2025-03-19]") < new_user.index("New email from")
+    with pytest.raises(ReplayError, match="nothing to move"):
+        moved(new_system, new_user)

@@ -1,0 +1,210 @@
+"""``python -m bench.long_memory.replay``: where the recalled lines stand, with everything else held (an ablation).
+
+A long-memory run keeps every model call (``--workdir``: ``calls.jsonl``). This takes Quinn's reply prompt of
+each question from it, exactly as it was sent, moves what was recalled (the profile, the memories, the past
+mail) from the system message to the head of the user message, asks the model again, and scores the answer as
+the run scores its own (``report.score``). Recall, budget, template words, model and sampling are the run's:
+only the place of the recalled lines differs. The run's own answer is the "as sent" column; ``--re-ask`` asks
+the as-sent prompt again too, to see that the server answers it as the run's did (temperature 0).
+
+The people are rebuilt from the run's own flags (``--people``, ``--skip``, ``--real``, ...), which give each
+question's right and stale answers.
+
+    python -m bench.long_memory.replay --transcript /tmp/lm/p1/calls.jsonl --people 1 --name replay-p1
+    python -m bench.long_memory.replay --transcript /tmp/lm/p4/calls.jsonl --people 3 \\
+        --real bench/data/long_memory_real.json --real-people 1 --skip 3 --name replay-p4
+    python -m bench.long_memory.replay --merge a.json b.json --name long_memory-recall-placement
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.long_memory.__main__ import parser as run_parser
+from bench.long_memory.data import Probe
+from bench.long_memory.report import Scored, score
+from bench.long_memory.run import people_of
+from bench.machine import machine_info
+from bench.memory_qa import MAX_OUTPUT_TOKENS, Asked, model_target, read_part, write_result
+
+#: The recall sections of the reply template (prompts/reply.j2), each led by its heading.
+RECALL_HEADS = (
+    "\n\nWhat you know about ",
+    "\n\nMemories that may be relevant to this email",
+    "\n\nFrom your past emails with this person",
+    "\n\nEverything this person wrote to you before",
+)
+#: The system message's sections after the recall ones, in the template before the recall moved.
+AFTER_RECALL = (
+    "\n\nNothing you remember and none of your past emails",
+    "\n\nRecent context with this person:",
+    "\n\nThis email is about:",
+    "\n\nMemory requests in this email",
+    "\n\nOther people are on this email",
+)
+VARIANTS = ("as_sent", "recall_in_user")
+
+
+class ReplayError(SystemExit):
+    """The transcript does not hold what a replay needs; the message says what and how to fix it."""
+
+
+def moved(system: str, user: str) -> tuple[str, str]:
+    """``system`` without its recall sections, and ``user`` opened by them."""
+    starts = [at for at in (system.find(head) for head in RECALL_HEADS) if at >= 0]
+    if not starts:
+        raise ReplayError("a reply prompt has no recall in its system message: the run's template already puts it "
+                          "elsewhere, so there is nothing to move")  # fmt: skip
+    start = min(starts)
+    ends = [at for at in (system.find(tail, start) for tail in AFTER_RECALL) if at >= 0]
+    end = min(ends, default=len(system))
+    return system[:start] + system[end:], f"{system[start:end].strip()}\n\n{user}"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """Quinn's reply prompt of one question, as the run sent it, and the run's answer."""
+
+    probe: Probe
+    source: str
+    system: str
+    user: str
+    answer: str
+
+
+def quinn_prompts(calls: Sequence[dict[str, Any]], people: Sequence[Any]) -> list[Sent]:
+    """For every question of ``people``, Quinn's first reply prompt that asked it (a baseline's prompt has no
+    recall section; a reply asked again after a copy is the same prompt)."""
+    replies = [c for c in calls if c.get("purpose") == "reply" and len(c.get("messages") or ()) >= 2]
+    found: list[Sent] = []
+    for person in people:
+        for probe in person.questions:
+            for call in replies:
+                system, user = call["messages"][0]["content"], call["messages"][1]["content"]
+                if probe.text in user and any(head in system or head in user for head in RECALL_HEADS):
+                    found.append(Sent(probe, person.source, system, user, call.get("answer") or ""))
+                    break
+            else:
+                raise ReplayError(
+                    f"no Quinn reply prompt in the transcript asks {probe.text!r}: give the flags "
+                    "of the run that wrote it (--people, --skip, --real, --real-people, --seed)"
+                )
+    return found
+
+
+def ask(base_url: str, system: str, user: str) -> Asked:
+    """One chat completion at temperature 0, as the run's (``max_output_tokens`` the same)."""
+    body = {"model": "replay", "temperature": 0, "max_tokens": MAX_OUTPUT_TOKENS,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}  # fmt: skip
+    request = urllib.request.Request(f"{base_url}/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})  # fmt: skip
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=1800) as response:  # the lab's model, on 127.0.0.1
+        answer = json.loads(response.read())
+    usage = answer.get("usage") or {}
+    return Asked(f"{system}\n{user}", answer["choices"][0]["message"]["content"] or "",
+                 int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                 time.perf_counter() - started)  # fmt: skip
+
+
+def replay(sent: Sequence[Sent], base_url: str, re_ask: bool) -> Iterator[Scored]:
+    """Each prompt's rows: as sent (the run's answer, or asked again), then with the recall moved."""
+    for one in sent:
+        if re_ask:
+            as_sent = ask(base_url, one.system, one.user)
+        else:
+            as_sent = Asked(f"{one.system}\n{one.user}", one.answer, 0, 0, 0.0)
+        yield score(one.probe.user, one.source, one.probe, "as_sent", as_sent)
+        yield score(
+            one.probe.user, one.source, one.probe, "recall_in_user", ask(base_url, *moved(one.system, one.user))
+        )
+
+
+def summary(rows: Sequence[Scored]) -> dict[str, Any]:
+    """Right answers per variant, overall and by source; and the questions whose outcome the move changed."""
+    table: dict[str, Any] = {}
+    for variant in VARIANTS:
+        mine = [r for r in rows if r.condition == variant]
+        table[variant] = {"n": len(mine), "correct": sum(r.correct for r in mine),
+                          "stale": sum(r.stale for r in mine), "leaks": sum(r.leak for r in mine),
+                          "by_source": {s: sum(r.correct for r in mine if r.source == s)
+                                        for s in sorted({r.source for r in mine})}}  # fmt: skip
+    before = {r.question: r.correct for r in rows if r.condition == "as_sent"}
+    moves = [r for r in rows if r.condition == "recall_in_user" and r.correct != before[r.question]]
+    table["changed"] = [{"question": r.question, "category": r.category, "now": r.correct} for r in moves]
+    return table
+
+
+def markdown(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [
+        "# Long memory: the recalled lines in the system message or at the head of the user message",
+        "",
+        f"Transcripts: {', '.join(result['data']['transcripts'])}; re-asked as sent: {result['data']['re_ask']}.",
+        "Same prompts, same model and sampling; only where the recall stands differs (bench/long_memory/replay.py).",
+        "As sent: the run's first answer to each prompt (Quinn asks again when a reply copies the email; a replay",
+        "does not).",
+        *([result["data"]["note"]] if result["data"].get("note") else []),
+        "",
+        "| variant | questions | right | stale | forget leaks | right by source |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for variant in VARIANTS:
+        v = s[variant]
+        by = ", ".join(f"{k} {n}" for k, n in v["by_source"].items())
+        lines.append(
+            f"| {variant.replace('_', ' ')} | {v['n']} | {v['correct']} | {v['stale']} | {v['leaks']} | {by} |"
+        )
+    lines += ["", "Questions whose outcome the move changed:", ""]
+    for c in s["changed"]:
+        lines.append(f"- {'now right' if c['now'] else 'now wrong'} ({c['category']}): {c['question']}")
+    return "\n".join(lines) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = run_parser()
+    p.prog = "python -m bench.long_memory.replay"
+    p.description = __doc__.splitlines()[0]
+    p.set_defaults(name="long_memory-replay")
+    p.add_argument("--transcript", type=Path, help="the run's calls.jsonl (its --workdir)")
+    p.add_argument("--re-ask", action="store_true", help="ask the as-sent prompts again too")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    p = parser()
+    args = p.parse_args(argv)
+    args.no_plot = True  # a table of two rows says it
+    if args.merge:
+        parts = [read_part(p, path, "long_memory_replay") for path in args.merge]
+        rows = [Scored(**row) for part in parts for row in part["rows"]]
+        data = {"transcripts": [t for part in parts for t in part["data"]["transcripts"]],
+                "re_ask": all(part["data"]["re_ask"] for part in parts)}  # fmt: skip
+        result = {"benchmark": "long_memory_replay", "machine": parts[0]["machine"], "model": parts[0]["model"],
+                  "data": data, "summary": summary(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip
+        return write_result(args, result, markdown, None)
+    if args.transcript is None or not args.transcript.is_file():
+        raise ReplayError(f"--transcript {args.transcript}: no such file; give the calls.jsonl of a run made with "
+                          "--workdir")  # fmt: skip
+    try:
+        calls = [json.loads(line) for line in args.transcript.read_text(encoding="utf-8").splitlines() if line]
+    except json.JSONDecodeError as exc:
+        raise ReplayError(f"--transcript {args.transcript}: line {exc.lineno} is not JSON ({exc.msg})") from None
+    sent = quinn_prompts(calls, people_of(args))
+    with model_target(args.base_url, args.n_ctx, args.model, args.threads) as target:
+        rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask))
+    result = {"benchmark": "long_memory_replay", "machine": machine_info(), "model": {"name": args.model},
+              "data": {"transcripts": [str(args.transcript)], "re_ask": args.re_ask},
+              "summary": summary(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip
+    return write_result(args, result, markdown, None)
+
+
+if __name__ == "__main__":
+    main()
