@@ -184,6 +184,9 @@ def test_device_login_mail_over_oauth_expiry_and_revocation(
     oauth.revoke(config.address)
     fourth = deliver(setup, alice, "Question four")
     daemon.wait_for_log("mail is held (deferred, not failed)", timeout_s=60)
+    # The log line comes before the ledger row is written: on a loaded box the row was still "handling".
+    wait_for(lambda: ledger(config.db_path)[fourth]["state"] != "handling", "the held mail's ledger row",
+             timeout_s=30, log=daemon.log)  # fmt: skip
     row = ledger(config.db_path)[fourth]
     assert row["state"] == "deferred" and row["reason"].startswith(HELD_PREFIX) and row["attempts"] == 0, row
     assert "run `quinn auth login`" in row["reason"]
