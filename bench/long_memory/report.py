@@ -148,6 +148,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def merge(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One result from the parts of a run (``--skip``/``--people``): same model and data set, no person twice."""
     first = parts[0]
+    machines = [m for p in parts for m in (p["machine"] if isinstance(p["machine"], list) else [p["machine"]])]
+    commits = {((m.get("git") or {}).get("commit"), (m.get("git") or {}).get("dirty")) for m in machines}
+    if len(commits) > 1:  # the acceptance's "at one commit": parts of different code are not one run
+        raise SystemExit(f"the parts were run at different commits (commit, dirty): {sorted(commits, key=str)}")
     for part in parts[1:]:
         if part["model"] != first["model"]:
             raise SystemExit(f"the parts differ in model: {first['model']} vs {part['model']}")

@@ -143,3 +143,13 @@ def test_the_replay_moves_only_the_recalled_lines_and_refuses_a_prompt_with_none
     assert new_user.index("[memory:4]") < new_user.index("[mail:2025-03-19]") < new_user.index("New email from")
     with pytest.raises(ReplayError, match="nothing to move"):
         moved(new_system, new_user)
+
+
+def test_parts_run_at_different_commits_are_not_merged() -> None:
+    from bench.long_memory.report import merge
+
+    def part(commit: str) -> dict:
+        return {"machine": {"git": {"commit": commit, "dirty": False}}, "model": {}, "data": {}, "per_question": []}
+
+    with pytest.raises(SystemExit, match="different commits"):
+        merge([part("a" * 40), part("b" * 40)])
