@@ -14,6 +14,7 @@ import pytest
 from imapclient import IMAPClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from quinn.lab.wait import wait_for
 from quinn.logs import RedactingFilter, setup_logging
 from quinn.metrics import Metrics
 from tests.lab.brain import EXTRACTION
@@ -64,6 +65,9 @@ def test_metrics_endpoint_reports_mail_replies_tokens_latency_and_errors(mail_la
     mail_lab.smtp.send(alice, quinn, mail(alice, quinn, "Second", second, "<m-2@x.test>"))
     mail_lab.dovecot.wait_for_messages(alice, 1, timeout_s=60)
     daemon.wait_for_log("extraction for")
+    # The extract stage is timed until extraction returns, after its log line: on a loaded box it was not yet in.
+    wait_for(lambda: ("quinn_stage_seconds_count", (("stage", "extract"),)) in scrape(url), "the extract stage timed",
+             timeout_s=30, log=daemon.log)  # fmt: skip
     after = scrape(url)
     assert after[("quinn_mails", (("state", "replied"),))] == 1
     assert after[("quinn_mails", (("state", "deferred"),))] == 1
