@@ -167,7 +167,8 @@ async def test_every_background_call_writes_valid_rows_or_fails_cleanly(real_ben
     assert any("list the named entities" in t for t in asked)
     assert any("These are similar episodes" in t for t in asked)
     usage = {row[0] for row in bench.db.query("SELECT purpose FROM llm_usage")}
-    assert {"job:session_close", "job:reflect"} <= usage
+    # A call that failed cleanly (above: a timeout on a loaded box) used nothing, so it has no usage row.
+    assert "job:reflect" in usage and ("job:session_close" in usage or failed_cleanly(closed))
 
 
 @pytest.mark.long
