@@ -7,6 +7,11 @@ the run scores its own (``report.score``). Recall, budget, template words, model
 only the place of the recalled lines differs. The run's own answer is the "as sent" column; ``--re-ask`` asks
 the as-sent prompt again too, to see that the server answers it as the run's did (temperature 0).
 
+``--variant`` names another ablation of the same kind, each one change to the prompt as sent:
+``without_memories`` drops the list of recalled memories (the profile and the past mail stay),
+``without_abstain_line`` drops the standing instruction to say "I do not know" (the one shown only when
+nothing was recalled stays). Both take the recall where the run's template put it.
+
 The people are rebuilt from the run's own flags (``--people``, ``--skip``, ``--real``, ...), which give each
 question's right and stale answers.
 
@@ -49,7 +54,13 @@ AFTER_RECALL = (
     "\n\nMemory requests in this email",
     "\n\nOther people are on this email",
 )
-VARIANTS = ("as_sent", "recall_in_user")
+#: Where a section of the user message ends when no recall section follows it.
+USER_TAIL = ("\n\nSummary of the earlier conversation in this thread:", "\n\nEarlier messages in this thread",
+             "\n\nNew email from ", "Summary of the earlier conversation in this thread:",
+             "Earlier messages in this thread", "New email from ")  # fmt: skip
+MEMORIES_HEAD = RECALL_HEADS[1]
+ABSTAIN_LINE = ("\nWhen the email asks about something the person told you and nothing below says it, say that "
+                "you do not know\nrather than guess.")  # fmt: skip
 
 
 class ReplayError(SystemExit):
@@ -66,6 +77,42 @@ def moved(system: str, user: str) -> tuple[str, str]:
     ends = [at for at in (system.find(tail, start) for tail in AFTER_RECALL) if at >= 0]
     end = min(ends, default=len(system))
     return system[:start] + system[end:], f"{system[start:end].strip()}\n\n{user}"
+
+
+def without_section(text: str, head: str) -> str:
+    """``text`` without the section led by ``head``, up to the next section or the email itself."""
+    start = text.find(head)
+    if start < 0:
+        return text
+    ends = [at for at in (text.find(tail, start + len(head)) for tail in RECALL_HEADS + AFTER_RECALL + USER_TAIL)
+            if at >= 0]  # fmt: skip
+    end = min(ends, default=len(text))
+    return text[:start] + text[end:]
+
+
+def without_memories(system: str, user: str) -> tuple[str, str]:
+    """The prompt without its recalled memories, wherever the template put them."""
+    if MEMORIES_HEAD not in system and MEMORIES_HEAD not in user:
+        raise ReplayError("a reply prompt lists no recalled memories: there is nothing to drop")
+    return without_section(system, MEMORIES_HEAD), without_section(user, MEMORIES_HEAD)
+
+
+def without_abstain_line(system: str, user: str) -> tuple[str, str]:
+    """The prompt without the standing "say you do not know" line (the empty-recall one stays)."""
+    if ABSTAIN_LINE not in system:
+        raise ReplayError("a reply prompt has no standing line asking to say \"I do not know\": the run's template "
+                          "words it otherwise, so there is nothing to drop")  # fmt: skip
+    return system.replace(ABSTAIN_LINE, "", 1), user
+
+
+#: Each ablation: one change to the prompt as sent, its title and what it changes.
+CHANGES = {"recall_in_user": moved, "without_memories": without_memories,
+           "without_abstain_line": without_abstain_line}  # fmt: skip
+TITLES = {"recall_in_user": "the recalled lines in the system message or at the head of the user message",
+          "without_memories": "the prompt with and without its list of recalled memories",
+          "without_abstain_line": "the prompt with and without its standing \"say you do not know\" line"}  # fmt: skip
+CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
+           "without_abstain_line": "the standing abstain line"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -114,41 +161,43 @@ def ask(base_url: str, system: str, user: str) -> Asked:
                  time.perf_counter() - started)  # fmt: skip
 
 
-def replay(sent: Sequence[Sent], base_url: str, re_ask: bool) -> Iterator[Scored]:
-    """Each prompt's rows: as sent (the run's answer, or asked again), then with the recall moved."""
+def replay(sent: Sequence[Sent], base_url: str, re_ask: bool, variant: str = "recall_in_user") -> Iterator[Scored]:
+    """Each prompt's rows: as sent (the run's answer, or asked again), then changed by ``variant``."""
+    change = CHANGES[variant]
     for one in sent:
         if re_ask:
             as_sent = ask(base_url, one.system, one.user)
         else:
             as_sent = Asked(f"{one.system}\n{one.user}", one.answer, 0, 0, 0.0)
         yield score(one.probe.user, one.source, one.probe, "as_sent", as_sent)
-        yield score(
-            one.probe.user, one.source, one.probe, "recall_in_user", ask(base_url, *moved(one.system, one.user))
-        )
+        yield score(one.probe.user, one.source, one.probe, variant, ask(base_url, *change(one.system, one.user)))
 
 
 def summary(rows: Sequence[Scored]) -> dict[str, Any]:
     """Right answers per variant, overall and by source; and the questions whose outcome the move changed."""
     table: dict[str, Any] = {}
-    for variant in VARIANTS:
+    variants = list(dict.fromkeys(r.condition for r in rows))
+    for variant in variants:
         mine = [r for r in rows if r.condition == variant]
         table[variant] = {"n": len(mine), "correct": sum(r.correct for r in mine),
                           "stale": sum(r.stale for r in mine), "leaks": sum(r.leak for r in mine),
                           "by_source": {s: sum(r.correct for r in mine if r.source == s)
                                         for s in sorted({r.source for r in mine})}}  # fmt: skip
     before = {r.question: r.correct for r in rows if r.condition == "as_sent"}
-    moves = [r for r in rows if r.condition == "recall_in_user" and r.correct != before[r.question]]
+    moves = [r for r in rows if r.condition != "as_sent" and r.correct != before[r.question]]
+    table["variants"] = variants
     table["changed"] = [{"question": r.question, "category": r.category, "now": r.correct} for r in moves]
     return table
 
 
 def markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
+    variant = result["data"].get("variant", "recall_in_user")
     lines = [
-        "# Long memory: the recalled lines in the system message or at the head of the user message",
+        f"# Long memory: {TITLES[variant]}",
         "",
         f"Transcripts: {', '.join(result['data']['transcripts'])}; re-asked as sent: {result['data']['re_ask']}.",
-        "Same prompts, same model and sampling; only where the recall stands differs (bench/long_memory/replay.py).",
+        f"Same prompts, same model and sampling; only {CHANGED[variant]} differs (bench/long_memory/replay.py).",
         "As sent: the run's first answer to each prompt (Quinn asks again when a reply copies the email; a replay",
         "does not).",
         *([result["data"]["note"]] if result["data"].get("note") else []),
@@ -156,13 +205,13 @@ def markdown(result: dict[str, Any]) -> str:
         "| variant | questions | right | stale | forget leaks | right by source |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    for variant in VARIANTS:
+    for variant in s.get("variants", ["as_sent", "recall_in_user"]):
         v = s[variant]
         by = ", ".join(f"{k} {n}" for k, n in v["by_source"].items())
         lines.append(
             f"| {variant.replace('_', ' ')} | {v['n']} | {v['correct']} | {v['stale']} | {v['leaks']} | {by} |"
         )
-    lines += ["", "Questions whose outcome the move changed:", ""]
+    lines += ["", "Questions whose outcome the change changed:", ""]
     for c in s["changed"]:
         lines.append(f"- {'now right' if c['now'] else 'now wrong'} ({c['category']}): {c['question']}")
     return "\n".join(lines) + "\n"
@@ -175,6 +224,12 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(name="long_memory-replay")
     p.add_argument("--transcript", type=Path, help="the run's calls.jsonl (its --workdir)")
     p.add_argument("--re-ask", action="store_true", help="ask the as-sent prompts again too")
+    p.add_argument(
+        "--variant",
+        choices=sorted(CHANGES),
+        default="recall_in_user",
+        help="the one change to each prompt (default: recall_in_user)",
+    )
     return p
 
 
@@ -185,8 +240,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.merge:
         parts = [read_part(p, path, "long_memory_replay") for path in args.merge]
         rows = [Scored(**row) for part in parts for row in part["rows"]]
+        variants = {part["data"].get("variant", "recall_in_user") for part in parts}
+        if len(variants) > 1:
+            raise ReplayError(f"--merge: the parts replay different variants ({', '.join(sorted(variants))}); "
+                              "merge the parts of one variant at a time")  # fmt: skip
         data = {"transcripts": [t for part in parts for t in part["data"]["transcripts"]],
-                "re_ask": all(part["data"]["re_ask"] for part in parts)}  # fmt: skip
+                "re_ask": all(part["data"]["re_ask"] for part in parts), "variant": variants.pop()}  # fmt: skip
         result = {"benchmark": "long_memory_replay", "machine": parts[0]["machine"], "model": parts[0]["model"],
                   "data": data, "summary": summary(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip
         return write_result(args, result, markdown, None)
@@ -199,9 +258,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise ReplayError(f"--transcript {args.transcript}: line {exc.lineno} is not JSON ({exc.msg})") from None
     sent = quinn_prompts(calls, people_of(args))
     with model_target(args.base_url, args.n_ctx, args.model, args.threads) as target:
-        rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask))
+        rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask, args.variant))
     result = {"benchmark": "long_memory_replay", "machine": machine_info(), "model": {"name": args.model},
-              "data": {"transcripts": [str(args.transcript)], "re_ask": args.re_ask},
+              "data": {"transcripts": [str(args.transcript)], "re_ask": args.re_ask, "variant": args.variant},
               "summary": summary(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip
     return write_result(args, result, markdown, None)
 

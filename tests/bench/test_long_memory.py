@@ -145,6 +145,31 @@ def test_the_replay_moves_only_the_recalled_lines_and_refuses_a_prompt_with_none
         moved(new_system, new_user)
 
 
+def test_the_other_ablations_drop_one_thing_each_wherever_the_template_put_the_recall() -> None:
+    from bench.long_memory.replay import ABSTAIN_LINE, ReplayError, without_abstain_line, without_memories
+
+    system = f"You are Quinn.{ABSTAIN_LINE}\n\nRecent context with this person:\nlast conversation summary: a move."
+    user = (
+        "What you know about ingrid@example.test (their profile and preferences):\n- [memory:1] (identity) Ingrid\n\n"
+        "Memories that may be relevant to this email, oldest first:\n- [memory:4] (they wrote on 2025-03-19) We "
+        "moved to Lund.\n\nFrom your past emails with this person, oldest first:\n- [mail:2025-03-19] We moved to "
+        'Lund.\n\nNew email from Ingrid on 2026-11-28, subject "Q":\n\nWhere do I live?'
+    )
+    same_system, short_user = without_memories(system, user)
+    assert same_system == system and "[memory:4]" not in short_user and "Memories that" not in short_user
+    assert short_user == user.replace(user[user.index("\n\nMemories") : user.index("\n\nFrom your")], "")
+    # At the end of the recall the section stops at the email itself.
+    last = user.replace(user[user.index("\n\nFrom your") : user.index("\n\nNew email")], "")
+    assert without_memories(system, last)[1].endswith("(identity) Ingrid\n\nNew email from Ingrid on 2026-11-28, "
+                                                      'subject "Q":\n\nWhere do I live?')  # fmt: skip
+    with pytest.raises(ReplayError, match="nothing to drop"):
+        without_memories(system, short_user)
+    plain, same_user = without_abstain_line(system, user)
+    assert same_user == user and "do not know" not in plain and plain.endswith("summary: a move.")
+    with pytest.raises(ReplayError, match="nothing to drop"):
+        without_abstain_line(plain, user)
+
+
 def test_parts_run_at_different_commits_are_not_merged() -> None:
     from bench.long_memory.report import merge
 
