@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import time
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Protocol
@@ -70,11 +71,20 @@ def _without_comments(text: str) -> str:
     return text.strip() if code else ""
 
 
-def migrate(db: Scriptable, target: int | None = None) -> int:
+#: A migration that fails because what it creates is already there ("duplicate column name: x", "table x already
+#: exists") is, on a shared server, most likely another daemon's migration half way through.
+ALREADY_THERE = re.compile(r"duplicate column name|already exists", re.IGNORECASE)
+#: How long such a daemon is given to finish its migration before this one reports the failure.
+OVERTAKEN_WAIT_S = 30.0
+
+
+def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN_WAIT_S) -> int:
     """Apply every migration newer than ``PRAGMA user_version`` (up to ``target``); returns the version.
 
     A database written by a newer Quinn is refused rather than used: its schema may hold what this code
-    would silently drop.
+    would silently drop. When a migration fails because what it creates already exists, another daemon on the
+    same server is taken to be applying it (seen against sqld under load: its statements were visible before its
+    version bump), and is given ``wait_s`` seconds to finish before the failure is reported.
     """
     available = migration_scripts()
     latest = available[-1][0] if available else 0
@@ -95,7 +105,7 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
             db.script(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
         except Exception as exc:
             db.rollback_quietly()
-            if int(db.query_value("PRAGMA user_version") or 0) >= version:
+            if _applied_elsewhere(db, version, wait_s if ALREADY_THERE.search(str(exc)) else 0.0):
                 # Another daemon on the same server applied it meanwhile (several started at once).
                 log.info("database %s: migration %04d was applied by another process", db.redacted_url,
                          version)  # fmt: skip
@@ -117,3 +127,17 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
     if current > started:
         log.info("database %s: schema brought from version %d to %d", db.redacted_url, started, current)
     return current
+
+
+def _applied_elsewhere(db: Scriptable, version: int, wait_s: float) -> bool:
+    """Whether the schema version reaches ``version`` now, or (another daemon mid-migration) within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    if wait_s > 0:
+        log.info("database %s: migration %04d looks half applied by another process; waiting up to %.0f s for it",
+                 db.redacted_url, version, wait_s)  # fmt: skip
+    while True:
+        if int(db.query_value("PRAGMA user_version") or 0) >= version:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))

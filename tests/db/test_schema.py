@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from quinn.db import Database, migration_scripts
 from quinn.db.schema import migrate
+from quinn.errors import StoreError
 
 # sqlite_master of a database migrated by the old layout (quinn/memory/migrations/ at 19fe6ba), written once by
 # that code: the schema every existing installation has today.
@@ -104,6 +106,45 @@ def test_a_daemon_overtaken_by_another_mid_migration_goes_on_from_where_the_othe
         assert migrate(Overtaken(mine, other)) == len(migration_scripts())
         assert other.query_value("PRAGMA user_version") == len(migration_scripts())
         assert schema_of(mine) == schema_of(other)
+    finally:
+        mine.close()
+        other.close()
+
+
+def half_applied(path: str, version: int) -> tuple[Database, Database]:
+    """Two connections to one database at ``version - 1``, where another daemon has run migration ``version``'s
+    statements but not yet its version bump: what a daemon started beside another saw against sqld under load
+    (tests/proof/test_two_daemons.py: "duplicate column name: thread_key")."""
+    mine, other = Database.open(path, migrate=False), Database.open(path, migrate=False)
+    migrate(other, target=version - 1)
+    sql = dict(migration_scripts())[version]
+    other.script(f"BEGIN;\n{sql}\nCOMMIT;")
+    return mine, other
+
+
+def test_a_daemon_that_finds_a_migration_half_applied_waits_for_the_other_to_finish_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mine, other = half_applied(str(tmp_path / "quinn.db"), 5)
+    bump = threading.Timer(1.0, lambda: other.script("PRAGMA user_version = 5;"))
+    bump.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="quinn.db.schema"):
+            assert migrate(mine, target=5, wait_s=20) == 5
+        assert "migration 0005 was applied by another process" in caplog.text
+        assert schema_of(mine) == schema_of(other)
+    finally:
+        bump.join()
+        mine.close()
+        other.close()
+
+
+def test_a_half_applied_migration_nobody_finishes_is_reported_after_the_wait(tmp_path: Path) -> None:
+    mine, other = half_applied(str(tmp_path / "quinn.db"), 5)
+    try:
+        with pytest.raises(StoreError, match=r"migration 0005 failed: .*duplicate column name: thread_key"):
+            migrate(mine, target=5, wait_s=0.5)
+        assert mine.query_value("PRAGMA user_version") == 4
     finally:
         mine.close()
         other.close()
