@@ -84,7 +84,9 @@ def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN
     A database written by a newer Quinn is refused rather than used: its schema may hold what this code
     would silently drop. When a migration fails because what it creates already exists, another daemon on the
     same server is taken to be applying it (seen against sqld under load: its statements were visible before its
-    version bump), and is given ``wait_s`` seconds to finish before the failure is reported.
+    version bump) and is given ``wait_s`` seconds to finish. If it does not, this daemon completes the migration
+    itself, skipping the statements whose work is already there: every migration's data statements are written to
+    be run twice (``INSERT OR IGNORE``, an ``UPDATE`` to a value that does not depend on the row's old one).
     """
     available = migration_scripts()
     latest = available[-1][0] if available else 0
@@ -105,11 +107,15 @@ def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN
             db.script(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
         except Exception as exc:
             db.rollback_quietly()
-            if _applied_elsewhere(db, version, wait_s if ALREADY_THERE.search(str(exc)) else 0.0):
+            half_applied = bool(ALREADY_THERE.search(str(exc)))
+            if _applied_elsewhere(db, version, wait_s if half_applied else 0.0):
                 # Another daemon on the same server applied it meanwhile (several started at once).
                 log.info("database %s: migration %04d was applied by another process", db.redacted_url,
                          version)  # fmt: skip
                 current = version
+                continue
+            if half_applied:
+                current = _complete(db, version, sql)
                 continue
             raise StoreError(
                 f"database {db.redacted_url}: migration {version:04d} failed: {exc}",
@@ -127,6 +133,34 @@ def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN
     if current > started:
         log.info("database %s: schema brought from version %d to %d", db.redacted_url, started, current)
     return current
+
+
+def _complete(db: Scriptable, version: int, sql: str) -> int:
+    """Finish a migration whose work is partly in the database and whose version bump is not (another daemon
+    stopped half way, or its transaction was not kept whole by the server), in one transaction; returns the
+    version."""
+    skipped: list[str] = []
+    try:
+        db.script("BEGIN;")
+        for statement in split_statements(sql):
+            try:
+                db.script(statement)
+            except Exception as exc:
+                if not ALREADY_THERE.search(str(exc)):
+                    raise
+                code = [line for line in statement.splitlines() if line.strip() and not line.strip().startswith("--")]
+                skipped.append(code[0].strip()[:80])
+        db.script(f"PRAGMA user_version = {version};\nCOMMIT;")
+    except Exception as exc:
+        db.rollback_quietly()
+        raise StoreError(
+            f"database {db.redacted_url}: migration {version:04d} is half applied and could not be completed: {exc}",
+            "restore a backup made before the upgrade, or report it with this message",
+        ) from exc
+    log.warning("database %s: migration %04d was half applied (by another process that did not finish it); "
+                "completed it, skipping what was already there: %s", db.redacted_url, version,
+                "; ".join(skipped))  # fmt: skip
+    return version
 
 
 def _applied_elsewhere(db: Scriptable, version: int, wait_s: float) -> bool:

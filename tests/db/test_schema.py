@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +140,58 @@ def test_a_daemon_that_finds_a_migration_half_applied_waits_for_the_other_to_fin
         other.close()
 
 
-def test_a_half_applied_migration_nobody_finishes_is_reported_after_the_wait(tmp_path: Path) -> None:
+def test_a_half_applied_migration_nobody_finishes_is_completed_after_the_wait(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     mine, other = half_applied(str(tmp_path / "quinn.db"), 5)
+    clean = Database.open(str(tmp_path / "clean.db"), migrate=False)
     try:
-        with pytest.raises(StoreError, match=r"migration 0005 failed: .*duplicate column name: thread_key"):
-            migrate(mine, target=5, wait_s=0.5)
-        assert mine.query_value("PRAGMA user_version") == 4
+        with caplog.at_level(logging.WARNING, logger="quinn.db.schema"):
+            assert migrate(mine, target=5, wait_s=0.5) == 5
+        assert "migration 0005 was half applied" in caplog.text
+        assert "ALTER TABLE mail_state ADD COLUMN thread_key TEXT" in caplog.text
+        migrate(clean, target=5)
+        assert schema_of(mine) == schema_of(clean)
+        # and the rest goes on from there
+        assert migrate(mine) == len(migration_scripts())
     finally:
         mine.close()
         other.close()
+        clean.close()
+
+
+def test_a_migration_that_fails_for_any_other_reason_is_reported_at_once(tmp_path: Path) -> None:
+    mine = Database.open(str(tmp_path / "quinn.db"), migrate=False)
+    try:
+        migrate(mine, target=4)
+        mine.script("CREATE TABLE mail_state_backup AS SELECT * FROM mail_state; DROP TABLE mail_state;")
+        started = time.monotonic()
+        with pytest.raises(StoreError, match=r"migration 0005 failed: .*no such table: mail_state"):
+            migrate(mine, target=5, wait_s=30)
+        assert time.monotonic() - started < 10  # no wait for another daemon: nothing says one is at work
+        assert mine.query_value("PRAGMA user_version") == 4
+    finally:
+        mine.close()
+
+
+def test_every_migration_can_be_completed_over_its_own_work(tmp_path: Path) -> None:
+    """What a daemon does with a migration another left half done (``schema._complete``) works for each: its
+    statements run again over their own work change neither the schema nor the rows."""
+    from quinn.db.schema import _complete
+
+    db = Database.open(str(tmp_path / "quinn.db"), migrate=False)
+    try:
+        for version, sql in migration_scripts():
+            migrate(db, target=version)
+            before = schema_of(db), table_rows(db)
+            assert _complete(db, version, sql) == version
+            assert (schema_of(db), table_rows(db)) == before, f"migration {version:04d} run twice changed the database"
+    finally:
+        db.close()
+
+
+def table_rows(db: Database) -> dict[str, int]:
+    tables = [
+        r[0] for r in db.query("SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE '%VIRTUAL%'")
+    ]
+    return {t: int(db.query_value(f'SELECT count(*) FROM "{t}"')) for t in tables}
