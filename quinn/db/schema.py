@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
-import time
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Protocol
@@ -72,21 +71,20 @@ def _without_comments(text: str) -> str:
 
 
 #: A migration that fails because what it creates is already there ("duplicate column name: x", "table x already
-#: exists") is, on a shared server, most likely another daemon's migration half way through.
+#: exists") while the schema version says it was never applied: a database whose version an older Quinn moved
+#: back (two daemons migrating at once could do so), or a migration whose transaction the server did not keep whole.
 ALREADY_THERE = re.compile(r"duplicate column name|already exists", re.IGNORECASE)
-#: How long such a daemon is given to finish its migration before this one reports the failure.
-OVERTAKEN_WAIT_S = 30.0
 
 
-def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN_WAIT_S) -> int:
+def migrate(db: Scriptable, target: int | None = None) -> int:
     """Apply every migration newer than ``PRAGMA user_version`` (up to ``target``); returns the version.
 
     A database written by a newer Quinn is refused rather than used: its schema may hold what this code
-    would silently drop. When a migration fails because what it creates already exists, another daemon on the
-    same server is taken to be applying it (seen against sqld under load: its statements were visible before its
-    version bump) and is given ``wait_s`` seconds to finish. If it does not, this daemon completes the migration
-    itself, skipping the statements whose work is already there: every migration's data statements are written to
-    be run twice (``INSERT OR IGNORE``, an ``UPDATE`` to a value that does not depend on the row's old one).
+    would silently drop. Several daemons may start at once on one server: each migration takes the write lock
+    first (``BEGIN IMMEDIATE``) and reads the version again under it, so a migration another daemon applied
+    meanwhile is skipped and the version never moves back. A migration whose work is partly in the database
+    already (``ALREADY_THERE``) is completed, skipping what is there: every migration's data statements are
+    written to be run twice (``INSERT OR IGNORE``, an ``UPDATE`` to a value that does not depend on the old one).
     """
     available = migration_scripts()
     latest = available[-1][0] if available else 0
@@ -96,7 +94,7 @@ def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN
             f"database {db.redacted_url} has schema version {current}, newer than this Quinn's {latest}",
             "upgrade quinn, or restore a backup made before the upgrade",
         )
-    started = current
+    started, by_others = current, 0
     for version, sql in available:
         if version <= current or (target is not None and version > target):
             continue
@@ -104,17 +102,25 @@ def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN
         log.debug("database %s: applying migration %04d", db.redacted_url, version)
         # One transaction: a migration that fails half way leaves nothing behind, so a retry starts clean.
         try:
-            db.script(f"BEGIN;\n{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
+            db.script("BEGIN IMMEDIATE;")
+            found = int(db.query_value("PRAGMA user_version") or 0)
+            if found >= version:  # another daemon on the same server applied it (and maybe more) meanwhile
+                db.script("ROLLBACK;")
+                log.debug("database %s: migrations up to %04d were applied by another process", db.redacted_url,
+                          found)  # fmt: skip
+                by_others += found - current
+                current = found
+                continue
+            db.script(f"{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
         except Exception as exc:
             db.rollback_quietly()
-            half_applied = bool(ALREADY_THERE.search(str(exc)))
-            if _applied_elsewhere(db, version, wait_s if half_applied else 0.0):
-                # Another daemon on the same server applied it meanwhile (several started at once).
-                log.info("database %s: migration %04d was applied by another process", db.redacted_url,
-                         version)  # fmt: skip
-                current = version
+            found = int(db.query_value("PRAGMA user_version") or 0)
+            if found >= version:  # the server gave the lock to another daemon, which applied it
+                log.debug("database %s: migration %04d was applied by another process", db.redacted_url, version)
+                by_others += found - current
+                current = found
                 continue
-            if half_applied:
+            if ALREADY_THERE.search(str(exc)):
                 current = _complete(db, version, sql)
                 continue
             raise StoreError(
@@ -127,21 +133,23 @@ def migrate(db: Scriptable, target: int | None = None, wait_s: float = OVERTAKEN
                 f"database {db.redacted_url}: migration {version:04d} ran, but the schema version reads {found}",
                 "start Quinn again; if it repeats, restore a backup and report it",
             )
-        if found > version:  # another daemon on the same server applied the next ones meanwhile
-            log.info("database %s: migrations up to %04d were applied by another process", db.redacted_url, found)
         current = found
     if current > started:
-        log.info("database %s: schema brought from version %d to %d", db.redacted_url, started, current)
+        log.info("database %s: schema brought from version %d to %d%s", db.redacted_url, started, current,
+                 f" ({by_others} of them by another process meanwhile)" if by_others else "")  # fmt: skip
     return current
 
 
 def _complete(db: Scriptable, version: int, sql: str) -> int:
-    """Finish a migration whose work is partly in the database and whose version bump is not (another daemon
-    stopped half way, or its transaction was not kept whole by the server), in one transaction; returns the
-    version."""
+    """Finish a migration whose work is partly in the database and whose version bump is not (``ALREADY_THERE``),
+    in one transaction; returns the version."""
     skipped: list[str] = []
     try:
-        db.script("BEGIN;")
+        db.script("BEGIN IMMEDIATE;")
+        found = int(db.query_value("PRAGMA user_version") or 0)
+        if found >= version:  # another daemon completed it meanwhile
+            db.script("ROLLBACK;")
+            return found
         for statement in split_statements(sql):
             try:
                 db.script(statement)
@@ -157,21 +165,6 @@ def _complete(db: Scriptable, version: int, sql: str) -> int:
             f"database {db.redacted_url}: migration {version:04d} is half applied and could not be completed: {exc}",
             "restore a backup made before the upgrade, or report it with this message",
         ) from exc
-    log.warning("database %s: migration %04d was half applied (by another process that did not finish it); "
-                "completed it, skipping what was already there: %s", db.redacted_url, version,
-                "; ".join(skipped))  # fmt: skip
+    log.warning("database %s: migration %04d was partly in the database already, under an older schema version; "
+                "completed it, skipping what was there: %s", db.redacted_url, version, "; ".join(skipped))  # fmt: skip
     return version
-
-
-def _applied_elsewhere(db: Scriptable, version: int, wait_s: float) -> bool:
-    """Whether the schema version reaches ``version`` now, or (another daemon mid-migration) within ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    if wait_s > 0:
-        log.info("database %s: migration %04d looks half applied by another process; waiting up to %.0f s for it",
-                 db.redacted_url, version, wait_s)  # fmt: skip
-    while True:
-        if int(db.query_value("PRAGMA user_version") or 0) >= version:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))

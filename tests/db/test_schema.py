@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from quinn.db import Database, migration_scripts
-from quinn.db.schema import migrate
+from quinn.db.schema import migrate, split_statements
 from quinn.errors import StoreError
 
 # sqlite_master of a database migrated by the old layout (quinn/memory/migrations/ at 19fe6ba), written once by
@@ -79,11 +77,12 @@ def test_every_table_a_migration_creates_has_an_owner_in_the_architecture_page()
 
 
 class Overtaken:
-    """A connection after each of whose migrations another daemon, on its own connection to the same database,
-    applies the next one: two daemons started at once on one libSQL server (CI, tests/proof/test_two_daemons)."""
+    """A connection before each of whose migrations another daemon, on its own connection to the same database,
+    applies the next ``steps`` ones: two daemons started at once on one libSQL server (CI,
+    tests/proof/test_two_daemons)."""
 
-    def __init__(self, mine: Database, other: Database) -> None:
-        self.mine, self.other = mine, other
+    def __init__(self, mine: Database, other: Database, steps: int = 1) -> None:
+        self.mine, self.other, self.steps = mine, other, steps
 
     @property
     def redacted_url(self) -> str:
@@ -96,8 +95,9 @@ class Overtaken:
         self.mine.rollback_quietly()
 
     def script(self, sql: str) -> None:
+        if sql.startswith("BEGIN"):  # between two of mine, while mine holds no lock
+            migrate(self.other, target=int(self.other.query_value("PRAGMA user_version")) + self.steps)
         self.mine.script(sql)
-        migrate(self.other, target=int(self.other.query_value("PRAGMA user_version")) + 1)
 
 
 def test_a_daemon_overtaken_by_another_mid_migration_goes_on_from_where_the_other_got(tmp_path: Path) -> None:
@@ -112,43 +112,44 @@ def test_a_daemon_overtaken_by_another_mid_migration_goes_on_from_where_the_othe
         other.close()
 
 
-def half_applied(path: str, version: int) -> tuple[Database, Database]:
-    """Two connections to one database at ``version - 1``, where another daemon has run migration ``version``'s
-    statements but not yet its version bump: what a daemon started beside another saw against sqld under load
-    (tests/proof/test_two_daemons.py: "duplicate column name: thread_key")."""
-    mine, other = Database.open(path, migrate=False), Database.open(path, migrate=False)
-    migrate(other, target=version - 1)
-    sql = dict(migration_scripts())[version]
-    other.script(f"BEGIN;\n{sql}\nCOMMIT;")
-    return mine, other
-
-
-def test_a_daemon_that_finds_a_migration_half_applied_waits_for_the_other_to_finish_it(
+def test_a_daemon_behind_another_never_moves_the_schema_version_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    mine, other = half_applied(str(tmp_path / "quinn.db"), 5)
-    bump = threading.Timer(1.0, lambda: other.script("PRAGMA user_version = 5;"))
-    bump.start()
+    """The two-daemon proof failed under load: the daemon behind re-ran migration 0016 (only CREATE ... IF NOT
+    EXISTS, so nothing failed) and set the version to 16 over the other's 24; at 0017 the column was there and the
+    version said it was not. Each migration now reads the version under the write lock first."""
+    path = str(tmp_path / "quinn.db")
+    mine, other = Database.open(path, migrate=False), Database.open(path, migrate=False)
     try:
+        migrate(mine, target=15)
         with caplog.at_level(logging.INFO, logger="quinn.db.schema"):
-            assert migrate(mine, target=5, wait_s=20) == 5
-        assert "migration 0005 was applied by another process" in caplog.text
-        assert schema_of(mine) == schema_of(other)
+            assert migrate(Overtaken(mine, other, steps=len(migration_scripts()))) == len(migration_scripts())
+        assert mine.query_value("PRAGMA user_version") == len(migration_scripts())
+        assert (
+            f"schema brought from version 15 to {len(migration_scripts())} (9 of them by another process" in caplog.text
+        )
+        assert "partly in the database already" not in caplog.text
     finally:
-        bump.join()
         mine.close()
         other.close()
 
 
-def test_a_half_applied_migration_nobody_finishes_is_completed_after_the_wait(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    mine, other = half_applied(str(tmp_path / "quinn.db"), 5)
+def half_applied(path: str, version: int) -> Database:
+    """A database at ``version - 1`` holding part of migration ``version``'s work (its first statement): what a
+    daemon of an older Quinn that moved the version back left behind."""
+    db = Database.open(path, migrate=False)
+    migrate(db, target=version - 1)
+    db.script(split_statements(dict(migration_scripts())[version])[0])
+    return db
+
+
+def test_a_half_applied_migration_is_completed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mine = half_applied(str(tmp_path / "quinn.db"), 5)
     clean = Database.open(str(tmp_path / "clean.db"), migrate=False)
     try:
         with caplog.at_level(logging.WARNING, logger="quinn.db.schema"):
-            assert migrate(mine, target=5, wait_s=0.5) == 5
-        assert "migration 0005 was half applied" in caplog.text
+            assert migrate(mine, target=5) == 5
+        assert "migration 0005 was partly in the database already" in caplog.text
         assert "ALTER TABLE mail_state ADD COLUMN thread_key TEXT" in caplog.text
         migrate(clean, target=5)
         assert schema_of(mine) == schema_of(clean)
@@ -156,7 +157,6 @@ def test_a_half_applied_migration_nobody_finishes_is_completed_after_the_wait(
         assert migrate(mine) == len(migration_scripts())
     finally:
         mine.close()
-        other.close()
         clean.close()
 
 
@@ -165,10 +165,8 @@ def test_a_migration_that_fails_for_any_other_reason_is_reported_at_once(tmp_pat
     try:
         migrate(mine, target=4)
         mine.script("CREATE TABLE mail_state_backup AS SELECT * FROM mail_state; DROP TABLE mail_state;")
-        started = time.monotonic()
         with pytest.raises(StoreError, match=r"migration 0005 failed: .*no such table: mail_state"):
-            migrate(mine, target=5, wait_s=30)
-        assert time.monotonic() - started < 10  # no wait for another daemon: nothing says one is at work
+            migrate(mine, target=5)
         assert mine.query_value("PRAGMA user_version") == 4
     finally:
         mine.close()
