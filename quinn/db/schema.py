@@ -135,8 +135,14 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
             )
         current = found
     if current > started:
-        log.info("database %s: schema brought from version %d to %d%s", db.redacted_url, started, current,
-                 f" ({by_others} of them by another process meanwhile)" if by_others else "")  # fmt: skip
+        who = (
+            ""
+            if not by_others
+            else " by another process"
+            if by_others == current - started
+            else (f" ({by_others} of the migrations by another process)")
+        )
+        log.info("database %s: schema brought from version %d to %d%s", db.redacted_url, started, current, who)
     return current
 
 

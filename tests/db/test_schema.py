@@ -125,9 +125,7 @@ def test_a_daemon_behind_another_never_moves_the_schema_version_back(
         with caplog.at_level(logging.INFO, logger="quinn.db.schema"):
             assert migrate(Overtaken(mine, other, steps=len(migration_scripts()))) == len(migration_scripts())
         assert mine.query_value("PRAGMA user_version") == len(migration_scripts())
-        assert (
-            f"schema brought from version 15 to {len(migration_scripts())} (9 of them by another process" in caplog.text
-        )
+        assert f"schema brought from version 15 to {len(migration_scripts())} by another process" in caplog.text
         assert "partly in the database already" not in caplog.text
     finally:
         mine.close()
