@@ -135,13 +135,11 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
             )
         current = found
     if current > started:
-        who = (
-            ""
-            if not by_others
-            else " by another process"
-            if by_others == current - started
-            else (f" ({by_others} of the migrations by another process)")
-        )
+        who = ""
+        if by_others == current - started:
+            who = " by another process"
+        elif by_others:
+            who = f" ({by_others} of the migrations by another process)"
         log.info("database %s: schema brought from version %d to %d%s", db.redacted_url, started, current, who)
     return current
 
