@@ -91,9 +91,7 @@ def without_section(text: str, head: str) -> str:
 
 
 def without_memories(system: str, user: str) -> tuple[str, str]:
-    """The prompt without its recalled memories, wherever the template put them."""
-    if MEMORIES_HEAD not in system and MEMORIES_HEAD not in user:
-        raise ReplayError("a reply prompt lists no recalled memories: there is nothing to drop")
+    """The prompt without its recalled memories, wherever the template put them (a prompt with none as it was)."""
     return without_section(system, MEMORIES_HEAD), without_section(user, MEMORIES_HEAD)
 
 
@@ -164,13 +162,18 @@ def ask(base_url: str, system: str, user: str) -> Asked:
 def replay(sent: Sequence[Sent], base_url: str, re_ask: bool, variant: str = "recall_in_user") -> Iterator[Scored]:
     """Each prompt's rows: as sent (the run's answer, or asked again), then changed by ``variant``."""
     change = CHANGES[variant]
+    if all(change(one.system, one.user) == (one.system, one.user) for one in sent):
+        raise ReplayError(f"--variant {variant}: it changes none of the run's prompts, so there is nothing to drop")
     for one in sent:
         if re_ask:
             as_sent = ask(base_url, one.system, one.user)
         else:
             as_sent = Asked(f"{one.system}\n{one.user}", one.answer, 0, 0, 0.0)
         yield score(one.probe.user, one.source, one.probe, "as_sent", as_sent)
-        yield score(one.probe.user, one.source, one.probe, variant, ask(base_url, *change(one.system, one.user)))
+        changed = change(one.system, one.user)
+        # A prompt the change leaves as it was keeps its as-sent answer: asking again would only add the server's noise.
+        again = as_sent if changed == (one.system, one.user) else ask(base_url, *changed)
+        yield score(one.probe.user, one.source, one.probe, variant, again)
 
 
 def summary(rows: Sequence[Scored]) -> dict[str, Any]:
