@@ -82,12 +82,14 @@ def moved(system: str, user: str) -> tuple[str, str]:
 def without_section(text: str, head: str) -> str:
     """``text`` without the section led by ``head``, up to the next section or the email itself."""
     start = text.find(head)
+    if start < 0 and text.startswith(head.lstrip("\n")):  # the message opens with it
+        start = 0
     if start < 0:
         return text
     ends = [at for at in (text.find(tail, start + len(head)) for tail in RECALL_HEADS + AFTER_RECALL + USER_TAIL)
             if at >= 0]  # fmt: skip
     end = min(ends, default=len(text))
-    return text[:start] + text[end:]
+    return text[:start] + (text[end:] if start else text[end:].lstrip("\n"))
 
 
 def without_memories(system: str, user: str) -> tuple[str, str]:

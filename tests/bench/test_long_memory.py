@@ -163,6 +163,9 @@ def test_the_other_ablations_drop_one_thing_each_wherever_the_template_put_the_r
     assert without_memories(system, last)[1].endswith("(identity) Ingrid\n\nNew email from Ingrid on 2026-11-28, "
                                                       'subject "Q":\n\nWhere do I live?')  # fmt: skip
     assert without_memories(system, short_user) == (system, short_user)  # a prompt with none stays as it was
+    # The template strips the blank lines before the first section: a user message may open with the memories.
+    opening = user[user.index("Memories that") :]
+    assert without_memories(system, opening)[1] == opening[opening.index("From your past") :]
     plain, same_user = without_abstain_line(system, user)
     assert same_user == user and "do not know" not in plain and plain.endswith("summary: a move.")
     with pytest.raises(ReplayError, match="nothing to drop"):
