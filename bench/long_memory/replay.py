@@ -135,7 +135,9 @@ def quinn_prompts(calls: Sequence[dict[str, Any]], people: Sequence[Any]) -> lis
         for probe in person.questions:
             for call in replies:
                 system, user = call["messages"][0]["content"], call["messages"][1]["content"]
-                if probe.text in user and any(head in system or head in user for head in RECALL_HEADS):
+                if probe.text in user and any(
+                    head in system or head in user or user.startswith(head.lstrip()) for head in RECALL_HEADS
+                ):
                     found.append(Sent(probe, person.source, system, user, call.get("answer") or ""))
                     break
             else:
