@@ -21,6 +21,7 @@ from quinn.memory.filters import CURRENT
 from quinn.memory.graph import linked_memories
 from quinn.memory.passages import index_message
 from quinn.memory.retrievals import record_retrievals
+from quinn.scheduler.session_close import REVIEW_TRIES
 from quinn.scheduler.summarize import wants_summary
 from tests.lab.llm_server import Error, Json, RecordedRequest, Text
 from tests.lab.scheduler import inbound_mail, write_thread
@@ -284,7 +285,7 @@ async def test_a_review_always_too_long_leaves_the_session_open_and_says_why(ben
 
     bench.clock.set(start + timedelta(hours=3))
     outcome = await bench.runner(session_close_after_min=60).run_job("session_close", force=True)
-    assert len(prompts_with(llm_server, REVIEW)) == 3  # REVIEW_TRIES, each shorter, then left for the next run
+    assert len(prompts_with(llm_server, REVIEW)) == REVIEW_TRIES  # each shorter, then left for the next run
     [failure] = outcome.counts["details"]["failed_items"]
     assert "longer than model" in failure
     assert bench.db.query_value("SELECT status FROM sessions") == "open"
