@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -112,6 +113,21 @@ def track(server: Stoppable) -> None:
     """Remember a running server so that the atexit hook stops it if a test run dies half way."""
     if not any(s is server for s in _live):
         _live.append(server)
+    _exit_on_sigterm()
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM end this process through ``SystemExit``, so ``with`` blocks and the atexit hook stop the
+    servers it started: by default SIGTERM ends Python at once, and a killed benchmark left its model server
+    running, holding a core. Only where nobody chose a handler (the daemon's own stays), from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_exit)
+
+
+def _sigterm_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def untrack(server: Stoppable) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import smtplib
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +18,10 @@ import pytest
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientAbortError, LoginError
 
+from quinn.lab.wait import wait_for
 from tests.lab.dovecot import Dovecot
 from tests.lab.guard import install_network_guard
+from tests.lab.process import _group_alive
 from tests.lab.smtp import MailLab, SmtpLab, mx_stamp
 from tests.lab.sqld import Sqld
 
@@ -255,3 +260,35 @@ def test_guard_allows_loopback_and_unix_sockets(tripwire: list[Any], dovecot: Do
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(path)
     assert tripwire == []
+
+
+@pytest.mark.lab
+def test_a_process_killed_with_sigterm_stops_the_lab_servers_it_started(tmp_path: Path) -> None:
+    """A benchmark killed with SIGTERM left its model server running (an orphan holding a core); the lab now turns
+    SIGTERM into SystemExit, so ``with`` blocks and the atexit hook stop what it started."""
+    script = tmp_path / "holder.py"
+    script.write_text(
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from quinn.lab.process import LabServer\n"
+        "class Sleeper(LabServer):\n"
+        "    def __init__(self, folder):\n"
+        "        self.dir = folder\n"
+        "    def start(self, timeout_s=5.0):\n"
+        "        self._spawn(['sleep', '600'], self.dir / 'log', lambda: True, timeout_s, RuntimeError)\n"
+        "with Sleeper(Path(sys.argv[1])) as server:\n"
+        "    server.start()\n"
+        "    print(server._proc.pid, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(holder.stdout.readline())  # type: ignore[union-attr]
+        assert _group_alive(child)
+        holder.send_signal(signal.SIGTERM)
+        assert holder.wait(20) == 128 + signal.SIGTERM
+        wait_for(lambda: not _group_alive(child), "the sleeper gone with its parent", 10)
+    finally:
+        holder.kill()
+        holder.wait(10)
+        holder.stdout.close()  # type: ignore[union-attr]
