@@ -205,8 +205,14 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Transcripts: {', '.join(result['data']['transcripts'])}; re-asked as sent: {result['data']['re_ask']}.",
         f"Same prompts, same model and sampling; only {CHANGED[variant]} differs (bench/long_memory/replay.py).",
-        "As sent: the run's first answer to each prompt (Quinn asks again when a reply copies the email; a replay",
-        "does not).",
+        *(
+            ["As sent: the same prompts asked again by this tool's server (the run's answers are not used)."]
+            if result["data"]["re_ask"]
+            else [
+                "As sent: the run's first answer to each prompt (Quinn asks again when a reply copies the email; a",
+                "replay does not).",
+            ]
+        ),
         *([result["data"]["note"]] if result["data"].get("note") else []),
         "",
         "| variant | questions | right | stale | forget leaks | right by source |",
