@@ -88,7 +88,7 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
     """
     available = migration_scripts()
     latest = available[-1][0] if available else 0
-    current = int(db.query_value("PRAGMA user_version") or 0)
+    current = _version(db)
     if current > latest:
         raise StoreError(
             f"database {db.redacted_url} has schema version {current}, newer than this Quinn's {latest}",
@@ -103,7 +103,7 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
         # One transaction: a migration that fails half way leaves nothing behind, so a retry starts clean.
         try:
             db.script("BEGIN IMMEDIATE;")
-            found = int(db.query_value("PRAGMA user_version") or 0)
+            found = _version(db)
             if found >= version:  # another daemon on the same server applied it (and maybe more) meanwhile
                 db.script("ROLLBACK;")
                 log.debug("database %s: migrations up to %04d were applied by another process", db.redacted_url,
@@ -114,7 +114,7 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
             db.script(f"{sql}\nPRAGMA user_version = {version};\nCOMMIT;")
         except Exception as exc:
             db.rollback_quietly()
-            found = int(db.query_value("PRAGMA user_version") or 0)
+            found = _version(db)
             if found >= version:  # the server gave the lock to another daemon, which applied it
                 log.debug("database %s: migration %04d was applied by another process", db.redacted_url, version)
                 by_others += found - current
@@ -127,7 +127,7 @@ def migrate(db: Scriptable, target: int | None = None) -> int:
                 f"database {db.redacted_url}: migration {version:04d} failed: {exc}",
                 "nothing of it was applied; fix the cause and start Quinn again",
             ) from exc
-        found = int(db.query_value("PRAGMA user_version") or 0)
+        found = _version(db)
         if found < version:  # cannot happen while every statement raises on failure: checked anyway
             raise StoreError(
                 f"database {db.redacted_url}: migration {version:04d} ran, but the schema version reads {found}",
@@ -150,7 +150,7 @@ def _complete(db: Scriptable, version: int, sql: str) -> int:
     skipped: list[str] = []
     try:
         db.script("BEGIN IMMEDIATE;")
-        found = int(db.query_value("PRAGMA user_version") or 0)
+        found = _version(db)
         if found >= version:  # another daemon completed it meanwhile
             db.script("ROLLBACK;")
             return found
@@ -172,3 +172,8 @@ def _complete(db: Scriptable, version: int, sql: str) -> int:
     log.warning("database %s: migration %04d was partly in the database already, under an older schema version; "
                 "completed it, skipping what was there: %s", db.redacted_url, version, "; ".join(skipped))  # fmt: skip
     return version
+
+
+def _version(db: Scriptable) -> int:
+    """The schema version the database holds (``PRAGMA user_version``)."""
+    return int(db.query_value("PRAGMA user_version") or 0)
