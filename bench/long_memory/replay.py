@@ -10,7 +10,9 @@ the as-sent prompt again too, to see that the server answers it as the run's did
 ``--variant`` names another ablation of the same kind, each one change to the prompt as sent:
 ``without_memories`` drops the list of recalled memories (the profile and the past mail stay),
 ``without_abstain_line`` drops the standing instruction to say "I do not know" (the one shown only when
-nothing was recalled stays). Both take the recall where the run's template put it.
+nothing was recalled stays), ``without_repeated_memories`` drops the memories whose words a passage shown beside
+them holds, ``passages_as_blocks`` shows each passage as a block (citation line, text, blank line) as the
+thread's messages are. All take the recall where the run's template put it.
 
 The people are rebuilt from the run's own flags (``--people``, ``--skip``, ``--real``, ...), which give each
 question's right and stale answers.
@@ -25,9 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,7 @@ USER_TAIL = ("\n\nSummary of the earlier conversation in this thread:", "\n\nEar
              "\n\nNew email from ", "Summary of the earlier conversation in this thread:",
              "Earlier messages in this thread", "New email from ")  # fmt: skip
 MEMORIES_HEAD = RECALL_HEADS[1]
+PASSAGES_HEADS = RECALL_HEADS[2:]
 ABSTAIN_LINE = ("\nWhen the email asks about something the person told you and nothing below says it, say that "
                 "you do not know\nrather than guess.")  # fmt: skip
 
@@ -79,16 +83,33 @@ def moved(system: str, user: str) -> tuple[str, str]:
     return system[:start] + system[end:], f"{system[start:end].strip()}\n\n{user}"
 
 
-def without_section(text: str, head: str) -> str:
-    """``text`` without the section led by ``head``, up to the next section or the email itself."""
+def section(text: str, head: str) -> tuple[int, int] | None:
+    """Where the section led by ``head`` stands in ``text``, up to the next section or the email itself."""
     start = text.find(head)
     if start < 0 and text.startswith(head.lstrip("\n")):  # the message opens with it
         start = 0
     if start < 0:
-        return text
+        return None
     ends = [at for at in (text.find(tail, start + len(head)) for tail in RECALL_HEADS + AFTER_RECALL + USER_TAIL)
             if at >= 0]  # fmt: skip
-    end = min(ends, default=len(text))
+    return start, min(ends, default=len(text))
+
+
+def within(text: str, heads: Sequence[str], change: Callable[[str], str]) -> str:
+    """``text`` with ``change`` applied to the sections led by ``heads`` only."""
+    for head in heads:
+        span = section(text, head)
+        if span is not None:
+            text = text[: span[0]] + change(text[span[0] : span[1]]) + text[span[1] :]
+    return text
+
+
+def without_section(text: str, head: str) -> str:
+    """``text`` without the section led by ``head``, up to the next section or the email itself."""
+    span = section(text, head)
+    if span is None:
+        return text
+    start, end = span
     return text[:start] + (text[end:] if start else text[end:].lstrip("\n"))
 
 
@@ -105,14 +126,55 @@ def without_abstain_line(system: str, user: str) -> tuple[str, str]:
     return system.replace(ABSTAIN_LINE, "", 1), user
 
 
+#: A line of past mail or a file as the reply template shows it: ``- [mail:DATE] (they wrote, "Subject") text``.
+PASSAGE_LINE = re.compile(r'^- (\[(?:mail|doc):[^\]\n]*\] \((?:[^"()\n]|"[^"\n]*")*\)) (.*)$', re.M)
+#: A recalled memory's line: ``- [memory:ID] (how, since DATE) text``, perhaps `` | earlier: X (until DATE)``.
+MEMORY_LINE = re.compile(r"^- \[memory:\d+\] \([^)\n]*\) (.*?)(?: \| earlier: .*)?$\n?", re.M)
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def passages_as_blocks(system: str, user: str) -> tuple[str, str]:
+    """Each passage of past mail as its own block, its citation on a line and its text below, a blank line
+    after, as the thread's messages are shown, instead of one bulleted line each."""
+    def block(text: str) -> str:
+        return PASSAGE_LINE.sub(lambda m: f"{m.group(1)}:\n{m.group(2)}\n", text)
+
+    return within(system, PASSAGES_HEADS, block), within(user, PASSAGES_HEADS, block)
+
+
+def without_repeated_memories(system: str, user: str) -> tuple[str, str]:
+    """The prompt without the memories whose words a passage shown beside them already holds (own-words memories
+    are sentences of those very mails); the rest stay where they were."""
+    passages = [text[a:b] for text in (system, user) for head in PASSAGES_HEADS
+                if (span := section(text, head)) for a, b in [span]]  # fmt: skip
+    shown = _plain(" ".join(m.group(2) for part in passages for m in PASSAGE_LINE.finditer(part)))
+
+    def drop(text: str) -> str:
+        kept = within(text, (MEMORIES_HEAD,),
+                      lambda part: MEMORY_LINE.sub(lambda m: "" if _plain(m.group(1)) in shown else m.group(0), part))
+        span = section(kept, MEMORIES_HEAD)
+        if span is not None and kept != text and not MEMORY_LINE.search(kept[span[0] : span[1]]):
+            return without_section(kept, MEMORIES_HEAD)
+        return kept
+
+    return drop(system), drop(user)
+
+
 #: Each ablation: one change to the prompt as sent, its title and what it changes.
 CHANGES = {"recall_in_user": moved, "without_memories": without_memories,
-           "without_abstain_line": without_abstain_line}  # fmt: skip
+           "without_abstain_line": without_abstain_line, "passages_as_blocks": passages_as_blocks,
+           "without_repeated_memories": without_repeated_memories}  # fmt: skip
 TITLES = {"recall_in_user": "the recalled lines in the system message or at the head of the user message",
           "without_memories": "the prompt with and without its list of recalled memories",
-          "without_abstain_line": "the prompt with and without its standing \"say you do not know\" line"}  # fmt: skip
+          "without_abstain_line": "the prompt with and without its standing \"say you do not know\" line",
+          "passages_as_blocks": "past mail as one bulleted line per passage or as blocks, like a thread",
+          "without_repeated_memories": "the prompt with and without the memories a shown passage holds"}  # fmt: skip
 CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
-           "without_abstain_line": "the standing abstain line"}  # fmt: skip
+           "without_abstain_line": "the standing abstain line", "passages_as_blocks": "the layout of the past mail",
+           "without_repeated_memories": "the memories repeated by a passage"}  # fmt: skip
 
 
 @dataclass(frozen=True)

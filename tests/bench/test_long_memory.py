@@ -172,6 +172,32 @@ def test_the_other_ablations_drop_one_thing_each_wherever_the_template_put_the_r
         without_abstain_line(plain, user)
 
 
+def test_the_layout_ablations_change_only_the_past_mail_or_the_memories_it_repeats() -> None:
+    from bench.long_memory.replay import passages_as_blocks, without_repeated_memories
+
+    system = "You are Quinn."
+    user = (
+        "Memories that may be relevant to this email, oldest first:\n- [memory:4] (they wrote on 2025-03-19) We "
+        "moved to Lund.\n- [memory:5] (they wrote on 2025-04-02) The tram is slow. | earlier: The bus is slow. "
+        "(until 2025-04-02)\n\nFrom your past emails with this person, oldest first:\n"
+        '- [mail:2025-03-19] (they wrote, "News (big)") Hi! We moved to Lund. Rainy.\n'
+        "- [doc:plan.pdf p.2] (a file they sent on 2025-03-20, \"Plan\") Rent: 900 EUR.\n\n"
+        'New email from Ingrid on 2026-11-28, subject "Q":\n\n- [mail:2020-01-01] (not a passage) where?'
+    )
+    blocks = passages_as_blocks(system, user)[1]
+    assert '[mail:2025-03-19] (they wrote, "News (big)"):\nHi! We moved to Lund. Rainy.\n\n' in blocks
+    assert '[doc:plan.pdf p.2] (a file they sent on 2025-03-20, "Plan"):\nRent: 900 EUR.\n' in blocks
+    assert blocks[: blocks.index("From your")] == user[: user.index("From your")]  # the memories as they were
+    assert blocks.endswith(user[user.index("\n\nNew email") :].lstrip("\n"))  # the email too
+    # Memory 4 is in the passage word for word: dropped; memory 5 (and its earlier value) is not: kept.
+    kept = without_repeated_memories(system, user)[1]
+    assert "[memory:4]" not in kept and "- [memory:5] (they wrote on 2025-04-02) The tram is slow. | earlier:" in kept
+    assert kept.replace(kept[kept.index("- [memory:5]") :], "") == user[: user.index("- [memory:4]")]
+    # Every memory repeated: the list goes, heading and all.
+    repeated = user.replace("The tram is slow. | earlier: The bus is slow. (until 2025-04-02)", "Rainy.")
+    assert "Memories that" not in without_repeated_memories(system, repeated)[1]
+
+
 def test_parts_run_at_different_commits_are_not_merged() -> None:
     from bench.long_memory.report import merge
 
