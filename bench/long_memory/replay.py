@@ -7,7 +7,8 @@ the run scores its own (``report.score``). Recall, budget, template words, model
 only the place of the recalled lines differs. The run's own answer is the "as sent" column; ``--re-ask`` asks
 the as-sent prompt again too, to see that the server answers it as the run's did (temperature 0).
 
-``--variant`` names another ablation of the same kind, each one change to the prompt as sent:
+``--variant`` names another ablation of the same kind (given more than once, each is asked beside the prompt as
+sent in one server start), each one change to the prompt as sent:
 ``without_memories`` drops the list of recalled memories (the profile and the past mail stay),
 ``without_abstain_line`` drops the standing instruction to say "I do not know" (the one shown only when
 nothing was recalled stays), ``without_repeated_memories`` drops the memories whose words a passage shown beside
@@ -139,6 +140,7 @@ def _plain(text: str) -> str:
 def passages_as_blocks(system: str, user: str) -> tuple[str, str]:
     """Each passage of past mail as its own block, its citation on a line and its text below, a blank line
     after, as the thread's messages are shown, instead of one bulleted line each."""
+
     def block(text: str) -> str:
         return PASSAGE_LINE.sub(lambda m: f"{m.group(1)}:\n{m.group(2)}\n", text)
 
@@ -153,8 +155,11 @@ def without_repeated_memories(system: str, user: str) -> tuple[str, str]:
     shown = _plain(" ".join(m.group(2) for part in passages for m in PASSAGE_LINE.finditer(part)))
 
     def drop(text: str) -> str:
-        kept = within(text, (MEMORIES_HEAD,),
-                      lambda part: MEMORY_LINE.sub(lambda m: "" if _plain(m.group(1)) in shown else m.group(0), part))
+        kept = within(
+            text,
+            (MEMORIES_HEAD,),
+            lambda part: MEMORY_LINE.sub(lambda m: "" if _plain(m.group(1)) in shown else m.group(0), part),
+        )
         span = section(kept, MEMORIES_HEAD)
         if span is not None and kept != text and not MEMORY_LINE.search(kept[span[0] : span[1]]):
             return without_section(kept, MEMORIES_HEAD)
@@ -225,25 +230,36 @@ def ask(base_url: str, system: str, user: str) -> Asked:
                  time.perf_counter() - started)  # fmt: skip
 
 
-def replay(sent: Sequence[Sent], base_url: str, re_ask: bool, variant: str = "recall_in_user") -> Iterator[Scored]:
-    """Each prompt's rows: as sent (the run's answer, or asked again), then changed by ``variant``."""
-    change = CHANGES[variant]
-    if all(change(one.system, one.user) == (one.system, one.user) for one in sent):
-        raise ReplayError(f"--variant {variant}: it changes none of the run's prompts, so there is nothing to drop")
+def replay(sent: Sequence[Sent], base_url: str, re_ask: bool,
+           variants: Sequence[str] = ("recall_in_user",)) -> Iterator[Scored]:  # fmt: skip
+    """Each prompt's rows: as sent (the run's answer, or asked again), then changed by each of ``variants``."""
+    for variant in variants:
+        change = CHANGES[variant]
+        if all(change(one.system, one.user) == (one.system, one.user) for one in sent):
+            raise ReplayError(f"--variant {variant}: it changes none of the run's prompts, so there is nothing to "
+                              "compare")  # fmt: skip
     for one in sent:
         if re_ask:
             as_sent = ask(base_url, one.system, one.user)
         else:
             as_sent = Asked(f"{one.system}\n{one.user}", one.answer, 0, 0, 0.0)
         yield score(one.probe.user, one.source, one.probe, "as_sent", as_sent)
-        changed = change(one.system, one.user)
-        # A prompt the change leaves as it was keeps its as-sent answer: asking again would only add the server's noise.
-        again = as_sent if changed == (one.system, one.user) else ask(base_url, *changed)
-        yield score(one.probe.user, one.source, one.probe, variant, again)
+        for variant in variants:
+            changed = CHANGES[variant](one.system, one.user)
+            # A prompt the change leaves as it was keeps its as-sent answer: asking again would only add the
+            # server's noise.
+            again = as_sent if changed == (one.system, one.user) else ask(base_url, *changed)
+            yield score(one.probe.user, one.source, one.probe, variant, again)
+
+
+def variants_of(data: dict[str, Any]) -> list[str]:
+    """The variants a replay's result compares with the prompts as sent (one, in results written before
+    ``--variant`` could be given more than once)."""
+    return list(data.get("variants") or [data.get("variant", "recall_in_user")])
 
 
 def summary(rows: Sequence[Scored]) -> dict[str, Any]:
-    """Right answers per variant, overall and by source; and the questions whose outcome the move changed."""
+    """Right answers per variant, overall and by source; and the questions whose outcome a variant changed."""
     table: dict[str, Any] = {}
     variants = list(dict.fromkeys(r.condition for r in rows))
     for variant in variants:
@@ -255,18 +271,21 @@ def summary(rows: Sequence[Scored]) -> dict[str, Any]:
     before = {r.question: r.correct for r in rows if r.condition == "as_sent"}
     moves = [r for r in rows if r.condition != "as_sent" and r.correct != before[r.question]]
     table["variants"] = variants
-    table["changed"] = [{"question": r.question, "category": r.category, "now": r.correct} for r in moves]
+    table["changed"] = [{"question": r.question, "category": r.category, "now": r.correct, "variant": r.condition}
+                        for r in moves]  # fmt: skip
     return table
 
 
 def markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
-    variant = result["data"].get("variant", "recall_in_user")
+    variants = variants_of(result["data"])
+    title = TITLES[variants[0]] if len(variants) == 1 else "ablations of the reply prompt, side by side"
+    changed = " or ".join(CHANGED[v] for v in variants)
     lines = [
-        f"# Long memory: {TITLES[variant]}",
+        f"# Long memory: {title}",
         "",
         f"Transcripts: {', '.join(result['data']['transcripts'])}; re-asked as sent: {result['data']['re_ask']}.",
-        f"Same prompts, same model and sampling; only {CHANGED[variant]} differs (bench/long_memory/replay.py).",
+        f"Same prompts, same model and sampling; only {changed} differs (bench/long_memory/replay.py).",
         *(
             ["As sent: the same prompts asked again by this tool's server (the run's answers are not used)."]
             if result["data"]["re_ask"]
@@ -286,9 +305,10 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {variant.replace('_', ' ')} | {v['n']} | {v['correct']} | {v['stale']} | {v['leaks']} | {by} |"
         )
-    lines += ["", "Questions whose outcome the change changed:", ""]
+    lines += ["", "Questions whose outcome a change changed:", ""]
     for c in s["changed"]:
-        lines.append(f"- {'now right' if c['now'] else 'now wrong'} ({c['category']}): {c['question']}")
+        by = f"{c['variant'].replace('_', ' ')}, " if len(variants) > 1 else ""
+        lines.append(f"- {'now right' if c['now'] else 'now wrong'} ({by}{c['category']}): {c['question']}")
     return "\n".join(lines) + "\n"
 
 
@@ -302,8 +322,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--variant",
         choices=sorted(CHANGES),
-        default="recall_in_user",
-        help="the one change to each prompt (default: recall_in_user)",
+        action="append",
+        help="a change to each prompt, asked beside the prompt as sent; give it again to compare several in one "
+        "server start (default: recall_in_user)",
     )
     return p
 
@@ -315,12 +336,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.merge:
         parts = [read_part(p, path, "long_memory_replay") for path in args.merge]
         rows = [Scored(**row) for part in parts for row in part["rows"]]
-        variants = {part["data"].get("variant", "recall_in_user") for part in parts}
-        if len(variants) > 1:
-            raise ReplayError(f"--merge: the parts replay different variants ({', '.join(sorted(variants))}); "
-                              "merge the parts of one variant at a time")  # fmt: skip
+        compared = {tuple(variants_of(part["data"])) for part in parts}
+        if len(compared) > 1:
+            named = "; ".join(", ".join(v) for v in sorted(compared))
+            raise ReplayError(f"--merge: the parts replay different variants ({named}); merge the parts of the "
+                              "same variants at a time")  # fmt: skip
         data = {"transcripts": [t for part in parts for t in part["data"]["transcripts"]],
-                "re_ask": all(part["data"]["re_ask"] for part in parts), "variant": variants.pop()}  # fmt: skip
+                "re_ask": all(part["data"]["re_ask"] for part in parts), "variants": list(compared.pop())}  # fmt: skip
         result = {"benchmark": "long_memory_replay", "machine": parts[0]["machine"], "model": parts[0]["model"],
                   "data": data, "summary": summary(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip
         return write_result(args, result, markdown, None)
@@ -332,10 +354,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ReplayError(f"--transcript {args.transcript}: line {exc.lineno} is not JSON ({exc.msg})") from None
     sent = quinn_prompts(calls, people_of(args))
+    variants = list(dict.fromkeys(args.variant or ["recall_in_user"]))
     with model_target(args.base_url, args.n_ctx, args.model, args.threads) as target:
-        rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask, args.variant))
+        rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask, variants))
     result = {"benchmark": "long_memory_replay", "machine": machine_info(), "model": {"name": args.model},
-              "data": {"transcripts": [str(args.transcript)], "re_ask": args.re_ask, "variant": args.variant},
+              "data": {"transcripts": [str(args.transcript)], "re_ask": args.re_ask, "variants": variants},
               "summary": summary(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip
     return write_result(args, result, markdown, None)
 

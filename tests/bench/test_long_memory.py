@@ -181,7 +181,7 @@ def test_the_layout_ablations_change_only_the_past_mail_or_the_memories_it_repea
         "moved to Lund.\n- [memory:5] (they wrote on 2025-04-02) The tram is slow. | earlier: The bus is slow. "
         "(until 2025-04-02)\n\nFrom your past emails with this person, oldest first:\n"
         '- [mail:2025-03-19] (they wrote, "News (big)") Hi! We moved to Lund. Rainy.\n'
-        "- [doc:plan.pdf p.2] (a file they sent on 2025-03-20, \"Plan\") Rent: 900 EUR.\n\n"
+        '- [doc:plan.pdf p.2] (a file they sent on 2025-03-20, "Plan") Rent: 900 EUR.\n\n'
         'New email from Ingrid on 2026-11-28, subject "Q":\n\n- [mail:2020-01-01] (not a passage) where?'
     )
     blocks = passages_as_blocks(system, user)[1]
@@ -196,6 +196,37 @@ def test_the_layout_ablations_change_only_the_past_mail_or_the_memories_it_repea
     # Every memory repeated: the list goes, heading and all.
     repeated = user.replace("The tram is slow. | earlier: The bus is slow. (until 2025-04-02)", "Rainy.")
     assert "Memories that" not in without_repeated_memories(system, repeated)[1]
+
+
+def test_replays_of_several_variants_merge_only_with_the_same_variants(tmp_path: Path) -> None:
+    from bench.long_memory.replay import ReplayError, main
+
+    def row(question: str, condition: str, correct: bool) -> dict:
+        return {"user": "p@x", "source": "real", "category": "single", "kind": "k", "condition": condition,
+                "correct": correct, "in_prompt": True, "stale": False, "leak": False, "leak_in_prompt": False,
+                "replied": True, "tokens_in": 9, "tokens_out": 3, "seconds": 1.0, "question": question}  # fmt: skip
+
+    def part(name: str, data: dict, rows: list[dict]) -> str:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"benchmark": "long_memory_replay", "machine": {}, "model": {}, "rows": rows,
+                                    "data": {"transcripts": [name], "re_ask": True, **data}}))  # fmt: skip
+        return str(path)
+
+    both = {"variants": ["passages_as_blocks", "without_repeated_memories"]}
+    one = part("one", both, [row("Q1", "as_sent", False), row("Q1", "passages_as_blocks", True),
+                             row("Q1", "without_repeated_memories", False)])  # fmt: skip
+    two = part("two", both, [row("Q2", "as_sent", True), row("Q2", "passages_as_blocks", True),
+                             row("Q2", "without_repeated_memories", False)])  # fmt: skip
+    result = main(["--merge", one, two, "--out", str(tmp_path), "--name", "merged"])
+    assert [result["summary"][v]["correct"] for v in result["summary"]["variants"]] == [1, 2, 0]
+    text = (tmp_path / "merged.md").read_text()
+    assert "| passages as blocks | 2 | 2 |" in text and "| without repeated memories | 2 | 0 |" in text
+    assert "- now right (passages as blocks, single): Q1" in text
+    assert "- now wrong (without repeated memories, single): Q2" in text
+    # A part written before several variants could be given names its one variant; it is not merged with these.
+    old = part("old", {"variant": "passages_as_blocks"}, [row("Q3", "as_sent", True)])
+    with pytest.raises(ReplayError, match="different variants"):
+        main(["--merge", one, old, "--out", str(tmp_path), "--name", "mixed"])
 
 
 def test_parts_run_at_different_commits_are_not_merged() -> None:
