@@ -13,7 +13,9 @@ sent in one server start), each one change to the prompt as sent:
 ``without_abstain_line`` drops the standing instruction to say "I do not know" (the one shown only when
 nothing was recalled stays), ``without_repeated_memories`` drops the memories whose words a passage shown beside
 them holds, ``passages_as_blocks`` shows each passage as a block (citation line, text, blank line) as the
-thread's messages are. All take the recall where the run's template put it.
+thread's messages are, ``writer_named`` names the writer (the new email's sender) where a recalled line says
+"they wrote" (the real people's questions name them: "What relative of Monica is getting married?"). All take
+the recall where the run's template put it.
 
 The people are rebuilt from the run's own flags (``--people``, ``--skip``, ``--real``, ...), which give each
 question's right and stale answers.
@@ -168,18 +170,38 @@ def without_repeated_memories(system: str, user: str) -> tuple[str, str]:
     return drop(system), drop(user)
 
 
+_SENDER = re.compile(r"^New email from (.+?) <[^>\n]*> on ", re.M)
+
+
+def writer_named(system: str, user: str) -> tuple[str, str]:
+    """The recalled lines with the writer's name where they say "they" ("(Monica wrote on DATE)", "(Monica
+    wrote, "Subject")"), the name as the new email's From gives it; a prompt whose email names no one as it was."""
+    found = _SENDER.search(user) or _SENDER.search(system)
+    if found is None or not found.group(1).strip(' "'):
+        return system, user
+    name = found.group(1).strip(' "').split()[0]
+
+    def named(text: str) -> str:
+        text = re.sub(r"^(- \[memory:\d+\] \()they wrote on ", rf"\g<1>{name} wrote on ", text, flags=re.M)
+        return re.sub(r"^(- \[(?:mail|doc):[^\]\n]*\] \()they wrote,", rf"\g<1>{name} wrote,", text, flags=re.M)
+
+    return within(system, RECALL_HEADS, named), within(user, RECALL_HEADS, named)
+
+
 #: Each ablation: one change to the prompt as sent, its title and what it changes.
 CHANGES = {"recall_in_user": moved, "without_memories": without_memories,
            "without_abstain_line": without_abstain_line, "passages_as_blocks": passages_as_blocks,
-           "without_repeated_memories": without_repeated_memories}  # fmt: skip
+           "without_repeated_memories": without_repeated_memories, "writer_named": writer_named}  # fmt: skip
 TITLES = {"recall_in_user": "the recalled lines in the system message or at the head of the user message",
           "without_memories": "the prompt with and without its list of recalled memories",
           "without_abstain_line": "the prompt with and without its standing \"say you do not know\" line",
           "passages_as_blocks": "past mail as one bulleted line per passage or as blocks, like a thread",
-          "without_repeated_memories": "the prompt with and without the memories a shown passage holds"}  # fmt: skip
+          "without_repeated_memories": "the prompt with and without the memories a shown passage holds",
+          "writer_named": "the recalled lines saying \"they wrote\" or naming the writer"}  # fmt: skip
 CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
            "without_abstain_line": "the standing abstain line", "passages_as_blocks": "the layout of the past mail",
-           "without_repeated_memories": "the memories repeated by a passage"}  # fmt: skip
+           "without_repeated_memories": "the memories repeated by a passage",
+           "writer_named": "who the recalled lines say wrote them"}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,7 @@ def test_the_other_ablations_drop_one_thing_each_wherever_the_template_put_the_r
 
 
 def test_the_layout_ablations_change_only_the_past_mail_or_the_memories_it_repeats() -> None:
-    from bench.long_memory.replay import passages_as_blocks, without_repeated_memories
+    from bench.long_memory.replay import passages_as_blocks, without_repeated_memories, writer_named
 
     system = "You are Quinn."
     user = (
@@ -196,6 +196,13 @@ def test_the_layout_ablations_change_only_the_past_mail_or_the_memories_it_repea
     # Every memory repeated: the list goes, heading and all.
     repeated = user.replace("The tram is slow. | earlier: The bus is slow. (until 2025-04-02)", "Rainy.")
     assert "Memories that" not in without_repeated_memories(system, repeated)[1]
+    # The writer named where the recall says "they wrote" (the first name of the new email's sender), nowhere else.
+    sent = user.replace("New email from Ingrid on", "New email from Ingrid Berg <ingrid@example.test> on")
+    named = writer_named(system, sent)[1]
+    assert "(Ingrid wrote on 2025-03-19) We moved" in named and "(Ingrid wrote on 2025-04-02)" in named
+    assert '(Ingrid wrote, "News (big)")' in named and "they wrote" not in named.replace("a file they sent", "")
+    assert named.endswith(sent[sent.index("\n\nNew email") :])
+    assert writer_named(system, user) == (system, user)  # no address in the From line: as it was
 
 
 def test_replays_of_several_variants_merge_only_with_the_same_variants(tmp_path: Path) -> None:
