@@ -261,7 +261,8 @@ class LlmConfig(Section):
     hold_copies: bool = Field(
         default=True,
         description="Never mail a reply that only copies the email, Quinn's instructions, a tool's result or a "
-        "past mail: ask again, then let the mail wait (small models do this). false mails it as written.",
+        "past mail: ask again (the last time sampled), then let the mail wait (small models do this). false mails "
+        "it as written.",
     )  # fmt: skip
     max_output_tokens: int | None = Field(
         default=None, gt=0, description="Cap on the tokens of one model answer (the provider's own default when unset)."

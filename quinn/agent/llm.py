@@ -52,6 +52,11 @@ _OVERFLOW_WORDS = re.compile(
     r"context_length_exceeded|exceed_context_size|maximum context length|exceeds? (?:the )?(?:available )?context"
     r"|context window", re.I,
 )  # fmt: skip
+# The last try after a reply that was JSON or a copy, twice: one answer sampled at this temperature (or the
+# configured one, if higher). At temperature 0 the model writes the same paste on every retry of the mail: in the
+# 1.5B run of bench/long_memory one mail was deferred four times over the same 369 characters, and three replies
+# of 93 never came within the question's wait.
+SAMPLED_TEMPERATURE = 0.7
 _CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|n_ctx['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
 _REQUESTED = re.compile(r"(?:you requested|requested tokens \(|n_prompt_tokens['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
 
@@ -277,10 +282,11 @@ class LLM:
         )
         llm.register_provider(provider, f"{prefix}/")
 
-    def _model(self, background: bool, max_tokens: int | None = None) -> llm.Model:
+    def _model(self, background: bool, max_tokens: int | None = None, temperature: float | None = None) -> llm.Model:
+        """The configured model with its sampling; ``temperature`` instead of the configured one when given."""
         params: dict[str, Any] = {}
-        if self.config.temperature is not None:
-            params["temperature"] = self.config.temperature
+        if temperature is not None or self.config.temperature is not None:
+            params["temperature"] = temperature if temperature is not None else self.config.temperature
         bounds = [n for n in (self.config.max_output_tokens, max_tokens) if n is not None]
         if bounds:
             params["max_tokens"] = min(bounds)
@@ -363,6 +369,7 @@ class LLM:
         gathered: list[str] = []  # results of the tool calls run (native or written as text)
         notes: list[str] = []  # what Quinn told the model between rounds
         bare = False  # asked once without tools
+        sampled = False  # asked once, sampled (SAMPLED_TEMPERATURE)
         if model.model_id in self._no_tools or self.config.max_tool_rounds == 0:
             tools = ()  # no tool round allowed: none offered (an offer it must refuse only invites tool-call JSON)
         try:
@@ -429,20 +436,29 @@ class LLM:
                     nudged = True
                     note = (f"That was {what}, not a reply (tool results you asked for are above). Write your own "
                             "reply to the email now as plain text, without JSON and without tool calls.")  # fmt: skip
-                elif tools and not bare:
-                    # Last resort before giving up: the same request with no tools to call, and what the text
-                    # calls found so far. Greedy decoding would repeat the same JSON on every retry otherwise.
-                    log.warning("model %s still answered with %s; asking once more without tools", model.model_id,
-                                what)  # fmt: skip
+                elif (tools and not bare) or not sampled:
+                    # Last resorts before giving up: the same request with no tools to call, and what the text
+                    # calls found so far; then that request once more, sampled. Greedy decoding would repeat the
+                    # same JSON or paste on every retry otherwise (SAMPLED_TEMPERATURE).
+                    again = model
+                    if tools and not bare:
+                        log.warning("model %s still answered with %s; asking once more without tools",
+                                    model.model_id, what)  # fmt: skip
+                    else:
+                        log.warning("model %s still answered with %s; asking once more, sampled", model.model_id,
+                                    what)  # fmt: skip
+                        sampled = True
+                        again = self._model(background, temperature=max(self.config.temperature or 0.0,
+                                                                        SAMPLED_TEMPERATURE))  # fmt: skip
                     bare = True
                     # Before the email, not after it: a small model copies the last thing it read.
                     found = ("What your tool calls found (notes for you; never copy them into the reply):\n"
                              + "\n".join(gathered) + "\n\n") if gathered else ""  # fmt: skip
-                    response = await model.call_async(self._messages(system, found + user))
+                    response = await again.call_async(self._messages(system, found + user))
                     usage += _usage(response, model.model_id)
                     continue
                 else:
-                    raise RetryLater(f"model {model.model_id} answered with {what} instead of a reply, twice; "
+                    raise RetryLater(f"model {model.model_id} answered with {what} instead of a reply, sampled too; "
                                      f"nothing was sent ({fingerprint(text)})")  # fmt: skip
                 notes.append(note)  # our own words: a reply that sends them back is no reply either
                 response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))

@@ -239,10 +239,29 @@ async def test_json_instead_of_a_reply_is_sent_back_once(llm_server: ScriptedLLM
     assert "That was JSON, not a reply" in llm_server.requests[1].text
 
 
-async def test_json_instead_of_a_reply_twice_is_retried_later(llm_server: ScriptedLLM) -> None:
-    llm_server.script(Text('{"reply": "Hello"}'), Text('[{"reply": "Hello"}]'))
-    with pytest.raises(RetryLater, match="JSON instead of a reply"):
+async def test_json_instead_of_a_reply_three_times_is_retried_later(llm_server: ScriptedLLM) -> None:
+    llm_server.script(Text('{"reply": "Hello"}'), Text('[{"reply": "Hello"}]'), Text('{"reply": "Hello"}'))
+    with pytest.raises(RetryLater, match="JSON instead of a reply, sampled too"):
         await local(llm_server).text("You are Quinn.", "Hi")
+    assert len(llm_server.requests) == 3
+
+
+async def test_the_last_try_after_two_copies_is_sampled_not_greedy(llm_server: ScriptedLLM) -> None:
+    """Bench/long_memory, the 1.5B at temperature 0: a reply that pasted a recalled mail, then pasted it again
+    when told, was deferred, and every retry of the mail wrote the same 369 characters (four deferrals of one
+    mail). The last try asks once more at SAMPLED_TEMPERATURE; what it writes is checked like any answer."""
+    from quinn.agent.llm import SAMPLED_TEMPERATURE
+
+    pasted = '- [mail:2024-11-05] (they wrote, "News from me") Work has been hectic. We live in Split now.'
+    user = f"{pasted}\n\nNew email from Ingrid:\nHow long is my commute these days?"
+    llm_server.script(Text(pasted), Text(pasted), Text("About 47 minutes each way, by train."))
+    result = await local(llm_server).text("You are Quinn.", user, echo_of=("How long is my commute these days?",),
+                                          recalled=[pasted])  # fmt: skip
+    assert result.text == "About 47 minutes each way, by train." and len(llm_server.requests) == 3
+    temperatures = [r.body_json.get("temperature") for r in llm_server.requests]
+    assert temperatures[2] == SAMPLED_TEMPERATURE and temperatures[2] != temperatures[0]
+    # The sampled try is the request as first sent, without the note the paste earned.
+    assert "not a reply" in llm_server.requests[1].text and "not a reply" not in llm_server.requests[2].text
 
 
 async def test_a_model_stuck_on_tool_calls_is_asked_once_without_tools(llm_server: ScriptedLLM) -> None:
@@ -288,7 +307,7 @@ async def test_what_the_model_wrote_is_never_in_a_log_line_or_a_reason(
     """Issue 30: a model pasting a memory instead of replying put 200 characters of it in the WARNING log and in
     the mail's deferral reason (the ledger, the console). Now its length and hash only."""
     pasted = "Ana keeps the bank PIN 4242 private. Her card number is 4111 1111 1111 1111."
-    llm_server.script(Text(pasted), Text(pasted), Text(pasted))
+    llm_server.script(Text(pasted), Text(pasted), Text(pasted), Text(pasted))
     with pytest.raises(RetryLater) as raised:
         await local(llm_server).text("You are Quinn.", "What is my PIN?", tools=[remember],
                                      echo_of=("What is my PIN?",), recalled=[pasted])  # fmt: skip
@@ -352,11 +371,12 @@ async def test_a_reply_that_copies_its_input_is_never_sent(llm_server: ScriptedL
     assert "a copy of the email or of tool results, not a reply" in llm_server.requests[-1].text
 
 
-async def test_a_reply_copying_its_input_three_times_is_retried_later_and_a_summary_may_quote(
+async def test_a_reply_copying_its_input_at_every_try_is_retried_later_and_a_summary_may_quote(
     llm_server: ScriptedLLM,
 ) -> None:
     user = f"New email from Maren:\n{ASKED}\n\n{INSTRUCTION}"
-    llm_server.script(Text(ASKED), Text(ASKED), Text(ASKED))
+    # Sent back, asked without tools, asked sampled: a copy each time.
+    llm_server.script(Text(ASKED), Text(ASKED), Text(ASKED), Text(ASKED))
     with pytest.raises(RetryLater, match="a copy of the email or of tool results instead of a reply"):
         await local(llm_server).text("You are Quinn.", user, tools=[remember], echo_of=(user,))
     llm_server.script(Text(ASKED))  # a summary (no echo_of) that quotes its input is returned as it is
