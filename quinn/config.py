@@ -264,6 +264,13 @@ class LlmConfig(Section):
         "past mail: ask again (the last time sampled), then let the mail wait (small models do this). false mails "
         "it as written.",
     )  # fmt: skip
+    check_guesses: bool = Field(
+        default=True,
+        description="A reply to a person that names a name or number nothing in its prompt holds is sent back to "
+        "the model once, asking it to say it does not know if it guessed something about the person (a small model "
+        "answers \"Dr. Smith\" for a dentist it was never told of); general knowledge it may write again. One more "
+        "model call for such replies; false: none.",
+    )  # fmt: skip
     max_output_tokens: int | None = Field(
         default=None, gt=0, description="Cap on the tokens of one model answer (the provider's own default when unset)."
     )

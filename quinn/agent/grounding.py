@@ -217,3 +217,51 @@ def mentioned(content: str, grounding: Grounding) -> bool:
     own = _Own.of(grounding.text)
     words = {_base(w) for w in content_words(_named(content, grounding))} - grounding.names - GENERIC - PRONOUNS
     return any(_same_word(w, own) for w in words)
+
+
+GUESSES_SHOWN = 8  # names a note back to the model lists at most
+#: Words that make a sentence a suggestion rather than a statement of fact ("You could visit the Van Gogh Museum").
+SUGGESTING = frozenset("can could might may should try consider recommend suggest perhaps maybe".split())
+#: Words that make a sentence about someone on the mail: the person ("you", or "I" as a small model writes for
+#: them) or Quinn.
+PERSONAL = YOU | frozenset({"i", "i'm", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "we", "we're", "us",
+                            "our", "ours"})  # fmt: skip
+_CLAUSE = re.compile(
+    r"(?<!Dr\.)(?<!Mr\.)(?<!Ms\.)(?<!Mrs\.)(?<!St\.)(?<=[.!?:;])\s+(?=\S)"
+)  # "Exercise regularly: Regular activity helps" opens twice
+#: A name of several words: capitalised words (a title's full stop kept), "of", "de", "van" ... between them.
+_NAME = re.compile(r"[A-Z][\w'’-]*(?:\.(?= [A-Z]))?(?:\s+(?:(?:of|the|de|da|del|van|von|la|le)\s+)?[A-Z][\w'’-]*)*")
+_LIST_MARK = re.compile(r"^\s*(?:[-*•>]|\d{1,2}[.)])\s+")  # a list's "- ", "2. ": the word after it opens the line
+
+
+def guessed(reply: str, given: str, people: Iterable[str] = ()) -> list[str]:
+    """The names and numbers of ``reply`` that nothing in ``given`` (everything the model was sent) holds, at
+    most ``GUESSES_SHOWN`` of them, each once: what a reply brings of its own. Issue 32, bench/long_memory with
+    the 1.5B model: asked about what the person never said, or had asked Quinn to forget, it answered "Dr.
+    Smith", "Bank of America", "a Toyota Camry".
+
+    A word counts as ``_new_specifics`` counts it for a memory (not "I", months, weekdays, years; a possessive
+    as its word, "Ross's"); a capitalised word opening a sentence, a line, a list's item or what follows a
+    colon is not a name. Only a sentence about someone on the mail counts (``PERSONAL``: "your dentist", "my
+    car", "I have my savings account", as the small model writes in the person's voice; or one of ``people``,
+    their names in lower case: "Ross's crush"). "The capital of Australia is Canberra" is nobody's fact to
+    guess (told of its names, the 1.5B took back even that), and a suggestion is no fact (``SUGGESTING``: "you
+    could see it at the Van Gogh Museum", which it also took back). A name is shown whole, with the capitalised
+    words around the new one ("Bank of America", though the prompt says "bank")."""
+    own = _Own.of(given)
+    named = frozenset(p.lower() for p in people)
+    found: dict[str, None] = {}
+    for line in reply.splitlines():
+        for sentence in _CLAUSE.split(_LIST_MARK.sub("", line)):
+            words = {_base(w.lower()) for w in _WORD.findall(sentence)}
+            if not (PERSONAL | named) & words or SUGGESTING & words:
+                continue  # "The capital of Australia is Canberra", "You could see them at ...": no one's fact
+            new = _new_specifics(sentence, own, frozenset())
+            for match in _NAME.finditer(sentence):
+                words = set(_WORD.findall(match.group(0)))
+                if words.intersection(new):
+                    found.setdefault(_base(match.group(0)), None)
+                    new = [w for w in new if w not in words]
+            for rest in new:  # numbers, and a name's word the pattern does not see
+                found.setdefault(_base(rest), None)
+    return list(found)[:GUESSES_SHOWN]

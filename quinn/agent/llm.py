@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -22,6 +22,7 @@ from mirascope.llm.providers.openai.completions.base_provider import BaseOpenAIC
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, ValidationError
 
+from quinn.agent.grounding import guessed
 from quinn.agent.json_text import (
     echoed,
     find_json,
@@ -57,6 +58,14 @@ _OVERFLOW_WORDS = re.compile(
 # 1.5B run of bench/long_memory one mail was deferred four times over the same 369 characters, and three replies
 # of 93 never came within the question's wait.
 SAMPLED_TEMPERATURE = 0.7
+# A reply naming what nothing the model was sent holds (grounding.guessed) is sent back once with this note (issue
+# 32, bench/long_memory: asked for a dentist never named, the 1.5B answered "Dr. Smith"; for a car forgotten on
+# the person's request, "a Toyota Camry"). General knowledge rightly names what no prompt holds: the model may
+# write the same reply again, and its second answer is the reply either way.
+GUESSES_NOTE = ("Your reply names {names}, which nothing above says. If that is a fact of this person's own life "
+                "(their family, home, work, health, money, belongings, plans) that they never told you, do not guess "
+                "it: write the reply again and say plainly that you do not know it. If it is general knowledge or a "
+                "suggestion of yours, write the same reply again.")  # fmt: skip
 _CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|n_ctx['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
 _REQUESTED = re.compile(r"(?:you requested|requested tokens \(|n_prompt_tokens['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
 
@@ -307,6 +316,7 @@ class LLM:
         echo_of: Sequence[str] | None = None,
         recalled: Sequence[str] = (),
         purpose: str = "reply",
+        guesses: Iterable[str] | None = None,
     ) -> TextResult:
         """A text answer; tool calls are executed and resumed up to ``max_tool_rounds`` times.
 
@@ -322,12 +332,15 @@ class LLM:
         the memories and past mail in the prompt, which it may restate but not paste. An answer that copies them,
         the notes sent to the model, or a tool's result (`json_text.echoed`) is treated like JSON. None
         (summaries, digests, which may quote): no such check. A code fence around the answer is dropped.
+        ``guesses``: the names of the people on the mail (lower case; None: no such check). An answer that says,
+        of them or of the reader, names or numbers that nothing sent to the model holds (``grounding.guessed``)
+        is sent back once with ``GUESSES_NOTE``; the answer to that is the reply.
         ``purpose``: what the call is for, the name of its template ("reply", "summarize"), sent as `PURPOSE_HEADER`.
         """
         token = _PURPOSE.set(purpose)
         try:
             self._fits(self._model(background).model_id, system, user)
-            return await self._text(system, user, tools, ctx, background, echo_of, recalled)
+            return await self._text(system, user, tools, ctx, background, echo_of, recalled, guesses)
         except PromptTooLong as exc:
             self._learn_context(self._model(background).model_id, exc)
             raise
@@ -360,6 +373,7 @@ class LLM:
         background: bool,
         echo_of: Sequence[str] | None,
         recalled: Sequence[str],
+        guesses: Iterable[str] | None = None,
     ) -> TextResult:
         model = self._model(background)
         usage = Usage(model.model_id)
@@ -370,6 +384,7 @@ class LLM:
         notes: list[str] = []  # what Quinn told the model between rounds
         bare = False  # asked once without tools
         sampled = False  # asked once, sampled (SAMPLED_TEMPERATURE)
+        asked_guesses = False  # the reply's own names sent back once (GUESSES_NOTE)
         if model.model_id in self._no_tools or self.config.max_tool_rounds == 0:
             tools = ()  # no tool round allowed: none offered (an offer it must refuse only invites tool-call JSON)
         try:
@@ -413,7 +428,20 @@ class LLM:
                 json_answer = whole_json(text) is not None or opens_json(text)
                 if not json_answer and not (echo_of is not None and echoed(
                         unfenced(text), *echo_of, *notes, results=gathered, recalled=recalled)):  # fmt: skip
-                    break
+                    guesses_found = guessed(unfenced(text), "\n".join([system, user, *gathered, *notes]), guesses) if (
+                        guesses is not None and not asked_guesses) else []  # fmt: skip
+                    if not guesses_found:
+                        break
+                    # Once: the second answer is the reply, whatever it names (general knowledge rightly names
+                    # what no prompt holds). The names are the model's, not logged (they may be a memory's).
+                    log.info("model %s: the reply names %d thing(s) nothing it was sent holds; asking once whether "
+                             "it guessed", model.model_id, len(guesses_found))  # fmt: skip
+                    asked_guesses = True
+                    note = GUESSES_NOTE.format(names=", ".join(guesses_found))
+                    notes.append(note)
+                    response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
+                    usage += _usage(response, model.model_id)
+                    continue
                 what = "JSON" if json_answer else "a copy of the email or of tool results"
                 calls = tool_calls_in_text(text) if json_answer else None
                 names = {getattr(tool, "name", None) for tool in tools}

@@ -460,12 +460,16 @@ class Agent:
             # The person's past mails, not Quinn's own replies: answering the same question as last time may
             # rightly say the same thing again.
             recalled += [h.passage.content for h in inputs.passages if h.passage.direction == "in"]
+            # Whose facts a reply must not guess: the sender's, by their names (grounding.guessed).
+            sender = inputs.email.from_.name if inputs.email.from_ else ""
+            guesses = Grounding.of([], [inputs.user_id, sender]).names if self.config.llm.check_guesses else None
             if deps is None:
-                result = await self.llm.text(rendered.system, rendered.user, echo_of=echo_of, recalled=recalled)
+                result = await self.llm.text(rendered.system, rendered.user, echo_of=echo_of, recalled=recalled,
+                                             guesses=guesses)  # fmt: skip
             else:
                 ctx = mirascope_llm.Context(deps=deps)
                 result = await self.llm.text(rendered.system, rendered.user, tools=MEMORY_TOOLS, ctx=ctx,
-                                             echo_of=echo_of, recalled=recalled)  # fmt: skip
+                                             echo_of=echo_of, recalled=recalled, guesses=guesses)  # fmt: skip
         changes = tuple(deps.changes) if deps is not None else tuple(work.changes)
         body = (
             result.text

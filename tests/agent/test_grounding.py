@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from quinn.agent.grounding import Grounding, grounded
+from quinn.agent.grounding import GUESSES_SHOWN, Grounding, grounded, guessed
 
 pytestmark = pytest.mark.unit
 
@@ -111,3 +111,52 @@ def test_an_answer_to_her_question_is_not_hers_though_it_repeats_most_of_its_wor
     )
     assert grounded("Mia is going hiking for a weekend.", hiking) != ""  # what the question tells of her
     assert grounded("Mia finished the novel everyone kept recommending.", hiking) != ""
+
+
+PROMPT = (
+    "You are Quinn, an email assistant.\n\nMemories that may be relevant to this email:\n"
+    "- [memory:4] (stated, since 2026-03-02) I drive a dark green Mazda and bank with the credit union.\n"
+    '- [mail:2027-04-09] (they wrote, "Boiler") The boiler service is on 2027-04-09 at 10:30.\n\n'
+    "New email from Ingrid Berg <ingrid@example.org> on 2026-11-29:\nWho is my dentist? And when is the boiler "
+    "service? Ross's crush, too."
+)
+
+
+@pytest.mark.parametrize(
+    ("reply", "names"),
+    [
+        ("Hi Ingrid,\n\nYour dentist is Dr. Smith.", ["Dr. Smith"]),
+        ("I have my savings account with Bank of America.", ["Bank of America"]),
+        ("The car you bought is a Toyota Camry, 2019 model, for 14,500.", ["Toyota Camry", "14", "500"]),
+        ("Hi Ingrid,\n\nYour car is a dark green Mazda; you bank with the credit union.", []),
+        ("The boiler service is on April 9, 2027 at 10:30.", []),  # the date written another way
+        ("Ross's crush was on Rachel.", ["Rachel"]),  # the possessive is the prompt's word
+        ("Tips:\n1. Sleep early: Try to rest.\n- Avoid screens. Some people read.", []),  # openers, not names
+        ("I'm sorry, I don't know who your dentist is.\n\nBest,\nQuinn", []),
+    ],
+    ids=["title", "bank", "car-and-numbers", "restated", "date-reworded", "possessive", "list-openers", "abstains"],
+)
+def test_what_a_reply_names_that_its_prompt_does_not(reply: str, names: list[str]) -> None:
+    assert guessed(reply, PROMPT, ["ingrid", "berg", "ross"]) == names
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "The capital of Australia is Canberra.",
+        "Pride and Prejudice was written by Jane Austen.",
+        "Rachel's crush was on Ross.",
+        "You could see Sunflowers at the Van Gogh Museum.",
+        "I recommend the Oslo Fjord trail for your weekend.",
+    ],
+    ids=["capital", "author", "someone-not-on-the-mail", "suggestion", "recommendation"],
+)
+def test_a_sentence_about_no_one_on_the_mail_or_a_suggestion_guesses_nothing(reply: str) -> None:
+    """Told of the names in these, the 1.5B took back even the capital of Australia, and a museum it suggested."""
+    assert guessed(reply, PROMPT, ["ingrid", "berg"]) == []
+
+
+def test_the_names_a_reply_brings_are_listed_once_and_bounded() -> None:
+    reply = " ".join(f"I met Alpha{n} and Alpha{n} again." for n in range(20))
+    found = guessed(reply, PROMPT, ["ingrid"])
+    assert len(found) == GUESSES_SHOWN and len(set(found)) == GUESSES_SHOWN

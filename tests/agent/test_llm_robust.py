@@ -264,6 +264,52 @@ async def test_the_last_try_after_two_copies_is_sampled_not_greedy(llm_server: S
     assert "not a reply" in llm_server.requests[1].text and "not a reply" not in llm_server.requests[2].text
 
 
+async def test_a_reply_naming_what_nothing_it_was_sent_holds_is_sent_back_once(llm_server: ScriptedLLM) -> None:
+    """Bench/long_memory, the 1.5B: asked for a dentist the person never named, it answered "Dr. Smith"; told
+    which names nothing above holds, it said it did not know (grounding.guessed; GUESSES_NOTE)."""
+    user = "Memories:\n- I drive a dark green Mazda.\n\nNew email from Ingrid:\nWho is my dentist again?"
+    llm_server.script(
+        Text("Hi Ingrid,\n\nYour dentist is Dr. Smith, at Harbour Dental."),
+        Text("Hi Ingrid,\n\nI don't know: you haven't told me who your dentist is."),
+    )
+    result = await local(llm_server).text("You are Quinn.", user, echo_of=(user,), guesses=["ingrid"])
+    assert result.text == "Hi Ingrid,\n\nI don't know: you haven't told me who your dentist is."
+    assert len(llm_server.requests) == 2 and result.usage.calls == 2
+    second = llm_server.requests[1].body_json["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert "Dr. Smith" in second[2]["content"]  # its own answer, then the note naming what it brought
+    assert second[3]["content"].startswith("Your reply names Dr. Smith, Harbour Dental, which nothing above says.")
+
+
+async def test_the_answer_to_the_guesses_note_is_the_reply_whatever_it_names(llm_server: ScriptedLLM) -> None:
+    """Asked once, the model may say the same again (it may be general knowledge, or right): that answer is
+    mailed (no third call, no deferral)."""
+    answer = "Your book club is reading Persuasion by Jane Austen this month."
+    llm_server.script(Text(answer), Text(answer))
+    user = "New email from Ingrid:\nWhat is my book club reading this month?"
+    result = await local(llm_server).text("You are Quinn.", user, echo_of=(user,), guesses=["ingrid"])
+    assert result.text == answer and len(llm_server.requests) == 2
+    assert "Persuasion, Jane Austen" in llm_server.requests[1].text
+
+
+@pytest.mark.parametrize(
+    ("reply", "guesses"),
+    [
+        ("Your car is a dark green Mazda, Ingrid.", ["ingrid"]),
+        ("Your dentist is Dr. Smith.", None),
+        ("The capital of Australia is Canberra.", ["ingrid"]),
+    ],
+    ids=["names-only-what-it-was-sent", "check-off", "no-one-on-the-mail"],
+)
+async def test_a_reply_is_asked_once_when_it_brings_no_name_or_the_check_is_off(
+    llm_server: ScriptedLLM, reply: str, guesses: list[str] | None
+) -> None:
+    llm_server.script(Text(reply), Text("A second answer."))
+    user = "Memories:\n- I drive a dark green Mazda.\n\nNew email from Ingrid:\nWhich car do I drive?"
+    result = await local(llm_server).text("You are Quinn.", user, echo_of=(user,), guesses=guesses)
+    assert result.text == reply and len(llm_server.requests) == 1
+
+
 async def test_a_model_stuck_on_tool_calls_is_asked_once_without_tools(llm_server: ScriptedLLM) -> None:
     saved.clear()
     llm_server.like_llama_cpp = True

@@ -271,6 +271,33 @@ async def test_failing_model_defers_the_mail_and_it_is_answered_later(make_quinn
     assert usage[0][:2] == ("reply", alice) and usage[0][3] == 1
 
 
+async def test_a_reply_guessing_what_the_person_never_said_is_asked_once_more(make_quinn, mail_lab, brain: Brain,
+                                                                              caplog) -> None:  # fmt: skip
+    """Bench/long_memory with the 1.5B: "Your dentist is Dr. Smith" for a dentist never named. The reply is sent
+    back once naming what nothing in its prompt holds; what the model answers then is mailed. A reply naming
+    only what the prompt holds is asked once."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    answers = iter([Text("Hi Alice,\n\nYour dentist is Dr. Smith, in Harbour Street."),
+                    Text("Hi Alice,\n\nI don't know who your dentist is: you haven't told me."),
+                    Text("Hi Alice,\n\nYou drive a green Mazda.")])  # fmt: skip
+    brain.reply = lambda request: next(answers)
+    with caplog.at_level(logging.INFO, logger="quinn.agent.llm"):
+        await quinn.send(alice, "Dentist", "Who is my dentist again?", date=DAY0)
+    assert body(quinn.replies(alice, 1)[0]).startswith("Hi Alice,\r\n\r\nI don't know who your dentist is")
+    first, second = brain.requests("reply")
+    assert second.text.startswith(first.text)  # the same request, then its answer and the note
+    note = second.body_json["messages"][-1]["content"]
+    assert note.startswith("Your reply names Dr. Smith, Harbour Street, which nothing above says.")
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "names 2 thing(s)" in logged and "Smith" not in logged  # counted, never named in the log
+    assert [row[0] for row in quinn.query("SELECT purpose FROM llm_usage WHERE purpose = 'reply'")] == ["reply"]
+
+    await quinn.send(alice, "Car", "I drive a green Mazda. Which car do I drive?", date=DAY0 + timedelta(days=1))
+    assert body(quinn.replies(alice, 2)[1]).startswith("Hi Alice,\r\n\r\nYou drive a green Mazda.")
+    assert len(brain.requests("reply")) == 3
+
+
 # Seen in the memory QA runs with the 0.5B model: the mail's request answered and its refusal, stored as the person's.
 ADVICE = (
     "Organize a small birthday party at home by planning the seating arrangement, setting up decorations, and "
