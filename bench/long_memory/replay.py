@@ -15,7 +15,9 @@ nothing was recalled stays), ``without_repeated_memories`` drops the memories wh
 them holds, ``passages_as_blocks`` shows each passage as a block (citation line, text, blank line) as the
 thread's messages are, ``writer_named`` names the writer (the new email's sender) where a recalled line says
 "they wrote" (the real people's questions name them: "What relative of Monica is getting married?"). All take
-the recall where the run's template put it.
+the recall where the run's template put it. ``guesses_sent_back`` changes no prompt: it follows up the answer
+as Quinn does when it names what nothing in its prompt holds (``[llm] check_guesses``), asking the model on
+top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was.
 
 The people are rebuilt from the run's own flags (``--people``, ``--skip``, ``--real``, ...), which give each
 question's right and stale answers.
@@ -44,6 +46,9 @@ from bench.long_memory.report import Scored, score
 from bench.long_memory.run import people_of
 from bench.machine import machine_info
 from bench.memory_qa import MAX_OUTPUT_TOKENS, Asked, model_target, read_part, write_result
+from quinn.agent.grounding import Grounding, guessed
+from quinn.agent.json_text import unfenced
+from quinn.agent.llm import GUESSES_NOTE
 
 #: The recall sections of the reply template (prompts/reply.j2), each led by its heading.
 RECALL_HEADS = (
@@ -188,6 +193,24 @@ def writer_named(system: str, user: str) -> tuple[str, str]:
     return within(system, RECALL_HEADS, named), within(user, RECALL_HEADS, named)
 
 
+def guesses_sent_back(system: str, user: str, answer: str, address: str) -> list[dict[str, str]] | None:
+    """The conversation Quinn continues when the answer names what nothing in its prompt holds, of the person
+    on the mail (``grounding.guessed``, ``[llm] check_guesses``): the prompt, the answer, ``llm.GUESSES_NOTE``;
+    None when Quinn would mail the answer as it is."""
+    found = _SENDER.search(user) or _SENDER.search(system)
+    people = Grounding.of([], [address, found.group(1).strip(' "') if found else ""]).names
+    names = guessed(unfenced(answer), f"{system}\n{user}", people)
+    if not names:
+        return None
+    return [{"role": "system", "content": system}, {"role": "user", "content": user},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": GUESSES_NOTE.format(names=", ".join(names))}]  # fmt: skip
+
+
+#: Ablations that follow the answer up as Quinn does (a second request on top of the first answer).
+FOLLOW_UPS: dict[str, Callable[[str, str, str, str], list[dict[str, str]] | None]] = {
+    "guesses_sent_back": guesses_sent_back,
+}
 #: Each ablation: one change to the prompt as sent, its title and what it changes.
 CHANGES = {"recall_in_user": moved, "without_memories": without_memories,
            "without_abstain_line": without_abstain_line, "passages_as_blocks": passages_as_blocks,
@@ -197,11 +220,13 @@ TITLES = {"recall_in_user": "the recalled lines in the system message or at the 
           "without_abstain_line": "the prompt with and without its standing \"say you do not know\" line",
           "passages_as_blocks": "past mail as one bulleted line per passage or as blocks, like a thread",
           "without_repeated_memories": "the prompt with and without the memories a shown passage holds",
-          "writer_named": "the recalled lines saying \"they wrote\" or naming the writer"}  # fmt: skip
+          "writer_named": "the recalled lines saying \"they wrote\" or naming the writer",
+          "guesses_sent_back": "replies naming what their prompt never said, as written or sent back once"}  # fmt: skip
 CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
            "without_abstain_line": "the standing abstain line", "passages_as_blocks": "the layout of the past mail",
            "without_repeated_memories": "the memories repeated by a passage",
-           "writer_named": "who the recalled lines say wrote them"}  # fmt: skip
+           "writer_named": "who the recalled lines say wrote them",
+           "guesses_sent_back": "whether a reply's guesses are sent back"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -239,15 +264,20 @@ def quinn_prompts(calls: Sequence[dict[str, Any]], people: Sequence[Any]) -> lis
 
 def ask(base_url: str, system: str, user: str) -> Asked:
     """One chat completion at temperature 0, as the run's (``max_output_tokens`` the same)."""
-    body = {"model": "replay", "temperature": 0, "max_tokens": MAX_OUTPUT_TOKENS,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}  # fmt: skip
+    return ask_messages(base_url, [{"role": "system", "content": system}, {"role": "user", "content": user}])
+
+
+def ask_messages(base_url: str, messages: Sequence[dict[str, str]]) -> Asked:
+    """``ask`` for a conversation of several turns (a follow-up: the answer, then Quinn's note)."""
+    body = {"model": "replay", "temperature": 0, "max_tokens": MAX_OUTPUT_TOKENS, "messages": list(messages)}
     request = urllib.request.Request(f"{base_url}/v1/chat/completions", data=json.dumps(body).encode(),
                                      headers={"content-type": "application/json"})  # fmt: skip
     started = time.perf_counter()
     with urllib.request.urlopen(request, timeout=1800) as response:  # the lab's model, on 127.0.0.1
         answer = json.loads(response.read())
     usage = answer.get("usage") or {}
-    return Asked(f"{system}\n{user}", answer["choices"][0]["message"]["content"] or "",
+    # The prompt scored (what recall put in it) is the first request's, not the answer or note that follow.
+    return Asked("\n".join(m["content"] for m in messages[:2]), answer["choices"][0]["message"]["content"] or "",
                  int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
                  time.perf_counter() - started)  # fmt: skip
 
@@ -256,6 +286,8 @@ def replay(sent: Sequence[Sent], base_url: str, re_ask: bool,
            variants: Sequence[str] = ("recall_in_user",)) -> Iterator[Scored]:  # fmt: skip
     """Each prompt's rows: as sent (the run's answer, or asked again), then changed by each of ``variants``."""
     for variant in variants:
+        if variant in FOLLOW_UPS:  # a part none of whose answers Quinn follows up still counts (all as sent)
+            continue
         change = CHANGES[variant]
         if all(change(one.system, one.user) == (one.system, one.user) for one in sent):
             raise ReplayError(f"--variant {variant}: it changes none of the run's prompts, so there is nothing to "
@@ -267,6 +299,11 @@ def replay(sent: Sequence[Sent], base_url: str, re_ask: bool,
             as_sent = Asked(f"{one.system}\n{one.user}", one.answer, 0, 0, 0.0)
         yield score(one.probe.user, one.source, one.probe, "as_sent", as_sent)
         for variant in variants:
+            if variant in FOLLOW_UPS:  # what Quinn sends after this answer, if anything: asked on top of it
+                turns = FOLLOW_UPS[variant](one.system, one.user, as_sent.reply, one.probe.user)
+                again = as_sent if turns is None else ask_messages(base_url, turns)
+                yield score(one.probe.user, one.source, one.probe, variant, again)
+                continue
             changed = CHANGES[variant](one.system, one.user)
             # A prompt the change leaves as it was keeps its as-sent answer: asking again would only add the
             # server's noise.
@@ -290,8 +327,9 @@ def summary(rows: Sequence[Scored]) -> dict[str, Any]:
                           "stale": sum(r.stale for r in mine), "leaks": sum(r.leak for r in mine),
                           "by_source": {s: sum(r.correct for r in mine if r.source == s)
                                         for s in sorted({r.source for r in mine})}}  # fmt: skip
-    before = {r.question: r.correct for r in rows if r.condition == "as_sent"}
-    moves = [r for r in rows if r.condition != "as_sent" and r.correct != before[r.question]]
+    # By person and question: the generated people are asked the same questions.
+    before = {(r.user, r.question): r.correct for r in rows if r.condition == "as_sent"}
+    moves = [r for r in rows if r.condition != "as_sent" and r.correct != before[(r.user, r.question)]]
     table["variants"] = variants
     table["changed"] = [{"question": r.question, "category": r.category, "now": r.correct, "variant": r.condition}
                         for r in moves]  # fmt: skip
@@ -343,7 +381,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--re-ask", action="store_true", help="ask the as-sent prompts again too")
     p.add_argument(
         "--variant",
-        choices=sorted(CHANGES),
+        choices=sorted(CHANGES | FOLLOW_UPS),
         action="append",
         help="a change to each prompt, asked beside the prompt as sent; give it again to compare several in one "
         "server start (default: recall_in_user)",

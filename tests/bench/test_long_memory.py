@@ -21,6 +21,7 @@ from bench.long_memory.data import KINDS, build, said_in
 from bench.long_memory.real import RealPeopleError, load
 from bench.long_memory.run import bm25_top
 from quinn.agent.context import ThreadMessage
+from tests.lab.llm_server import ScriptedLLM, Text
 
 
 def test_generated_people_have_long_histories_and_every_kind_of_question() -> None:
@@ -205,11 +206,42 @@ def test_the_layout_ablations_change_only_the_past_mail_or_the_memories_it_repea
     assert writer_named(system, user) == (system, user)  # no address in the From line: as it was
 
 
+async def test_the_guesses_follow_up_asks_on_top_of_an_answer_naming_what_the_prompt_never_said(
+    llm_server: ScriptedLLM,
+) -> None:
+    """``guesses_sent_back`` changes no prompt: it asks as Quinn does after an answer that guessed (the answer,
+    then llm.GUESSES_NOTE), and keeps an answer Quinn would mail as it is."""
+    import asyncio
+
+    from bench.long_memory.data import Probe
+    from bench.long_memory.replay import Sent, guesses_sent_back, replay
+    from quinn.agent.llm import GUESSES_NOTE
+
+    system = "You are Quinn.\n\nMemories that may be relevant to this email:\n- I drive a dark green Mazda."
+    user = 'New email from Ingrid Berg <ingrid@example.test> on 2026-11-28, subject "Q":\n\n{}'
+    dentist = Probe("ingrid@example.test", "absence", "dentist", "Who is my dentist?", (r"\bnot?\b.*\bknow",), "")
+    car = Probe("ingrid@example.test", "single", "car", "Which car do I drive?", (r"mazda",), "Mazda", (), ("mazda",))
+    guess = "Hi Ingrid,\n\nYour dentist is Dr. Smith."
+    turns = guesses_sent_back(system, user.format(dentist.text), guess, dentist.user)
+    assert turns is not None and [t["role"] for t in turns] == ["system", "user", "assistant", "user"]
+    assert turns[2]["content"] == guess and turns[3]["content"] == GUESSES_NOTE.format(names="Dr. Smith")
+    assert guesses_sent_back(system, user.format(car.text), "Your car is a dark green Mazda.", car.user) is None
+
+    llm_server.script(Text("Hi Ingrid, I do not know who your dentist is."))
+    sent = [Sent(dentist, "generated", system, user.format(dentist.text), guess),
+            Sent(car, "generated", system, user.format(car.text), "Your car is a dark green Mazda.")]  # fmt: skip
+    rows = await asyncio.to_thread(lambda: list(replay(sent, llm_server.base_url, False, ["guesses_sent_back"])))
+    assert [(r.condition, r.correct) for r in rows] == [("as_sent", False), ("guesses_sent_back", True),
+                                                         ("as_sent", True), ("guesses_sent_back", True)]  # fmt: skip
+    assert len(llm_server.requests) == 1  # the car's answer is mailed as it is: nothing asked
+    assert rows[1].in_prompt is None and "Dr. Smith" not in rows[3].reply
+
+
 def test_replays_of_several_variants_merge_only_with_the_same_variants(tmp_path: Path) -> None:
     from bench.long_memory.replay import ReplayError, main
 
-    def row(question: str, condition: str, correct: bool) -> dict:
-        return {"user": "p@x", "source": "real", "category": "single", "kind": "k", "condition": condition,
+    def row(question: str, condition: str, correct: bool, user: str = "p@x") -> dict:
+        return {"user": user, "source": "real", "category": "single", "kind": "k", "condition": condition,
                 "correct": correct, "in_prompt": True, "stale": False, "leak": False, "leak_in_prompt": False,
                 "replied": True, "tokens_in": 9, "tokens_out": 3, "seconds": 1.0, "question": question}  # fmt: skip
 
@@ -223,11 +255,15 @@ def test_replays_of_several_variants_merge_only_with_the_same_variants(tmp_path:
     one = part("one", both, [row("Q1", "as_sent", False), row("Q1", "passages_as_blocks", True),
                              row("Q1", "without_repeated_memories", False)])  # fmt: skip
     two = part("two", both, [row("Q2", "as_sent", True), row("Q2", "passages_as_blocks", True),
-                             row("Q2", "without_repeated_memories", False)])  # fmt: skip
+                             row("Q2", "without_repeated_memories", False),
+                             # Another person asked Q1 too, whose answer no change moved.
+                             row("Q1", "as_sent", True, "r@x"), row("Q1", "passages_as_blocks", True, "r@x"),
+                             row("Q1", "without_repeated_memories", True, "r@x")])  # fmt: skip
     result = main(["--merge", one, two, "--out", str(tmp_path), "--name", "merged"])
-    assert [result["summary"][v]["correct"] for v in result["summary"]["variants"]] == [1, 2, 0]
+    assert [result["summary"][v]["correct"] for v in result["summary"]["variants"]] == [2, 3, 1]
+    assert len(result["summary"]["changed"]) == 2  # Q1 of p@x now right, Q2 now wrong; r@x's Q1 did not move
     text = (tmp_path / "merged.md").read_text()
-    assert "| passages as blocks | 2 | 2 |" in text and "| without repeated memories | 2 | 0 |" in text
+    assert "| passages as blocks | 3 | 3 |" in text and "| without repeated memories | 3 | 1 |" in text
     assert "- now right (passages as blocks, single): Q1" in text
     assert "- now wrong (without repeated memories, single): Q2" in text
     # A part written before several variants could be given names its one variant; it is not merged with these.
