@@ -226,9 +226,8 @@ SUGGESTING = frozenset("can could might may should try consider recommend sugges
 #: them) or Quinn.
 PERSONAL = YOU | frozenset({"i", "i'm", "i've", "i'd", "i'll", "me", "my", "mine", "myself", "we", "we're", "us",
                             "our", "ours"})  # fmt: skip
-_CLAUSE = re.compile(
-    r"(?<!Dr\.)(?<!Mr\.)(?<!Ms\.)(?<!Mrs\.)(?<!St\.)(?<=[.!?:;])\s+(?=\S)"
-)  # "Exercise regularly: Regular activity helps" opens twice
+#: Where a sentence or a clause opens ("Exercise regularly: Regular activity helps" opens twice); not after a title.
+_CLAUSE = re.compile(r"(?<!Dr\.)(?<!Mr\.)(?<!Ms\.)(?<!Mrs\.)(?<!St\.)(?<=[.!?:;])\s+(?=\S)")
 #: A name of several words: capitalised words (a title's full stop kept), "of", "de", "van" ... between them.
 _NAME = re.compile(r"[A-Z][\w'’-]*(?:\.(?= [A-Z]))?(?:\s+(?:(?:of|the|de|da|del|van|von|la|le)\s+)?[A-Z][\w'’-]*)*")
 _LIST_MARK = re.compile(r"^\s*(?:[-*•>]|\d{1,2}[.)])\s+")  # a list's "- ", "2. ": the word after it opens the line
@@ -258,10 +257,10 @@ def guessed(reply: str, given: str, people: Iterable[str] = ()) -> list[str]:
                 continue  # "The capital of Australia is Canberra", "You could see them at ...": no one's fact
             new = _new_specifics(sentence, own, frozenset())
             for match in _NAME.finditer(sentence):
-                words = set(_WORD.findall(match.group(0)))
-                if words.intersection(new):
+                in_name = set(_WORD.findall(match.group(0)))
+                if in_name.intersection(new):
                     found.setdefault(_base(match.group(0)), None)
-                    new = [w for w in new if w not in words]
+                    new = [w for w in new if w not in in_name]
             for rest in new:  # numbers, and a name's word the pattern does not see
                 found.setdefault(_base(rest), None)
     return list(found)[:GUESSES_SHOWN]
