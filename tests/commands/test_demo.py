@@ -135,8 +135,11 @@ def test_demo_at_the_prompt_answers_shows_memory_and_stops_clean_on_ctrl_c(
     command = [sys.executable, "-m", "quinn", "demo", "--model", "openai/gpt-test",
                "--base-url", llm_server.openai_base_url, "--api-key-env", "DEMO_LLM_KEY"]  # fmt: skip
     lines: list[str] = []
+    # A terminal's Ctrl-C, whatever this test runs under: started in the background (`cmd &`, nohup) the test
+    # process ignores SIGINT, and a child inherits that, so the demo would never see it (found so: 120 s, killed).
     with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env, start_new_session=True) as proc:  # fmt: skip
+                          text=True, env=env, start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as proc:  # fmt: skip
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
         reader.start()
 
@@ -168,7 +171,11 @@ def test_demo_at_the_prompt_answers_shows_memory_and_stops_clean_on_ctrl_c(
             imap_port = int(re.search(r"IMAP 127\.0\.0\.1:(\d+)", started).group(1))  # type: ignore[union-attr]
             assert folder.is_dir()
             proc.send_signal(signal.SIGINT)  # Ctrl-C at the prompt
-            assert proc.wait(timeout=120) == 130
+            try:
+                code = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                pytest.fail("quinn demo did not stop within 120 s of Ctrl-C; it printed:\n" + "".join(lines[-60:]))
+            assert code == 130
         finally:
             if proc.poll() is None:
                 proc.kill()
