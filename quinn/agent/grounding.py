@@ -256,10 +256,14 @@ def guessed(reply: str, given: str, people: Iterable[str] = ()) -> list[str]:
             if not (PERSONAL | named) & words or SUGGESTING & words:
                 continue  # "The capital of Australia is Canberra", "You could see them at ...": no one's fact
             new = _new_specifics(sentence, own, frozenset())
+            first = _WORD.search(sentence)
             for match in _NAME.finditer(sentence):
-                in_name = set(_WORD.findall(match.group(0)))
+                name = match.group(0)
+                if first and match.start() == first.start() and first.group(0) not in new:
+                    name = name[len(first.group(0)) :].lstrip(". ")  # "Hi Ana": "Hi" opens the sentence, no name
+                in_name = set(_WORD.findall(name))
                 if in_name.intersection(new):
-                    found.setdefault(_base(match.group(0)), None)
+                    found.setdefault(_base(name), None)
                     new = [w for w in new if w not in in_name]
             for rest in new:  # numbers, and a name's word the pattern does not see
                 found.setdefault(_base(rest), None)

@@ -7,6 +7,7 @@ across a tool loop and returned, so the caller records it per user, per email an
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import logging
@@ -428,8 +429,10 @@ class LLM:
                 json_answer = whole_json(text) is not None or opens_json(text)
                 if not json_answer and not (echo_of is not None and echoed(
                         unfenced(text), *echo_of, *notes, results=gathered, recalled=recalled)):  # fmt: skip
-                    guesses_found = guessed(unfenced(text), "\n".join([system, user, *gathered, *notes]), guesses) if (
-                        guesses is not None and not asked_guesses) else []  # fmt: skip
+                    # Off the event loop: the prompt read may be the whole [budget] request_tokens (~25 ms at 24k).
+                    guesses_found = await asyncio.to_thread(
+                        guessed, unfenced(text), "\n".join([system, user, *gathered, *notes]), guesses
+                    ) if guesses is not None and not asked_guesses else []  # fmt: skip
                     if not guesses_found:
                         break
                     # Once: the second answer is the reply, whatever it names (general knowledge rightly names

@@ -131,10 +131,21 @@ PROMPT = (
         ("Hi Ingrid,\n\nYour car is a dark green Mazda; you bank with the credit union.", []),
         ("The boiler service is on April 9, 2027 at 10:30.", []),  # the date written another way
         ("Ross's crush was on Rachel.", ["Rachel"]),  # the possessive is the prompt's word
+        ("Hi Anouk, your dentist is Dr. Smith.", ["Anouk", "Dr. Smith"]),  # "Hi" opens the line: no name's part
         ("Tips:\n1. Sleep early: Try to rest.\n- Avoid screens. Some people read.", []),  # openers, not names
         ("I'm sorry, I don't know who your dentist is.\n\nBest,\nQuinn", []),
     ],
-    ids=["title", "bank", "car-and-numbers", "restated", "date-reworded", "possessive", "list-openers", "abstains"],
+    ids=[
+        "title",
+        "bank",
+        "car-and-numbers",
+        "restated",
+        "date-reworded",
+        "possessive",
+        "greeting",
+        "list-openers",
+        "abstains",
+    ],
 )
 def test_what_a_reply_names_that_its_prompt_does_not(reply: str, names: list[str]) -> None:
     assert guessed(reply, PROMPT, ["ingrid", "berg", "ross"]) == names
