@@ -67,6 +67,16 @@ GUESSES_NOTE = ("Your reply names {names}, which nothing above says. If that is 
                 "(their family, home, work, health, money, belongings, plans) that they never told you, do not guess "
                 "it: write the reply again and say plainly that you do not know it. If it is general knowledge or a "
                 "suggestion of yours, write the same reply again.")  # fmt: skip
+# How the reply prompt cites what it shows ("[memory:12]", "[mail:2026-03-14]"). A reply with no word of its own
+# once these are left out is no reply: the 1.5B of bench/long_memory answered "- [memory:32]", and it was mailed.
+_CITE = re.compile(r"\[(?:memory|mail):[^\]\s]{1,40}\]")
+
+
+def only_cites(text: str) -> bool:
+    """Whether ``text`` cites the prompt's memories or past mail and says nothing else (marks and punctuation)."""
+    return bool(_CITE.search(text)) and not re.search(r"[^\W_]", _CITE.sub(" ", text))
+
+
 _CONTEXT_LIMIT = re.compile(r"(?:maximum context length is|context window of|n_ctx['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
 _REQUESTED = re.compile(r"(?:you requested|requested tokens \(|n_prompt_tokens['\"]?\s*[:=]\s*)\s*(\d+)", re.I)
 
@@ -427,7 +437,8 @@ class LLM:
                     continue
                 text = response.text().strip()
                 json_answer = whole_json(text) is not None or opens_json(text)
-                if not json_answer and not (echo_of is not None and echoed(
+                cites = echo_of is not None and only_cites(text)
+                if not json_answer and not cites and not (echo_of is not None and echoed(
                         unfenced(text), *echo_of, *notes, results=gathered, recalled=recalled)):  # fmt: skip
                     # Off the event loop: the prompt read may be the whole [budget] request_tokens (~25 ms at 24k).
                     guesses_found = await asyncio.to_thread(
@@ -445,7 +456,8 @@ class LLM:
                     response = await (response.resume(ctx, note) if ctx is not None else response.resume(note))
                     usage += _usage(response, model.model_id)
                     continue
-                what = "JSON" if json_answer else "a copy of the email or of tool results"
+                what = ("JSON" if json_answer else "only references to memories, no words of your own" if cites
+                        else "a copy of the email or of tool results")  # fmt: skip
                 calls = tool_calls_in_text(text) if json_answer else None
                 names = {getattr(tool, "name", None) for tool in tools}
                 keys = {(c.name, json.dumps(c.args, sort_keys=True)) for c in calls or ()}

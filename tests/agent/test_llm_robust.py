@@ -310,6 +310,19 @@ async def test_a_reply_is_asked_once_when_it_brings_no_name_or_the_check_is_off(
     assert result.text == reply and len(llm_server.requests) == 1
 
 
+@pytest.mark.parametrize("cites", ["- [memory:32]", "[memory:32], [mail:2025-03-14]."])
+async def test_a_reply_that_only_cites_the_prompt_is_sent_back(llm_server: ScriptedLLM, cites: str) -> None:
+    """Bench/long_memory, the 1.5B: the whole reply was "- [memory:32]", and it was mailed. Sent back once, as
+    JSON is; a reply with words and a cite is a reply, and a summary (no ``echo_of``) may be a cite."""
+    user = "Memories:\n- [memory:32] (fact, since 2025-03-14) I drive a dark green Mazda.\n\nWhich car do I drive?"
+    llm_server.script(Text(cites), Text("A dark green Mazda [memory:32]."))
+    result = await local(llm_server).text("You are Quinn.", user, echo_of=(user,))
+    assert result.text == "A dark green Mazda [memory:32]." and len(llm_server.requests) == 2
+    assert "That was only references to memories, no words of your own, not a reply" in llm_server.requests[1].text
+    llm_server.script(Text(cites))
+    assert (await local(llm_server).text("Summarize.", user)).text == cites
+
+
 async def test_a_model_stuck_on_tool_calls_is_asked_once_without_tools(llm_server: ScriptedLLM) -> None:
     saved.clear()
     llm_server.like_llama_cpp = True
