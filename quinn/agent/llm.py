@@ -497,7 +497,17 @@ class LLM:
                     # Before the email, not after it: a small model copies the last thing it read.
                     found = ("What your tool calls found (notes for you; never copy them into the reply):\n"
                              + "\n".join(gathered) + "\n\n") if gathered else ""  # fmt: skip
-                    response = await again.call_async(self._messages(system, found + user))
+                    messages = self._messages(system, found + user)
+                    try:
+                        response = await again.call_async(messages)
+                    except llm.BadRequestError as exc:
+                        # Some models take no temperature but their own (OpenAI's reasoning models answer 400
+                        # "Only the default (1) value is supported"): they sample at that one already.
+                        if again is model or context_overflow(exc, model.model_id) is not None:
+                            raise
+                        log.warning("model %s refused the sampled try (%.200s); asking with its own sampling",
+                                    model.model_id, exc)  # fmt: skip
+                        response = await model.call_async(messages)
                     usage += _usage(response, model.model_id)
                     continue
                 else:

@@ -264,6 +264,24 @@ async def test_the_last_try_after_two_copies_is_sampled_not_greedy(llm_server: S
     assert "not a reply" in llm_server.requests[1].text and "not a reply" not in llm_server.requests[2].text
 
 
+async def test_a_model_refusing_the_sampled_temperature_is_asked_with_its_own(llm_server: ScriptedLLM) -> None:
+    """OpenAI's reasoning models answer 400 to any temperature but their own: the sampled last try was lost to
+    it, and the mail deferred at every try. It is asked once more with the configured sampling instead."""
+    from quinn.agent.llm import SAMPLED_TEMPERATURE
+
+    pasted = '- [mail:2024-11-05] (they wrote, "News from me") Work has been hectic. We live in Split now.'
+    user = f"{pasted}\n\nNew email from Ingrid:\nHow long is my commute these days?"
+    refused = Error(400, "Unsupported value: 'temperature' does not support 0.7 with this model. Only the default "
+                         "(1) value is supported.")  # fmt: skip
+    llm_server.script(Text(pasted), Text(pasted), refused, Text("About 47 minutes each way, by train."))
+    result = await local(llm_server).text("You are Quinn.", user, echo_of=("How long is my commute these days?",),
+                                          recalled=[pasted])  # fmt: skip
+    assert result.text == "About 47 minutes each way, by train." and len(llm_server.requests) == 4
+    temperatures = [r.body_json.get("temperature") for r in llm_server.requests]
+    assert temperatures[2] == SAMPLED_TEMPERATURE and temperatures[3] == temperatures[0] != SAMPLED_TEMPERATURE
+    assert llm_server.requests[3].body_json["messages"] == llm_server.requests[2].body_json["messages"]
+
+
 async def test_a_reply_naming_what_nothing_it_was_sent_holds_is_sent_back_once(llm_server: ScriptedLLM) -> None:
     """Bench/long_memory, the 1.5B: asked for a dentist the person never named, it answered "Dr. Smith"; told
     which names nothing above holds, it said it did not know (grounding.guessed; GUESSES_NOTE)."""
