@@ -14,7 +14,10 @@ sent in one server start), each one change to the prompt as sent:
 nothing was recalled stays), ``without_repeated_memories`` drops the memories whose words a passage shown beside
 them holds, ``passages_as_blocks`` shows each passage as a block (citation line, text, blank line) as the
 thread's messages are, ``writer_named`` names the writer (the new email's sender) where a recalled line says
-"they wrote" (the real people's questions name them: "What relative of Monica is getting married?"). All take
+"they wrote" (the real people's questions name them: "What relative of Monica is getting married?"),
+``dates_in_words`` writes every ISO day of the prompt as "19 March 2025", ``without_earlier`` drops the version
+a memory replaced ("| earlier: X (until DATE)"), ``earlier_when_asked`` drops it unless the email looks back in
+time (``quinn.memory.query.looks_back``). All take
 the recall where the run's template put it. ``guesses_sent_back`` changes no prompt: it follows up the answer
 as Quinn does when it names what nothing in its prompt holds (``[llm] check_guesses``), asking the model on
 top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was.
@@ -37,6 +40,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,7 @@ from bench.memory_qa import MAX_OUTPUT_TOKENS, Asked, model_target, read_part, w
 from quinn.agent.grounding import Grounding, guessed
 from quinn.agent.json_text import unfenced
 from quinn.agent.llm import GUESSES_NOTE
+from quinn.memory.query import looks_back
 
 #: The recall sections of the reply template (prompts/reply.j2), each led by its heading.
 RECALL_HEADS = (
@@ -193,6 +198,55 @@ def writer_named(system: str, user: str) -> tuple[str, str]:
     return within(system, RECALL_HEADS, named), within(user, RECALL_HEADS, named)
 
 
+_ISO_DAY = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")  # fmt: skip
+
+
+def in_words(text: str) -> str:
+    """Every ISO day of ``text`` ("2025-03-19") written as a person would ("19 March 2025")."""
+
+    def spelt(found: re.Match[str]) -> str:
+        month = int(found.group(2))
+        if not 1 <= month <= 12:
+            return found.group(0)
+        return f"{int(found.group(3))} {_MONTHS[month - 1]} {found.group(1)}"
+
+    return _ISO_DAY.sub(spelt, text)
+
+
+def dates_in_words(system: str, user: str) -> tuple[str, str]:
+    """The dates of the recalled lines (and of the new email) in words: a small model asked "in which month and
+    year" has to turn "since 2025-03-19" into "March 2025" itself."""
+    return in_words(system), in_words(user)
+
+
+_EARLIER = re.compile(r"^(- \[memory:\d+\] .*?) \| earlier: .*$", re.M)
+
+
+def without_earlier(system: str, user: str) -> tuple[str, str]:
+    """The memories' lines without the version each replaced ("| earlier: X (until DATE)")."""
+
+    def dropped(text: str) -> str:
+        return _EARLIER.sub(r"\g<1>", text)
+
+    return within(system, RECALL_HEADS, dropped), within(user, RECALL_HEADS, dropped)
+
+
+_ASKED = re.compile(r"^New email from .*?:\n(.*)", re.M | re.S)
+_WRITTEN = re.compile(r"^New email from .*? on (\d{4}-\d{2}-\d{2})", re.M)
+
+
+def earlier_when_asked(system: str, user: str) -> tuple[str, str]:
+    """The replaced versions only for an email that looks back in time (``query.looks_back``, as Quinn now
+    decides), else ``without_earlier``."""
+    found = _ASKED.search(user) or _ASKED.search(system)
+    day = _WRITTEN.search(user) or _WRITTEN.search(system)
+    if found and day and looks_back(found.group(1), date.fromisoformat(day.group(1))):
+        return system, user
+    return without_earlier(system, user)
+
+
 def guesses_sent_back(system: str, user: str, answer: str, address: str) -> list[dict[str, str]] | None:
     """The conversation Quinn continues when the answer names what nothing in its prompt holds, of the person
     on the mail (``grounding.guessed``, ``[llm] check_guesses``): the prompt, the answer, ``llm.GUESSES_NOTE``;
@@ -214,18 +268,24 @@ FOLLOW_UPS: dict[str, Callable[[str, str, str, str], list[dict[str, str]] | None
 #: Each ablation: one change to the prompt as sent, its title and what it changes.
 CHANGES = {"recall_in_user": moved, "without_memories": without_memories,
            "without_abstain_line": without_abstain_line, "passages_as_blocks": passages_as_blocks,
-           "without_repeated_memories": without_repeated_memories, "writer_named": writer_named}  # fmt: skip
+           "without_repeated_memories": without_repeated_memories, "writer_named": writer_named,
+           "dates_in_words": dates_in_words, "without_earlier": without_earlier,
+           "earlier_when_asked": earlier_when_asked}  # fmt: skip
 TITLES = {"recall_in_user": "the recalled lines in the system message or at the head of the user message",
           "without_memories": "the prompt with and without its list of recalled memories",
           "without_abstain_line": "the prompt with and without its standing \"say you do not know\" line",
           "passages_as_blocks": "past mail as one bulleted line per passage or as blocks, like a thread",
           "without_repeated_memories": "the prompt with and without the memories a shown passage holds",
           "writer_named": "the recalled lines saying \"they wrote\" or naming the writer",
+          "dates_in_words": "dates as ISO days (2025-03-19) or in words (19 March 2025)",
+          "without_earlier": "memories with and without the version they replaced",
+          "earlier_when_asked": "replaced versions always, or only when the email looks back in time",
           "guesses_sent_back": "replies naming what their prompt never said, as written or sent back once"}  # fmt: skip
 CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
            "without_abstain_line": "the standing abstain line", "passages_as_blocks": "the layout of the past mail",
            "without_repeated_memories": "the memories repeated by a passage",
-           "writer_named": "who the recalled lines say wrote them",
+           "writer_named": "who the recalled lines say wrote them", "dates_in_words": "how dates are written",
+           "without_earlier": "the replaced versions", "earlier_when_asked": "when replaced versions are shown",
            "guesses_sent_back": "whether a reply's guesses are sent back"}  # fmt: skip
 
 

@@ -59,6 +59,32 @@ def named_days(text: str) -> list[tuple[int | None, int, int]]:
     return found[:MAX_DAYS]
 
 
+# What makes a question look back in time (issue 32): without one, the version a memory replaced is left out of
+# the prompt. The 1.5B of bench/long_memory, asked "Which city do I live in at the moment?", answered the city of
+# "earlier: We live in Split now, ... (until 2025-03-19)" on the line of the move, and the old commute from it.
+_PAST_WORDS = re.compile(
+    r"\b(?:used to|before|previous(?:ly)?|earlier|formerly|originally|at (?:that|the) time|back (?:then|when|in)"
+    r"|ago|last (?:year|month|spring|summer|autumn|fall|winter)|in the past|old|former|first|change[ds]?"
+    r"|switch(?:ed)?)\b",
+    re.IGNORECASE,
+)  # fmt: skip
+_YEAR_NUMBER = re.compile(r"\b(?:19|20)\d\d\b")
+# A month as a name, capitalised ("march" is a verb); "May" only beside a day, or after "in"/"of" ("May I ask").
+_MONTH_NAME = re.compile(
+    r"\b(?:" + "|".join(m.capitalize() for m in _MONTHS if m != "may") + r")\b"
+    r"|\b(?:[Ii]n|[Oo]f|[Ss]ince|[Uu]ntil) May\b|\bMay \d|\d(?:st|nd|rd|th)? May\b"
+)  # fmt: skip
+
+
+def looks_back(text: str, today: date) -> bool:
+    """Whether ``text`` (an email) may ask what held before now: it says "before", "used to", "changed", ...,
+    names a month, or a year up to ``today``'s. Not "still" or "no longer": they ask what holds now, and an old
+    value shown beside the new invites "yes, still". English words; a year in digits counts in any language."""
+    if _PAST_WORDS.search(text) or _MONTH_NAME.search(text) or named_days(text):
+        return True
+    return any(int(year) <= today.year for year in _YEAR_NUMBER.findall(text))
+
+
 def day_clause(days: Sequence[tuple[int | None, int, int]], column: str) -> tuple[str, list[str]]:
     """SQL that keeps rows whose ISO timestamp ``column`` falls on one of ``days`` (UTC calendar days)."""
     clauses, params = [], []

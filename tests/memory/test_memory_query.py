@@ -3,10 +3,10 @@ shipped search uses them on a real store with the real model."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from quinn.memory import MemoryStore, NewMemory
-from quinn.memory.query import day_clause, named_days, query_parts, rrf
+from quinn.memory.query import day_clause, looks_back, named_days, query_parts, rrf
 from quinn.memory.search import SHIPPED, hybrid_search
 
 ALICE = "alice@example.test"
@@ -18,6 +18,19 @@ def test_named_days_reads_the_usual_ways_of_writing_a_day_and_drops_impossible_o
     assert named_days("the 4th of July") == [(None, 7, 4)]
     assert named_days("29 February") == [(None, 2, 29)]
     assert named_days("31 February 2025, or May I ask") == []
+
+
+def test_looks_back_tells_a_question_about_the_past_from_one_about_now():
+    """Issue 32: only an email that looks back in time is shown the versions its memories replaced."""
+    today = date(2026, 11, 29)
+    back = ["Which city did I live in in September 2024?", "Where did I live before Lund?", "What was my old address?",
+            "Has my manager changed?", "Where did we go 3 years ago?", "What did I say on 4 May?",
+            "What was true in March?", "Which team was I on in 2025?"]  # fmt: skip
+    now = ["Which city do I live in at the moment?", "How long does my commute to work take these days?",
+           "Do I still take the train?", "May I ask what my pottery evening is now?", "What is on in 2027?",
+           "Shall we march on with the plan?", "Who is my manager these days? Please keep it short."]  # fmt: skip
+    assert [q for q in back if not looks_back(q, today)] == []
+    assert [q for q in now if looks_back(q, today)] == []
 
 
 def test_day_clause_matches_iso_timestamps_of_the_day_with_or_without_year():
