@@ -93,8 +93,8 @@ class Forgetting:
         if not text or self.empty:
             return False
         tokens = {t.lower() for t in _WORD.findall(text)}
-        if self.names:
-            return bool(self.names & tokens)
+        if self.names:  # "Edda's new job" mentions Edda
+            return bool(self.names & (tokens | {re.split(r"['’]", t)[0] for t in tokens}))
         stems = {_stem(t) for t in tokens}
         return len(self.words & stems) >= max(1, math.ceil(len(self.words) * SHARE))
 
@@ -128,6 +128,18 @@ class Forgetting:
     def rewrite(self, text: str) -> str | None:
         """``text`` without the fact, or None when it does not mention it (nothing to write)."""
         return self.without(text) if self.mentions(text) else None
+
+
+#: A summary written after a forget that was all about the forgotten fact (scheduler/session_close.py, summarize.py).
+FORGOTTEN_SUMMARY = "They asked to forget something they had told you."
+
+
+def without_all(text: str, facts: list[Forgetting]) -> str:
+    """``text`` without what any of ``facts`` mentions (``Forgetting.without``)."""
+    for fact in facts:
+        if fact.mentions(text):
+            text = fact.without(text)
+    return text
 
 
 #: What ``reach`` changed, by where, as the reply names it.

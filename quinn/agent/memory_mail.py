@@ -84,6 +84,28 @@ def parse_requests(text: str) -> list[MemoryRequest]:
     return found
 
 
+_NUMBERED = re.compile(r"^(?:#?\d+|no\.?\s*\d+|item\s+\d+|number\s+\d+)$", re.IGNORECASE)
+
+
+def forgets_in(texts: Sequence[str], *person: str) -> list[Forgetting]:
+    """The facts the person asked, in ``texts`` (their own mails of one conversation), to forget, each as the
+    words that mention it, without their own names (``person``); "forget 2" (a digest item) is none.
+
+    What is written later from that conversation must leave them out, not only what existed when the forget
+    ran: in bench/long_memory the review of Kwame's "Please forget that my brother Edda has just started a new job
+    as a zookeeper" summed the thread up as "forgetting ... Edda's new job as a zookeeper", and that summary, shown
+    with every later mail, answered "What is Edda's new job?"."""
+    found: list[Forgetting] = []
+    for text in texts:
+        for request in parse_requests(text):
+            if request.kind != "forget" or _NUMBERED.match(request.argument.strip()):
+                continue
+            fact = Forgetting.of(request.argument).besides_person(*person)
+            if not fact.empty and fact not in found:
+                found.append(fact)
+    return found
+
+
 def learnable_text(text: str) -> str:
     """What extraction may learn from a mail that holds memory commands: the statement of a "remember …" stays
     (it is about the person, and may update or contradict what is known), the other commands go (they are

@@ -31,6 +31,8 @@ from quinn.agent import (
     state,
     user_state,
 )
+from quinn.agent.forgetting import FORGOTTEN_SUMMARY, Forgetting, without_all
+from quinn.agent.memory_mail import forgets_in
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.mailbox import Outbox, Sessions, threads
@@ -104,13 +106,34 @@ def close_session(
     return True
 
 
-def own_state(update: StateUpdate, grounding: Grounding) -> StateUpdate:
+def own_state(update: StateUpdate, grounding: Grounding, forgets: list[Forgetting] | None = None) -> StateUpdate:
     """The state the review proposes, each field cut to the sentences the person's own words support, as
     extraction's memories are (issue 35: a belief the person never stated is not kept as fact, and a field the
-    review filled from nothing they wrote is left as it was), and secrets masked."""
+    review filled from nothing they wrote is left as it was), without what they asked to forget (``forgets``),
+    and secrets masked."""
     fields = {name: getattr(update, name) for name in STATE_FIELDS}
-    return StateUpdate(**{name: (mask(grounded(value, grounding)) or None) if value else value
-                          for name, value in fields.items()})  # fmt: skip
+    return StateUpdate(**{name: (mask(without_all(grounded(value, grounding), forgets or [])) or None) if value
+                          else value for name, value in fields.items()})  # fmt: skip
+
+
+def _kept(value: str, forgets: list[Forgetting]) -> str:
+    """A text of the review as it is stored: without what was asked to be forgotten, secrets masked."""
+    return mask(without_all(value, forgets))
+
+
+def without_forgotten(extraction: Extraction, forgets: list[Forgetting]) -> Extraction:
+    """``extraction`` without the memories and changes that mention what the person asked to forget."""
+    if not forgets:
+        return extraction
+
+    def mentioned(content: str) -> bool:
+        return any(fact.mentions(content) for fact in forgets)
+
+    return extraction.model_copy(update={
+        "new": [m for m in extraction.new if not mentioned(m.content)],
+        "updated": [m for m in extraction.updated if not mentioned(m.content)],
+        "contradicted": [m for m in extraction.contradicted if not mentioned(m.content)],
+    })  # fmt: skip
 
 
 async def ask_for_review(
@@ -186,13 +209,18 @@ async def session_close_job(ctx: JobContext) -> None:
         last_date = messages[-1].date if messages else quiet.last_message_at
         source = {"source": {"session_id": quiet.id, "subject": text.subject, "date": last_date}}
         own = await ctx.db(Sessions(ctx.store.db).own_words, quiet.id, text.user_id)  # not Quinn's replies
-        grounding = Grounding.of(own, [text.user_id])
-        applied = await ctx.db(apply_extraction, ctx.store, text.user_id, review.memories, source=source,
-                               valid_from=last_date, reason=f"by session close {rendered.version}",
+        # What the person asked in this thread to forget: nothing the review writes may hold it, and their
+        # request's own words ground nothing (the forget ran when the mail came; the review comes after it).
+        forgets = forgets_in(own, text.user_id)
+        grounding = Grounding.of([without_all(o, forgets) for o in own], [text.user_id])
+        applied = await ctx.db(apply_extraction, ctx.store, text.user_id, without_forgotten(review.memories, forgets),
+                               source=source, valid_from=last_date, reason=f"by session close {rendered.version}",
                                restate=False, grounding=grounding)  # fmt: skip
         review = review.model_copy(update={
-            "state": own_state(review.state, grounding), "summary": mask(review.summary),
-            "feedback_text": mask(review.feedback_text), "improvement_suggestion": mask(review.improvement_suggestion),
+            "state": own_state(review.state, grounding, forgets),
+            "summary": _kept(review.summary, forgets) or FORGOTTEN_SUMMARY,
+            "feedback_text": _kept(review.feedback_text, forgets),
+            "improvement_suggestion": _kept(review.improvement_suggestion, forgets),
         })  # fmt: skip
         created, updated, skipped = len(applied.created), len(applied.updated), applied.skipped
         version = await ctx.db(Outbox(ctx.store.db).session_prompt_version, quiet.id)

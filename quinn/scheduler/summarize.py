@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 
 from quinn.agent import Answer, Usage, estimate_tokens, opted_out, opted_out_among
+from quinn.agent.forgetting import FORGOTTEN_SUMMARY, without_all
+from quinn.agent.memory_mail import forgets_in
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.mailbox import Sessions
@@ -128,6 +130,9 @@ async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = F
     usage: Usage | None = None
     version: str | None = None
     max_chars = settings.summarize_threshold_tokens * 4
+    # What the person asked in this thread to forget: the summary written after the forget must not hold it.
+    own = await ctx.db(Sessions(ctx.store.db).own_words, session_id, text.user_id) if fold else []
+    forgets = forgets_in(own, text.user_id)
     for batch in batches(fold, settings.summarize_threshold_tokens):
         rendered = ctx.prompts.render("summarize", {
             "user": {"address": text.user_id},
@@ -140,10 +145,11 @@ async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = F
         usage = result.usage if usage is None else usage + result.usage
         version = rendered.version
         new_upto = batch[-1].id
-        if not await ctx.db(Sessions(ctx.store.db).save_summary, session_id, result.text, upto, new_upto):
+        written = without_all(result.text, forgets) or FORGOTTEN_SUMMARY
+        if not await ctx.db(Sessions(ctx.store.db).save_summary, session_id, written, upto, new_upto):
             log.info("session %s moved on while it was summarized; the next run continues", session_id)
             break
-        summary, upto, folded = result.text, new_upto, folded + len(batch)
+        summary, upto, folded = written, new_upto, folded + len(batch)
     return Folded(summary, upto, folded, usage, version)
 
 

@@ -210,6 +210,58 @@ async def test_forget_that_i_live_in_berlin_reaches_everything_written_from_it(m
     assert "trains.csv" in seen and "berlin" not in seen.lower()
 
 
+async def test_what_is_written_after_a_forget_from_its_thread_leaves_the_fact_out(make_quinn, mail_lab, brain: Brain):
+    """Bench/long_memory, the 1.5B: after "Please forget that my brother Edda has just started a new job as a
+    zookeeper", the thread's review summed it up as "forgetting ... Edda's new job as a zookeeper", and that
+    summary, shown with every later mail, answered "What is Edda's new job?". The forget ran when the mail came;
+    the review and the thread summary are written after it, from a thread that holds the request's words. What
+    they write must leave the fact out too (and nothing may be learnt again from the request)."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn(JOBS_TOML)
+    scheduler = quinn.app.scheduler
+    assert scheduler is not None
+    brain.learn["zookeeper"] = {"new": [{"content": "My brother Edda has just started a new job as a zookeeper.",
+                                         "type": "fact"}], "updated": [], "contradicted": []}  # fmt: skip
+
+    def model(request: RecordedRequest) -> Any:
+        if request.purpose == "summarize":
+            return Text("Alice likes green tea. She told me Edda's new job is zookeeper, then asked me to forget it.")
+        if request.purpose == "SessionReview":
+            return Json({"summary": "The conversation was about forgetting Edda's new job as a zookeeper. Alice "
+                                    "likes green tea.",
+                         "improvement_suggestion": "Ask Edda about the zoo.",
+                         "memories": {"new": [{"content": "Edda works as a zookeeper.", "type": "fact"},
+                                              {"content": "Alice likes green tea.", "type": "preference"}]},
+                         "state": {"user_info": "Edda is a zookeeper. Alice likes green tea."}})  # fmt: skip
+        if request.purpose in ("GraphExtraction", "Reflection"):
+            return Json({"entities": [], "relations": []} if request.purpose == "GraphExtraction"
+                        else {"statement": None})  # fmt: skip
+        return Text("Noted.")
+
+    brain.reply = model
+    await quinn.send(alice, "News", "I like green tea. My brother Edda has just started a new job as a zookeeper.",
+                     date=DAY0)  # fmt: skip
+    quinn.replies(alice, 1)
+    await quinn.send(alice, "News", "Please forget that my brother Edda has just started a new job as a zookeeper.",
+                     date=DAY0 + timedelta(hours=1))  # fmt: skip
+    quinn.replies(alice, 2)
+    await asyncio.sleep(1.0)  # the thread goes quiet (session_close_after_min)
+    for job in ("summarize", "session_close"):
+        assert (await scheduler.run_job(job, force=True)).status == "ok"
+    # The jobs ran on the thread and wrote what else it held (the control).
+    assert "green tea" in repr(quinn.query("SELECT summary FROM conversation_summaries WHERE user_id = ?", (alice,)))
+    assert "green tea" in repr(quinn.query("SELECT summary FROM sessions WHERE user_id = ?", (alice,)))
+    assert "green tea" in repr(quinn.query("SELECT user_info FROM user_state WHERE user_id = ?", (alice,)))
+    for sql in ("SELECT summary, feedback_text, improvement_suggestion FROM conversation_summaries WHERE user_id = ?",
+                "SELECT summary FROM sessions WHERE user_id = ?",
+                "SELECT user_info, last_conversation_summary FROM user_state WHERE user_id = ?",
+                f"SELECT content FROM memories m WHERE user_id = ? AND {CURRENT}"):  # fmt: skip
+        assert "zookeeper" not in repr(quinn.query(sql, (alice,))).lower(), sql
+    await quinn.send(alice, "Family", "What is Edda's new job?", date=DAY0 + timedelta(days=2))
+    quinn.replies(alice, 3)
+    assert "zookeeper" not in brain.prompt("What is Edda's new job").lower()
+
+
 async def test_forget_that_i_have_a_dog_keeps_the_allergy_and_the_city(make_quinn, mail_lab, brain: Brain):
     """Issue 35: a memory the model merged ("lives in Lisbon, has a dog called Biscuit and is allergic to
     peanuts") is rewritten without the dog, as a new version; the city and the allergy stay, and the reply says
