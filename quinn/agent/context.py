@@ -8,7 +8,8 @@ on From/To/Cc, nor passages of mail those others did not see. When domains were 
 retrieved memories are kept to those domains, to memories without a domain, and to global ones.
 
 Over time (issue 32): a memory that replaced an earlier version of itself carries that version on its line
-("earlier: X (until DATE)"), one only; every line carries its date. When the person's whole past mail (their own
+("earlier: X (until DATE)"), one only, when the caller found one (the agent looks only when the email looks
+back in time, ``query.looks_back``); every line carries its date. When the person's whole past mail (their own
 text) fits what the profile leaves of the budget, it is sent whole, oldest first, instead of retrieved passages.
 When nothing was recalled for the email, the template is told (``recalled_nothing``) so the model says it does
 not know rather than guess.

@@ -58,6 +58,7 @@ from quinn.memory import (
     versions_of,
     whole_history,
 )
+from quinn.memory.query import looks_back
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +194,11 @@ class Agent:
             passages = search_passages(store, user, query, k=c.memory.search_k, exclude_message_ids=buffered,
                                        others=others, domains=domains)  # fmt: skip
             passages = [p for p in passages if relevant(p.worded, p.similarity, c.memory.recall_min_similarity)]
-            # Issue 32: the version each memory replaced ("earlier: X (until DATE)"), and the person's whole
+            # Issue 32: the version each memory replaced ("earlier: X (until DATE)") when the email looks back in
+            # time (beside the new value, a small model answers the old one as current), and the person's whole
             # past mail when it may fit the budget (context.recall_blocks decides; about four characters a token).
-            earlier = earlier_versions(store.db, [*profile, *(h.memory for h in hits)])
+            if looks_back(query, utcnow().date()):
+                earlier = earlier_versions(store.db, [*profile, *(h.memory for h in hits)])
             history = whole_history(store.db, user, token_budget * 4, exclude_message_ids=buffered, others=others,
                                     domains=domains)  # fmt: skip
         inputs = ReplyInputs(

@@ -1,8 +1,8 @@
 """Memory over time through the real pipeline (issue 32): Dovecot, aiosmtpd, libSQL, the real embedding model and
 the scripted model. A move the model files as "new" still supersedes the old city (decided in code by the
-memories' ``about`` key); the next reply prompt shows the current value as current and the old one as "earlier
-(until DATE)", the person's short history whole and oldest first, and the mail's date; a question with nothing
-recalled is marked so the model says it does not know.
+memories' ``about`` key); the next reply prompt shows the current value as current and, asked of the past, the
+old one as "earlier (until DATE)", the person's short history whole and oldest first, and the mail's date; a
+question with nothing recalled is marked so the model says it does not know.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ async def test_a_move_reported_as_new_supersedes_the_old_city_and_the_prompt_dat
     await quinn.send(alice, "News", "Big news: I moved to Porto, the flat is lovely.", date=moved)
     asked = moved + timedelta(days=3)
     await quinn.send(alice, "Question", "Where did I live before, and where do I live now?", date=asked)
-    quinn.replies(alice, 3)
+    await quinn.send(alice, "Question", "Which city do I live in at the moment?", date=asked + timedelta(days=1))
+    quinn.replies(alice, 4)
 
     # Stored: one memory in two versions, the first closed at the second mail's Date.
     rows = quinn.query(
@@ -55,6 +56,10 @@ async def test_a_move_reported_as_new_supersedes_the_old_city_and_the_prompt_dat
     assert f'[mail:{day}] (they wrote, "News") Big news: I moved to Porto' in prompt
     assert "I like long walks" not in prompt
     assert "tell them you do not know" not in prompt
+    # Asked of now, the old city is not shown beside the new even as earlier (query.looks_back): the 1.5B of
+    # bench/long_memory answered it as current from there.
+    now = brain.prompt("at the moment")
+    assert "Alice moved to Porto." in now and "| earlier:" not in now and "Alice lives in Lisbon" not in now
 
 
 async def test_a_question_about_something_never_said_asks_the_model_not_to_guess(

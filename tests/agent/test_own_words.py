@@ -59,7 +59,9 @@ async def test_own_words_become_memories_without_a_model_call_and_the_prompt_rea
                      "The password for the wifi is hunter22.\n", date=later)  # fmt: skip
     await quinn.send(ingrid, "Class", "My pottery class is on Tuesday evenings. We adopted a cat called Mochi.",
                      date=later + timedelta(days=1))  # fmt: skip
-    await quinn.send(ingrid, "Question", "Who is my manager these days? Please keep it short.", date=asked)
+    # "before": the email looks back in time, so the replaced version is shown (query.looks_back).
+    await quinn.send(ingrid, "Question", "Who is my manager these days, and who was it before? Please keep it short.",
+                     date=asked)  # fmt: skip
     quinn.replies(ingrid, 4)
 
     # No extraction call: the memories are the person's sentences, dated by their mails; nothing of the
