@@ -53,7 +53,7 @@ from bench.memory_qa import MAX_OUTPUT_TOKENS, Asked, model_target, read_part, w
 from quinn.agent.grounding import Grounding, guessed
 from quinn.agent.json_text import unfenced
 from quinn.agent.llm import GUESSES_NOTE
-from quinn.memory.query import looks_back
+from quinn.memory import looks_back
 
 #: The recall sections of the reply template (prompts/reply.j2), each led by its heading.
 RECALL_HEADS = (

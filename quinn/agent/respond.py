@@ -51,6 +51,7 @@ from quinn.memory import (
     earlier_versions,
     hybrid_search,
     linked_hits,
+    looks_back,
     record_retrievals,
     relevant,
     search_passages,
@@ -58,7 +59,6 @@ from quinn.memory import (
     versions_of,
     whole_history,
 )
-from quinn.memory.query import looks_back
 
 log = logging.getLogger(__name__)
 

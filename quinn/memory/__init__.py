@@ -34,6 +34,7 @@ from quinn.memory.passages import (
     write_passages,
 )
 from quinn.memory.people import list_users, passage_counts
+from quinn.memory.query import looks_back
 from quinn.memory.records import dump_document, export_document
 from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
@@ -81,6 +82,7 @@ __all__ = [
     "insert_passages",
     "linked_hits",
     "list_users",
+    "looks_back",
     "mask",
     "memory_filter",
     "normalise_user",

@@ -26,13 +26,13 @@ from quinn.agent import (
     RenderedPrompt,
     Usage,
     apply_extraction,
+    forgets_in,
+    forgetting,
     grounded,
     opted_out,
     state,
     user_state,
 )
-from quinn.agent.forgetting import FORGOTTEN_SUMMARY, Forgetting, without_all
-from quinn.agent.memory_mail import forgets_in
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.mailbox import Outbox, Sessions, threads
@@ -106,22 +106,24 @@ def close_session(
     return True
 
 
-def own_state(update: StateUpdate, grounding: Grounding, forgets: list[Forgetting] | None = None) -> StateUpdate:
+def own_state(
+    update: StateUpdate, grounding: Grounding, forgets: list[forgetting.Forgetting] | None = None
+) -> StateUpdate:
     """The state the review proposes, each field cut to the sentences the person's own words support, as
     extraction's memories are (issue 35: a belief the person never stated is not kept as fact, and a field the
     review filled from nothing they wrote is left as it was), without what they asked to forget (``forgets``),
     and secrets masked."""
     fields = {name: getattr(update, name) for name in STATE_FIELDS}
-    return StateUpdate(**{name: (mask(without_all(grounded(value, grounding), forgets or [])) or None) if value
-                          else value for name, value in fields.items()})  # fmt: skip
+    return StateUpdate(**{name: _kept(grounded(value, grounding), forgets or []) or None if value else value
+                          for name, value in fields.items()})  # fmt: skip
 
 
-def _kept(value: str, forgets: list[Forgetting]) -> str:
+def _kept(value: str, forgets: list[forgetting.Forgetting]) -> str:
     """A text of the review as it is stored: without what was asked to be forgotten, secrets masked."""
-    return mask(without_all(value, forgets))
+    return mask(forgetting.without_all(value, forgets))
 
 
-def without_forgotten(extraction: Extraction, forgets: list[Forgetting]) -> Extraction:
+def without_forgotten(extraction: Extraction, forgets: list[forgetting.Forgetting]) -> Extraction:
     """``extraction`` without the memories and changes that mention what the person asked to forget."""
     if not forgets:
         return extraction
@@ -212,13 +214,13 @@ async def session_close_job(ctx: JobContext) -> None:
         # What the person asked in this thread to forget: nothing the review writes may hold it, and their
         # request's own words ground nothing (the forget ran when the mail came; the review comes after it).
         forgets = forgets_in(own, text.user_id)
-        grounding = Grounding.of([without_all(o, forgets) for o in own], [text.user_id])
+        grounding = Grounding.of([forgetting.without_all(o, forgets) for o in own], [text.user_id])
         applied = await ctx.db(apply_extraction, ctx.store, text.user_id, without_forgotten(review.memories, forgets),
                                source=source, valid_from=last_date, reason=f"by session close {rendered.version}",
                                restate=False, grounding=grounding)  # fmt: skip
         review = review.model_copy(update={
             "state": own_state(review.state, grounding, forgets),
-            "summary": _kept(review.summary, forgets) or FORGOTTEN_SUMMARY,
+            "summary": _kept(review.summary, forgets) or forgetting.FORGOTTEN_SUMMARY,
             "feedback_text": _kept(review.feedback_text, forgets),
             "improvement_suggestion": _kept(review.improvement_suggestion, forgets),
         })  # fmt: skip

@@ -17,9 +17,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from quinn.agent import Answer, Usage, estimate_tokens, opted_out, opted_out_among
-from quinn.agent.forgetting import FORGOTTEN_SUMMARY, without_all
-from quinn.agent.memory_mail import forgets_in
+from quinn.agent import Answer, Usage, estimate_tokens, forgets_in, forgetting, opted_out, opted_out_among
 from quinn.db import Database
 from quinn.errors import RetryLater
 from quinn.mailbox import Sessions
@@ -145,7 +143,7 @@ async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = F
         usage = result.usage if usage is None else usage + result.usage
         version = rendered.version
         new_upto = batch[-1].id
-        written = without_all(result.text, forgets) or FORGOTTEN_SUMMARY
+        written = forgetting.without_all(result.text, forgets) or forgetting.FORGOTTEN_SUMMARY
         if not await ctx.db(Sessions(ctx.store.db).save_summary, session_id, written, upto, new_upto):
             log.info("session %s moved on while it was summarized; the next run continues", session_id)
             break
