@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from quinn.agent import digest
 from quinn.agent.extract import DUPLICATE_SIMILARITY
 from quinn.agent.forgetting import Forgetting, reach
 from quinn.agent.tools import MemoryChange
@@ -84,9 +85,6 @@ def parse_requests(text: str) -> list[MemoryRequest]:
     return found
 
 
-_NUMBERED = re.compile(r"^(?:#?\d+|no\.?\s*\d+|item\s+\d+|number\s+\d+)$", re.IGNORECASE)
-
-
 def forgets_in(texts: Sequence[str], *person: str) -> list[Forgetting]:
     """The facts the person asked, in ``texts`` (their own mails of one conversation), to forget, each as the
     words that mention it, without their own names (``person``); "forget 2" (a digest item) is none.
@@ -98,7 +96,7 @@ def forgets_in(texts: Sequence[str], *person: str) -> list[Forgetting]:
     found: list[Forgetting] = []
     for text in texts:
         for request in parse_requests(text):
-            if request.kind != "forget" or _NUMBERED.match(request.argument.strip()):
+            if request.kind != "forget" or digest.corrections(f"forget {request.argument}"):  # as Agent reads it
                 continue
             fact = Forgetting.of(request.argument).besides_person(*person)
             if not fact.empty and fact not in found:
