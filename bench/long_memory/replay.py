@@ -17,7 +17,8 @@ thread's messages are, ``writer_named`` names the writer (the new email's sender
 "they wrote" (the real people's questions name them: "What relative of Monica is getting married?"),
 ``dates_in_words`` writes every ISO day of the prompt as "19 March 2025", ``without_earlier`` drops the version
 a memory replaced ("| earlier: X (until DATE)"), ``earlier_when_asked`` drops it unless the email looks back in
-time (``quinn.memory.query.looks_back``). All take
+time (``quinn.memory.query.looks_back``), ``dates_in_words_now`` is ``earlier_when_asked`` with its days in words
+but for the citation tags ("[mail:2025-03-19]" stays). All take
 the recall where the run's template put it. ``guesses_sent_back`` changes no prompt: it follows up the answer
 as Quinn does when it names what nothing in its prompt holds (``[llm] check_guesses``), asking the model on
 top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was.
@@ -224,6 +225,21 @@ def dates_in_words(system: str, user: str) -> tuple[str, str]:
 _EARLIER = re.compile(r"^(- \[memory:\d+\] .*?) \| earlier: .*$", re.M)
 
 
+_CITE_TAG = re.compile(r"(\[[^\]\n]*\])")
+
+
+def outside_cites(text: str) -> str:
+    """``in_words`` on ``text`` but for its citation tags ("[mail:2025-03-19]" stays as the model must cite it)."""
+    return "".join(part if _CITE_TAG.fullmatch(part) else in_words(part) for part in _CITE_TAG.split(text))
+
+
+def dates_in_words_now(system: str, user: str) -> tuple[str, str]:
+    """``earlier_when_asked`` (Quinn's prompt since 95665bf), with its dates in words but for the citation tags:
+    what Quinn would send if it wrote "(they wrote on 19 March 2025)"."""
+    system, user = earlier_when_asked(system, user)
+    return outside_cites(system), outside_cites(user)
+
+
 def without_earlier(system: str, user: str) -> tuple[str, str]:
     """The memories' lines without the version each replaced ("| earlier: X (until DATE)")."""
 
@@ -270,7 +286,7 @@ CHANGES = {"recall_in_user": moved, "without_memories": without_memories,
            "without_abstain_line": without_abstain_line, "passages_as_blocks": passages_as_blocks,
            "without_repeated_memories": without_repeated_memories, "writer_named": writer_named,
            "dates_in_words": dates_in_words, "without_earlier": without_earlier,
-           "earlier_when_asked": earlier_when_asked}  # fmt: skip
+           "earlier_when_asked": earlier_when_asked, "dates_in_words_now": dates_in_words_now}  # fmt: skip
 TITLES = {"recall_in_user": "the recalled lines in the system message or at the head of the user message",
           "without_memories": "the prompt with and without its list of recalled memories",
           "without_abstain_line": "the prompt with and without its standing \"say you do not know\" line",
@@ -280,12 +296,14 @@ TITLES = {"recall_in_user": "the recalled lines in the system message or at the 
           "dates_in_words": "dates as ISO days (2025-03-19) or in words (19 March 2025)",
           "without_earlier": "memories with and without the version they replaced",
           "earlier_when_asked": "replaced versions always, or only when the email looks back in time",
+          "dates_in_words_now": "today's prompt with dates as ISO days or in words (but in citation tags)",
           "guesses_sent_back": "replies naming what their prompt never said, as written or sent back once"}  # fmt: skip
 CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
            "without_abstain_line": "the standing abstain line", "passages_as_blocks": "the layout of the past mail",
            "without_repeated_memories": "the memories repeated by a passage",
            "writer_named": "who the recalled lines say wrote them", "dates_in_words": "how dates are written",
            "without_earlier": "the replaced versions", "earlier_when_asked": "when replaced versions are shown",
+           "dates_in_words_now": "how dates are written (replaced versions shown only when asked)",
            "guesses_sent_back": "whether a reply's guesses are sent back"}  # fmt: skip
 
 
