@@ -28,6 +28,8 @@ _CLAUSE = re.compile(r"\s*[,;]\s*(?:and\s+|but\s+)?|\s+(?:and|but)\s+", re.IGNOR
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
 _LABEL = re.compile(r"^([^:]{1,80}:\s+)(\S.*)$", re.DOTALL)  # 'Summary of the email thread "Trip": ...'
 _LEAD = re.compile(r"^\s*(?:that|about|the fact that|my|me)\s+", re.IGNORECASE)
+_PARAGRAPH = re.compile(r"\n[ \t]*\n")
+_ITEM = re.compile(r"^[ \t>]*(?:[-*•]|\d+[.)])\s", re.MULTILINE)  # a list's item (quoted too)
 NOT_NAMES = frozenset({"I", "I'm", "I've", "I'd", "I'll", "Please", "That", "The", "My", "Forget"})
 STEM = 5
 SHARE = 0.75  # of the request's content words a text must hold to mention it (all of one or two words)
@@ -129,6 +131,19 @@ class Forgetting:
         """``text`` without the fact, or None when it does not mention it (nothing to write)."""
         return self.without(text) if self.mentions(text) else None
 
+    def rewrite_mail(self, text: str) -> str | None:
+        """``rewrite`` for a mail's text: a paragraph at a time (a list an item at a time), so what is left keeps
+        its layout; a paragraph left empty goes. None when it does not mention the fact."""
+        if not self.mentions(text):
+            return None
+        kept: list[str] = []
+        for paragraph in _PARAGRAPH.split(text):
+            units = paragraph.split("\n") if _ITEM.search(paragraph) else [paragraph]
+            left = [unit if (new := self.rewrite(unit)) is None else new for unit in units]
+            if any(unit.strip() for unit in left):
+                kept.append("\n".join(unit for unit in left if unit.strip() or len(units) == 1))
+        return "\n\n".join(kept)
+
 
 #: A summary written after a forget that was all about the forgotten fact (scheduler/session_close.py, summarize.py).
 FORGOTTEN_SUMMARY = "They asked to forget something they had told you."
@@ -148,6 +163,7 @@ WHERE = {
     "conversation_summaries": ("conversation review", "conversation reviews"),
     "sessions": ("thread summary", "thread summaries"),
     "passages": ("passage of past mail", "passages of past mail"),
+    "messages": ("stored copy of our emails", "stored copies of our emails"),
     "graph": ("link between people and places", "links between people and places"),
     "earlier": ("earlier value", "earlier values"),
 }
@@ -155,13 +171,15 @@ WHERE = {
 
 def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: list[int]) -> dict[str, int]:
     """Take the fact out of everything written from it besides memories (runs on the DB thread): the user's
-    short-term state and conversation reviews, thread summaries, passages of past mail, the graph (the
+    short-term state and conversation reviews, thread summaries, the stored copies of their mail and Quinn's
+    replies (a thread's next mail shows its earlier ones to the model), passages of past mail, the graph (the
     relations of ``memory_ids``, the forgotten memories, and the entities it names), and the earlier values recall
     shows beside current memories (issue 32). Returns what changed where."""
     if forgetting.empty:
         return {}
     done = state.rewrite_mentions(store.db, user_id, forgetting.rewrite)
     done["sessions"] = Sessions(store.db).rewrite_summaries(user_id, forgetting.rewrite)
+    done["messages"] = Sessions(store.db).rewrite_messages(user_id, forgetting.rewrite_mail)
     done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite)
     done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
     done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)

@@ -104,6 +104,18 @@ def forgets_in(texts: Sequence[str], *person: str) -> list[Forgetting]:
     return found
 
 
+def kept_reply(body: str, changes: Sequence[MemoryChange], request_text: str, *person: str) -> str:
+    """The copy of a reply Quinn keeps in the conversation (the thread's next mail shows it to the model): without
+    what that reply's mail had forgotten, asked in its text (``forgets_in``) or by number (a forgotten memory's
+    words, which the footer lists and the model may repeat). The person's mailbox gets the reply as sent."""
+    facts = forgets_in([request_text], *person)
+    facts += [Forgetting.of(c.content).besides_person(*person) for c in changes if c.action == "forgotten"]
+    for fact in facts:
+        if not fact.empty and (new := fact.rewrite_mail(body)) is not None:
+            body = new
+    return body
+
+
 def learnable_text(text: str) -> str:
     """What extraction may learn from a mail that holds memory commands: the statement of a "remember …" stays
     (it is about the person, and may update or contradict what is known), the other commands go (they are

@@ -20,6 +20,7 @@ from quinn.agent import (
     Answer,
     ExtractionOutcome,
     ThreadMessage,
+    kept_reply,
     opted_out,
     others_on_thread,
     recallable,
@@ -113,7 +114,7 @@ class Conversation:
                                   session_id if keep else None, reply.recipients, reply.raw,
                                   template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
             if session_id is not None and keep:
-                await self._keep_reply(session_id, user, email, reply, answer.template)
+                await self._keep_reply(session_id, user, email, reply, answer)
         template = await self._db(outbox.template_of, message_id)
         with self.metrics.stage("send"):
             state = await p.delivery.deliver(item)
@@ -211,16 +212,18 @@ class Conversation:
                              sender_only=answer.private or not decision.trusted,
                              max_recipients=self.parts.config.policy.max_recipients_per_reply)  # fmt: skip
 
-    async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, template: str) -> None:
-        """Store Quinn's reply in the conversation, so the thread's next mail sees it; the model's answer (not a
-        command's) joins conversation recall."""
+    async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, answer: Answer) -> None:
+        """Store Quinn's reply in the conversation, so the thread's next mail sees it (without what its mail asked
+        to forget: ``kept_reply``); the model's answer (not a command's) joins conversation recall."""
         p = self.parts
         assert p.store is not None
         sessions = Sessions(p.store.db)
+        name = email.from_.name if email.from_ and email.from_.name else ""
+        body = kept_reply(reply.body, answer.changes, email.text, user, name)
         await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
-                       reply.subject, p.config.smtp.from_address, reply.recipients, reply.body)  # fmt: skip
+                       reply.subject, p.config.smtp.from_address, reply.recipients, body)  # fmt: skip
         await self._db(sessions.link, session_id, reply.message_id)
-        if template == "reply" and await self._recallable(email, user):
+        if answer.template == "reply" and await self._recallable(email, user):
             await self._db(index_message, p.store, user, reply.message_id, "out")
 
     async def ask(self, email: InboundEmail, on_reply: Callable[[Answer, list[Memory]], object] | None = None) -> Asked:
@@ -247,7 +250,7 @@ class Conversation:
             await self._db(Sessions(p.store.db).withdraw, session_id, email.message_id)
             raise
         if not answer.purged:
-            await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer.template)
+            await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer)
         used = await self._db(self._memories, user, answer.shown)
         if on_reply is not None:
             on_reply(answer, used)

@@ -243,6 +243,30 @@ class Sessions:
                 changed += 1
         return changed
 
+    def rewrite_messages(self, user_id: str, rewrite: Callable[[str], str | None]) -> int:
+        """A forget's part of the stored conversation: each of the user's messages (theirs and Quinn's replies)
+        whose subject, text or full text ``rewrite`` changes (None: left alone) is kept without the forgotten
+        fact, its full-text index row with it. Without this, the next mail of the thread that told the fact showed
+        it to the model again in the thread's earlier messages. Returns how many messages changed."""
+        rows = self.db.query("SELECT id, subject, body, full_text FROM messages WHERE user_id = ?", (user_id,))
+        changed = 0
+        with self.db.transaction() as tx:
+            for row_id, subject, body, full_text in rows:
+                new = [rewrite(text or "") for text in (subject, body, full_text)]
+                if all(text is None for text in new):
+                    continue
+                olds = (subject, body, full_text)
+                subject2, body2, full2 = (old if text is None else text for old, text in zip(olds, new, strict=True))
+                # messages_fts is an external-content index kept by insert and delete triggers only.
+                tx.execute("INSERT INTO messages_fts (messages_fts, rowid, subject, body) VALUES ('delete', ?, ?, ?)",
+                           (row_id, subject, body))  # fmt: skip
+                tx.execute("UPDATE messages SET subject = ?, body = ?, full_text = ? WHERE id = ?",
+                           (subject2, body2, full2, row_id))  # fmt: skip
+                tx.execute("INSERT INTO messages_fts (rowid, subject, body) VALUES (?, ?, ?)",
+                           (row_id, subject2, body2))  # fmt: skip
+                changed += 1
+        return changed
+
     def recent(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
         """The last ``limit`` messages after the rolling summary (all of them while there is none), oldest first.
 

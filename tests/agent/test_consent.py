@@ -214,8 +214,9 @@ async def test_what_is_written_after_a_forget_from_its_thread_leaves_the_fact_ou
     """Bench/long_memory, the 1.5B: after "Please forget that my brother Edda has just started a new job as a
     zookeeper", the thread's review summed it up as "forgetting ... Edda's new job as a zookeeper", and that
     summary, shown with every later mail, answered "What is Edda's new job?". The forget ran when the mail came;
-    the review and the thread summary are written after it, from a thread that holds the request's words. What
-    they write must leave the fact out too (and nothing may be learnt again from the request)."""
+    the review and the thread summary are written after it, from the thread's stored mail. That mail (the
+    person's, the request and Quinn's replies) no longer holds the fact, so neither does what the jobs are given
+    nor what they write (the scripted model writes the fact whenever it is given it, as the 1.5B did)."""
     alice = mail_lab.new_user("alice")
     quinn = await make_quinn(JOBS_TOML)
     scheduler = quinn.app.scheduler
@@ -224,6 +225,10 @@ async def test_what_is_written_after_a_forget_from_its_thread_leaves_the_fact_ou
                                          "type": "fact"}], "updated": [], "contradicted": []}  # fmt: skip
 
     def model(request: RecordedRequest) -> Any:
+        if "zookeeper" not in request.text.lower() and request.purpose in ("summarize", "SessionReview"):
+            return (Text("Alice likes green tea; she asked me to forget something.") if request.purpose == "summarize"
+                    else Json({"summary": "Alice likes green tea.", "memories": {"new": []},
+                               "state": {"user_info": "Alice likes green tea."}}))  # fmt: skip
         if request.purpose == "summarize":
             return Text("Alice likes green tea. She told me Edda's new job is zookeeper, then asked me to forget it.")
         if request.purpose == "SessionReview":
@@ -239,8 +244,9 @@ async def test_what_is_written_after_a_forget_from_its_thread_leaves_the_fact_ou
         return Text("Noted.")
 
     brain.reply = model
-    await quinn.send(alice, "News", "I like green tea. My brother Edda has just started a new job as a zookeeper.",
-                     date=DAY0)  # fmt: skip
+    # Long enough that the thread is summarized once the forget has taken the fact out of its stored mail.
+    await quinn.send(alice, "News", f"I like green tea. {THREAD[0]} My brother Edda has just started a new job as a "
+                     "zookeeper.", date=DAY0)  # fmt: skip
     quinn.replies(alice, 1)
     await quinn.send(alice, "News", "Please forget that my brother Edda has just started a new job as a zookeeper.",
                      date=DAY0 + timedelta(hours=1))  # fmt: skip
@@ -248,6 +254,8 @@ async def test_what_is_written_after_a_forget_from_its_thread_leaves_the_fact_ou
     await asyncio.sleep(1.0)  # the thread goes quiet (session_close_after_min)
     for job in ("summarize", "session_close"):
         assert (await scheduler.run_job(job, force=True)).status == "ok"
+    given = [r.text.lower() for purpose in ("summarize", "SessionReview") for r in brain.requests(purpose)]
+    assert given and not any("zookeeper" in text for text in given)
     # The jobs ran on the thread and wrote what else it held (the control).
     assert "green tea" in repr(quinn.query("SELECT summary FROM conversation_summaries WHERE user_id = ?", (alice,)))
     assert "green tea" in repr(quinn.query("SELECT summary FROM sessions WHERE user_id = ?", (alice,)))
@@ -260,6 +268,33 @@ async def test_what_is_written_after_a_forget_from_its_thread_leaves_the_fact_ou
     await quinn.send(alice, "Family", "What is Edda's new job?", date=DAY0 + timedelta(days=2))
     quinn.replies(alice, 3)
     assert "zookeeper" not in brain.prompt("What is Edda's new job").lower()
+
+
+async def test_a_forget_reaches_the_earlier_messages_of_its_own_thread(make_quinn, mail_lab, brain: Brain):
+    """A forget asked in the thread that told the fact: the next mail of that thread shows its earlier messages
+    (the thread buffer, from the stored ``messages``) to the model. The fact must be gone from them too, in
+    Quinn's own earlier reply as well as the person's mail and the request, while the rest of each stays."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    brain.learn["zookeeper"] = {"new": [{"content": "My brother Edda has just started a new job as a zookeeper.",
+                                         "type": "fact"}], "updated": [], "contradicted": []}  # fmt: skip
+    brain.reply = lambda request: Text("Congratulations to Edda on the zookeeper job! Enjoy the green tea.")
+    first = await quinn.send(alice, "News", "I like green tea. My brother Edda has just started a new job as a "
+                             "zookeeper.", date=DAY0)  # fmt: skip
+    quinn.replies(alice, 1)
+    brain.reply = lambda request: Text("Done.")
+    second = await quinn.send(alice, "Re: News", "Please forget that my brother Edda has just started a new job "
+                              "as a zookeeper.", date=DAY0 + timedelta(minutes=5), in_reply_to=first)  # fmt: skip
+    assert "zookeeper" in body_of(quinn.replies(alice, 2)[-1])  # the person is told what was forgotten
+    await quinn.send(alice, "Re: News", "What is Edda's new job? And which tea do I like?",
+                     date=DAY0 + timedelta(minutes=10), in_reply_to=second, references=(first,))  # fmt: skip
+    quinn.replies(alice, 3)
+    context = brain.context("What is Edda's new job")
+    assert "green tea" in context  # the thread buffer was shown (the control)
+    assert "zookeeper" not in context.lower(), context
+    stored = quinn.query("SELECT body, full_text, subject FROM messages WHERE user_id = ?", (alice,))
+    assert "zookeeper" not in repr(stored).lower(), stored
+    assert "green tea" in repr(stored)
 
 
 async def test_forget_that_i_have_a_dog_keeps_the_allergy_and_the_city(make_quinn, mail_lab, brain: Brain):

@@ -11,7 +11,8 @@ import pytest
 from quinn.agent import state
 from quinn.agent.facts import facts
 from quinn.agent.forgetting import Forgetting, forget_by_id
-from quinn.agent.memory_mail import forget
+from quinn.agent.memory_mail import forget, kept_reply
+from quinn.agent.tools import MemoryChange
 from quinn.db import Database
 from quinn.memory import MemoryStore, Relation, graph_of, save_graph
 from quinn.memory.passages import index_message
@@ -41,6 +42,35 @@ def test_a_text_that_does_not_mention_the_fact_is_left_alone() -> None:
     old_address = Forgetting.of("my old address")
     assert not old_address.mentions("Alice's email address is alice@example.org")  # "old" is missing
     assert old_address.mentions("Alice's old address was Rua 5")
+
+
+def test_a_mail_loses_the_fact_and_keeps_its_layout() -> None:
+    """A stored mail or reply (the thread buffer shows it to the model) is rewritten a paragraph at a time and a
+    list an item at a time: what is left reads as it did; a paragraph left empty goes."""
+    fact = Forgetting.of("that my brother Edda has just started a new job as a zookeeper")
+    mail = ("Hi Quinn,\n\nI like green tea. My brother Edda has just started a new job\nas a zookeeper.\n\n"
+            "Edda starts on Monday.\n\nThanks,\nAlice")  # fmt: skip
+    assert fact.rewrite_mail(mail) == "Hi Quinn,\n\nI like green tea.\n\nThanks,\nAlice"
+    reply = ("Done.\n\n---\nChanges to what I remember about you:\n- forgotten [memory:1]: My brother Edda has "
+             "just started a new job as a zookeeper.\n- also taken out of: 2 passages of past mail")  # fmt: skip
+    assert fact.rewrite_mail(reply) == ("Done.\n\n---\nChanges to what I remember about you:\n"
+                                        "- also taken out of: 2 passages of past mail")  # fmt: skip
+    assert fact.rewrite_mail("Hi Quinn,\n\nI like green tea.") is None
+
+
+def test_the_kept_copy_of_a_reply_leaves_out_what_its_mail_forgot() -> None:
+    """Quinn's reply to a forget lists the forgotten memory's words (and a model may repeat them): the person gets
+    it so, the copy the conversation keeps does not have them; asked by number too ("forget 2")."""
+    body = (
+        "Done, Alice: I will not mention Edda's zookeeper job again. Enjoy the tea.\n\n---\nChanges to what I "
+        "remember about you:\n- forgotten [memory:1]: My brother Edda has just started a new job as a zookeeper."
+    )
+    changes = [MemoryChange("forgotten", 1, "My brother Edda has just started a new job as a zookeeper.")]
+    kept = kept_reply(body, [], "Please forget that my brother Edda has just started a new job as a zookeeper.",
+                      "alice@example.org", "Alice")  # fmt: skip
+    assert "zookeeper" not in kept and "Enjoy the tea." in kept
+    assert "zookeeper" not in kept_reply(body, changes, "forget 2", "alice@example.org", "Alice")
+    assert kept_reply(body, [], "What tea should I buy?", "alice@example.org") == body
 
 
 @pytest.mark.parametrize(("merged", "split"), [
@@ -86,6 +116,7 @@ def berlin_rows(store: MemoryStore, user: str) -> dict[str, str]:
         "user_state": "SELECT user_info FROM user_state WHERE user_id = ?",
         "sessions": "SELECT summary FROM sessions WHERE user_id = ?",
         "passages": "SELECT subject || ' ' || content FROM passages WHERE user_id = ?",
+        "messages": "SELECT subject || ' ' || body || ' ' || full_text FROM messages WHERE user_id = ?",
         "entities": "SELECT name FROM entities WHERE user_id = ?",
         "relationships": "SELECT r.relation, e.name FROM relationships r LEFT JOIN entities e ON e.id = r.target_id"
         " WHERE r.user_id = ?",
@@ -106,13 +137,21 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
             "user_state",
             "sessions",
             "passages",
+            "messages",
             "entities",
             "relationships",
         }
         done = forget_by_id(store, lives, user_id="alice@example.org", reason="test")
         assert berlin_rows(store, "alice@example.org") == {}
         assert store.db.query("SELECT count(*) FROM relationships WHERE user_id = ?", ("alice@example.org",)) == [(0,)]
-        assert set(done) >= {"user_state", "sessions", "passages", "graph"}, done
+        assert set(done) >= {"user_state", "sessions", "passages", "messages", "graph"}, done
+        # The stored mail keeps its other sentence, and its full-text index row follows it.
+        assert store.db.query("SELECT body FROM messages WHERE user_id = ?", ("alice@example.org",)) == [
+            ("I work at a pharmacy.",)
+        ]
+        fts = "SELECT m.user_id FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ?"
+        assert store.db.query(fts, ("berlin",)) == [("bob@example.org",)]
+        assert sorted(store.db.query(fts, ("pharmacy",))) == [("alice@example.org",), ("bob@example.org",)]
         assert store.db.query("SELECT user_info FROM user_state WHERE user_id = ?", ("alice@example.org",)) == [
             ("Alice works as a pharmacist.",)
         ]
@@ -123,6 +162,7 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
             "user_state",
             "sessions",
             "passages",
+            "messages",
             "entities",
             "relationships",
         }
@@ -140,7 +180,7 @@ def test_a_forget_reaches_the_earlier_value_and_the_mail_when_no_current_memory_
         store.update(lives, "Alice spent Sunday repainting the hallway.", user_id="alice@example.org", reason="test")
         forgot = forget(store, "alice@example.org", "that I live in Berlin", True)
         assert forgot is not None and forgot.changes == []
-        assert {"earlier", "passages", "user_state", "sessions"} <= set(forgot.elsewhere), forgot.elsewhere
+        assert {"earlier", "passages", "messages", "user_state", "sessions"} <= set(forgot.elsewhere), forgot.elsewhere
         assert berlin_rows(store, "alice@example.org") == {}
         assert store.db.query("SELECT count(*) FROM memories WHERE user_id = ? AND active = 1 AND content LIKE "
                               "'%Berlin%'", ("alice@example.org",)) == [(0,)]  # fmt: skip
