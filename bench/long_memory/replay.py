@@ -18,7 +18,10 @@ thread's messages are, ``writer_named`` names the writer (the new email's sender
 ``dates_in_words`` writes every ISO day of the prompt as "19 March 2025", ``without_earlier`` drops the version
 a memory replaced ("| earlier: X (until DATE)"), ``earlier_when_asked`` drops it unless the email looks back in
 time (``quinn.memory.query.looks_back``), ``dates_in_words_now`` is ``earlier_when_asked`` with its days in words
-but for the citation tags ("[mail:2025-03-19]" stays). All take
+but for the citation tags ("[mail:2025-03-19]" stays); ``search_k_5`` and ``search_k_3`` keep of the recalled
+memories and passages only those Quinn's own ranking puts first, as ``[memory] search_k`` 5 or 3 would show them
+(searched again in the run's database, ``--db WORKDIR/quinn.db``); ``best_first`` and ``best_last`` show the same
+lines in that ranking's order instead of oldest first. All take
 the recall where the run's template put it. ``guesses_sent_back`` changes no prompt: it follows up the answer
 as Quinn does when it names what nothing in its prompt holds (``[llm] check_guesses``), asking the model on
 top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was.
@@ -277,6 +280,113 @@ def guesses_sent_back(system: str, user: str, answer: str, address: str) -> list
             {"role": "user", "content": GUESSES_NOTE.format(names=", ".join(names))}]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """Quinn's own order of what it recalled for one question, best first (``rank``): memory ids, and passages
+    as the prompt shows them."""
+
+    memories: tuple[int, ...]
+    passages: tuple[str, ...]
+
+
+_NEW_EMAIL = re.compile(r'New email from [^\n]*?<([^>\n]+)> on [^\n]*?, subject "(.*?)":\n(?:\(Cc: [^\n]*\)\n)?'
+                        r"(.*?)\n\nWrite the reply body only", re.DOTALL)  # fmt: skip
+_MEMORY_LINE = re.compile(r"^- \[memory:(\d+)\]")
+
+
+def query_of(user: str) -> tuple[str, str]:
+    """The sender of the email the prompt answers, and the search query Quinn built for it
+    (``respond.reply_inputs``: subject, text)."""
+    found = _NEW_EMAIL.search(user)
+    if found is None:
+        raise ReplayError("a reply prompt holds no new email as reply.j2 writes it: this replay reads that template's")
+    return found.group(1), f"{found.group(2)}\n{found.group(3).strip()}"
+
+
+def rank(db: Path, sent: Sequence[Sent]) -> list[Ranking]:
+    """For each prompt, Quinn's ranking of its memories and passages for the same email, searched again in the
+    run's own database (``--db``; its end state: the questions are never learnt from), deeper than any prompt
+    shows, so every line a prompt holds has its place."""
+    from quinn.memory import MemoryStore, hybrid_search, search_passages
+
+    if not db.is_file():
+        raise ReplayError(f"--db {db}: no such file; give the quinn.db in the run's --workdir")
+    store = MemoryStore.open(str(db))
+    try:
+        found = []
+        for one in sent:
+            address, query = query_of(one.user)
+            hits = hybrid_search(store, address, query, k=100, include_global=True, touch=False)
+            passages = search_passages(store, address, query, k=100)
+            found.append(Ranking(tuple(h.memory.id for h in hits), tuple(f"- {p.passage.line()}" for p in passages)))
+        return found
+    finally:
+        store.close()
+
+
+def top_ranked(system: str, user: str, ranking: Ranking, k: int) -> tuple[str, str]:
+    """The prompt with only what Quinn's ranking puts first among its lines, as ``[memory] search_k = k`` would
+    show (``2 k`` memories and ``k`` passages, ``respond.reply_inputs``), in the order sent: the others go. A line
+    the ranking does not hold (a memory linked by the graph) stays."""
+    lines = f"{system}\n{user}".split("\n")
+    # What the prompt shows is what was eligible when it was sent (the database has more since: the later
+    # questions' mails): the best of those, by the ranking.
+    shown_ids = {int(m.group(1)) for line in lines if (m := _MEMORY_LINE.match(line))}
+    memories = {i for i in ranking.memories if i in shown_ids}
+    memories = set([i for i in ranking.memories if i in memories][: 2 * k])
+    passages = set([p for p in ranking.passages if p in lines][:k])
+
+    def keep_memories(text: str) -> str:
+        return "\n".join(line for line in text.split("\n") if not (m := _MEMORY_LINE.match(line))
+                         or int(m.group(1)) in memories or int(m.group(1)) not in ranking.memories)  # fmt: skip
+
+    def keep_passages(text: str) -> str:
+        return "\n".join(line for line in text.split("\n") if not line.startswith("- [")
+                         or line in passages or line not in ranking.passages)  # fmt: skip
+
+    def change(text: str) -> str:
+        return within(within(text, [MEMORIES_HEAD], keep_memories), PASSAGES_HEADS, keep_passages)
+
+    return change(system), change(user)
+
+
+def by_rank(system: str, user: str, ranking: Ranking, best_last: bool) -> tuple[str, str]:
+    """The prompt with the same recalled lines, each list in the order of Quinn's ranking instead of oldest first:
+    best first, or best last (nearest the email). A line the ranking does not hold keeps its place after them."""
+
+    def place(line: str) -> int:
+        m = _MEMORY_LINE.match(line)
+        order = ranking.memories.index(int(m.group(1))) if m and int(m.group(1)) in ranking.memories else None
+        if order is None and line in ranking.passages:
+            order = ranking.passages.index(line)
+        return len(ranking.memories) + len(ranking.passages) if order is None else order
+
+    def reorder(text: str) -> str:
+        # The heading says the order the lines are in.
+        text = text.replace(", oldest first", ", most relevant last" if best_last else ", most relevant first", 1)
+        lines = text.split("\n")
+        items = [n for n, line in enumerate(lines) if line.startswith("- [")]
+        ordered = sorted((lines[n] for n in items), key=place, reverse=best_last)
+        for n, line in zip(items, ordered, strict=True):
+            lines[n] = line
+        return "\n".join(lines)
+
+    def change(text: str) -> str:
+        return within(within(text, [MEMORIES_HEAD], reorder), PASSAGES_HEADS, reorder)
+
+    return change(system), change(user)
+
+
+#: Ablations by Quinn's own ranking (``--db``): what ``[memory] search_k`` = N would keep, or the same lines in the
+#: ranking's order.
+RANKED: dict[str, Callable[[str, str, Ranking], tuple[str, str]]] = {
+    "search_k_5": lambda system, user, ranking: top_ranked(system, user, ranking, 5),
+    "search_k_3": lambda system, user, ranking: top_ranked(system, user, ranking, 3),
+    "best_first": lambda system, user, ranking: by_rank(system, user, ranking, best_last=False),
+    "best_last": lambda system, user, ranking: by_rank(system, user, ranking, best_last=True),
+}
+
+
 #: Ablations that follow the answer up as Quinn does (a second request on top of the first answer).
 FOLLOW_UPS: dict[str, Callable[[str, str, str, str], list[dict[str, str]] | None]] = {
     "guesses_sent_back": guesses_sent_back,
@@ -297,14 +407,21 @@ TITLES = {"recall_in_user": "the recalled lines in the system message or at the 
           "without_earlier": "memories with and without the version they replaced",
           "earlier_when_asked": "replaced versions always, or only when the email looks back in time",
           "dates_in_words_now": "today's prompt with dates as ISO days or in words (but in citation tags)",
-          "guesses_sent_back": "replies naming what their prompt never said, as written or sent back once"}  # fmt: skip
+          "guesses_sent_back": "replies naming what their prompt never said, as written or sent back once",
+          "search_k_5": "all the recalled lines, or only Quinn's best (search_k 5)",
+          "search_k_3": "all the recalled lines, or only Quinn's best (search_k 3)",
+          "best_first": "the recalled lines oldest first or best first",
+          "best_last": "the recalled lines oldest first or best last (nearest the email)"}  # fmt: skip
 CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
            "without_abstain_line": "the standing abstain line", "passages_as_blocks": "the layout of the past mail",
            "without_repeated_memories": "the memories repeated by a passage",
            "writer_named": "who the recalled lines say wrote them", "dates_in_words": "how dates are written",
            "without_earlier": "the replaced versions", "earlier_when_asked": "when replaced versions are shown",
            "dates_in_words_now": "how dates are written (replaced versions shown only when asked)",
-           "guesses_sent_back": "whether a reply's guesses are sent back"}  # fmt: skip
+           "guesses_sent_back": "whether a reply's guesses are sent back",
+           "search_k_5": "how many of the recalled lines, by Quinn's ranking",
+           "search_k_3": "how many of the recalled lines, by Quinn's ranking",
+           "best_first": "the order of the recalled lines", "best_last": "the order of the recalled lines"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -360,14 +477,23 @@ def ask_messages(base_url: str, messages: Sequence[dict[str, str]]) -> Asked:
                  time.perf_counter() - started)  # fmt: skip
 
 
-def replay(sent: Sequence[Sent], base_url: str, re_ask: bool,
-           variants: Sequence[str] = ("recall_in_user",)) -> Iterator[Scored]:  # fmt: skip
-    """Each prompt's rows: as sent (the run's answer, or asked again), then changed by each of ``variants``."""
+def replay(sent: Sequence[Sent], base_url: str, re_ask: bool, variants: Sequence[str] = ("recall_in_user",),
+           rankings: Sequence[Ranking] = ()) -> Iterator[Scored]:  # fmt: skip
+    """Each prompt's rows: as sent (the run's answer, or asked again), then changed by each of ``variants``
+    (a ``RANKED`` one by the prompt's ``rankings``, in the order of ``sent``)."""
+    ranked = dict(zip((id(one) for one in sent), rankings, strict=False))
+
+    def changed_by(variant: str, one: Sent) -> tuple[str, str]:
+        if variant in RANKED:
+            return RANKED[variant](one.system, one.user, ranked[id(one)])
+        return CHANGES[variant](one.system, one.user)
+
     for variant in variants:
         if variant in FOLLOW_UPS:  # a part none of whose answers Quinn follows up still counts (all as sent)
             continue
-        change = CHANGES[variant]
-        if all(change(one.system, one.user) == (one.system, one.user) for one in sent):
+        if variant in RANKED and len(rankings) != len(sent):
+            raise ReplayError(f"--variant {variant}: give the run's database with --db (Quinn's ranking)")
+        if all(changed_by(variant, one) == (one.system, one.user) for one in sent):
             raise ReplayError(f"--variant {variant}: it changes none of the run's prompts, so there is nothing to "
                               "compare")  # fmt: skip
     for one in sent:
@@ -382,7 +508,7 @@ def replay(sent: Sequence[Sent], base_url: str, re_ask: bool,
                 again = as_sent if turns is None else ask_messages(base_url, turns)
                 yield score(one.probe.user, one.source, one.probe, variant, again)
                 continue
-            changed = CHANGES[variant](one.system, one.user)
+            changed = changed_by(variant, one)
             # A prompt the change leaves as it was keeps its as-sent answer: asking again would only add the
             # server's noise.
             again = as_sent if changed == (one.system, one.user) else ask(base_url, *changed)
@@ -459,11 +585,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--re-ask", action="store_true", help="ask the as-sent prompts again too")
     p.add_argument(
         "--variant",
-        choices=sorted(CHANGES | FOLLOW_UPS),
+        choices=sorted([*CHANGES, *FOLLOW_UPS, *RANKED]),
         action="append",
         help="a change to each prompt, asked beside the prompt as sent; give it again to compare several in one "
         "server start (default: recall_in_user)",
     )
+    p.add_argument("--db", type=Path, help="the run's quinn.db (its --workdir), for the variants by Quinn's ranking")
     return p
 
 
@@ -493,8 +620,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise ReplayError(f"--transcript {args.transcript}: line {exc.lineno} is not JSON ({exc.msg})") from None
     sent = quinn_prompts(calls, people_of(args))
     variants = list(dict.fromkeys(args.variant or ["recall_in_user"]))
+    rankings = rank(args.db, sent) if any(v in RANKED for v in variants) and args.db is not None else []
     with model_target(args.base_url, args.n_ctx, args.model, args.threads) as target:
-        rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask, variants))
+        rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask, variants, rankings))
     result = {"benchmark": "long_memory_replay", "machine": machine_info(), "model": {"name": args.model},
               "data": {"transcripts": [str(args.transcript)], "re_ask": args.re_ask, "variants": variants},
               "summary": summary(rows), "rows": [asdict(r) for r in rows]}  # fmt: skip

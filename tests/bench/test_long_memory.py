@@ -206,6 +206,35 @@ def test_the_layout_ablations_change_only_the_past_mail_or_the_memories_it_repea
     assert writer_named(system, user) == (system, user)  # no address in the From line: as it was
 
 
+def test_the_ranked_ablations_keep_or_reorder_the_recalled_lines_by_quinns_ranking() -> None:
+    """``search_k_N`` keeps the best of the lines the prompt showed (the ranking may hold more: what became
+    eligible after the prompt was sent), ``best_first``/``best_last`` show the same lines in the ranking's order
+    and say so in the heading; nothing outside the recall sections moves."""
+    from bench.long_memory.replay import Ranking, by_rank, query_of, top_ranked
+
+    passage = '- [mail:2025-03-19] (they wrote, "News") We moved to Lund.'
+    other = '- [mail:2024-01-02] (they wrote, "Hi") Rainy.'
+    user = (
+        "Memories that may be relevant to this email, oldest first (cite):\n"
+        + "\n".join(f"- [memory:{i}] (they wrote on 2025-0{i}-01) Fact {i}." for i in range(1, 8))
+        + f"\n\nFrom your past emails with this person, oldest first (cite):\n{other}\n{passage}\n\n"
+        'New email from Ingrid Berg <ingrid@example.test> on 2026-11-28, subject "Q":\n\nWhere do I live?\n\n'
+        "Write the reply body only."
+    )
+    assert query_of(user) == ("ingrid@example.test", "Q\nWhere do I live?")
+    ranking = Ranking((9, 7, 2, 5, 1, 3, 4, 6), ("- [mail:2026-01-01] (a later question)", passage, other))
+    system, kept = top_ranked("You are Quinn.", user, ranking, 1)  # 2 memories, 1 passage
+    assert system == "You are Quinn."
+    assert "[memory:7]" in kept and "[memory:2]" in kept and "[memory:5]" not in kept and "[memory:9]" not in kept
+    assert passage in kept and other not in kept and kept.endswith(user[user.index("\n\nNew email") :])
+    last = by_rank("You are Quinn.", user, ranking, best_last=True)[1]
+    lines = [line for line in last.split("\n") if line.startswith("- [")]
+    assert lines[:7] == [f"- [memory:{i}] (they wrote on 2025-0{i}-01) Fact {i}." for i in (6, 4, 3, 1, 5, 2, 7)]
+    assert lines[7:] == [other, passage] and "most relevant last" in last and "oldest first" not in last
+    first = by_rank("You are Quinn.", user, ranking, best_last=False)[1]
+    assert next(line for line in first.split("\n") if line.startswith("- [")).startswith("- [memory:7]")
+
+
 async def test_the_guesses_follow_up_asks_on_top_of_an_answer_naming_what_the_prompt_never_said(
     llm_server: ScriptedLLM,
 ) -> None:
