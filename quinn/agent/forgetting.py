@@ -19,8 +19,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from quinn.agent import state
+from quinn.agent import learning, state
+from quinn.db import Database
 from quinn.mailbox import Sessions
+from quinn.mailbox.outbox import blank_mentions
 from quinn.memory import Memory, MemoryStore, content_words, forget_in_graph, retire_earlier, rewrite_passages
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -84,6 +86,17 @@ class Forgetting:
         own = {w.lower() for n in names for w in _WORD.findall(n.split("@")[0].replace("_", " ").replace(".", " "))}
         kept = {n for n in self.names if re.split(r"['’]", n)[0] not in own}
         return Forgetting(self.request, frozenset(kept), self.words) if kept != self.names else self
+
+    def record(self) -> dict[str, object]:
+        """As stored beside mail still to be learnt from (``learning.note_forget``)."""
+        return {"request": self.request, "names": sorted(self.names), "words": sorted(self.words)}
+
+    @classmethod
+    def of_record(cls, record: dict[str, object]) -> Forgetting:
+        """The inverse of ``record``."""
+        names, words = record.get("names") or [], record.get("words") or []
+        assert isinstance(names, list) and isinstance(words, list)
+        return cls(str(record.get("request", "")), frozenset(map(str, names)), frozenset(map(str, words)))
 
     @property
     def empty(self) -> bool:
@@ -149,6 +162,19 @@ class Forgetting:
 FORGOTTEN_SUMMARY = "They asked to forget something they had told you."
 
 
+def noted(db: Database, message_id: str) -> list[Forgetting]:
+    """What the person asked to forget while ``message_id`` waited to be learnt from (``learning.note_forget``)."""
+    return [Forgetting.of_record(r) for r in learning.forgets_of(db, message_id)]
+
+
+def without_in_mail(text: str, facts: list[Forgetting]) -> str:
+    """A mail's ``text`` without what any of ``facts`` mentions, its layout kept (``Forgetting.rewrite_mail``)."""
+    for fact in facts:
+        if (rewritten := fact.rewrite_mail(text)) is not None:
+            text = rewritten
+    return text.strip()
+
+
 def without_all(text: str, facts: list[Forgetting]) -> str:
     """``text`` without what any of ``facts`` mentions (``Forgetting.without``)."""
     for fact in facts:
@@ -166,6 +192,8 @@ WHERE = {
     "messages": ("stored copy of our emails", "stored copies of our emails"),
     "graph": ("link between people and places", "links between people and places"),
     "earlier": ("earlier value", "earlier values"),
+    "outbox": ("copy of a sent reply", "copies of sent replies"),
+    "learning": ("mail not yet learnt from", "mails not yet learnt from"),
 }
 
 
@@ -173,8 +201,10 @@ def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: 
     """Take the fact out of everything written from it besides memories (runs on the DB thread): the user's
     short-term state and conversation reviews, thread summaries, the stored copies of their mail and Quinn's
     replies (a thread's next mail shows its earlier ones to the model), passages of past mail, the graph (the
-    relations of ``memory_ids``, the forgotten memories, and the entities it names), and the earlier values recall
-    shows beside current memories (issue 32). Returns what changed where."""
+    relations of ``memory_ids``, the forgotten memories, and the entities it names), the earlier values recall
+    shows beside current memories (issue 32) and the raw copies of replies sent; the mail still waiting to be
+    learnt from is noted, so it is learnt without the fact (``learning.note_forget``). Returns what changed
+    where."""
     if forgetting.empty:
         return {}
     done = state.rewrite_mentions(store.db, user_id, forgetting.rewrite)
@@ -183,6 +213,8 @@ def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: 
     done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite)
     done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
     done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)
+    done["outbox"] = blank_mentions(store.db, user_id, forgetting.mentions)
+    done["learning"] = learning.note_forget(store.db, user_id, forgetting.record(), forgetting.mentions)
     return {where: n for where, n in done.items() if n}
 
 

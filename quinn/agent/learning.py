@@ -11,15 +11,22 @@ was killed is taken over once its lease ran out.
 A try that failed for a reason that passes (the model gave no valid extraction twice, or could not be reached:
 ``RetryLater``, ``ConnectError``) leaves the row queued until ``retry_at`` (migration 0017, set by ``later``);
 ``blocked`` keeps the user's later mails behind it, so what a person wrote is learnt in the order they wrote it.
+
+A forget asked while a mail of the person waits here (migration 0025) is noted on its row (``note_forget``): the
+mail is learnt without the fact (``forgets_of``, read by ``Respond.learn``), not with it after the person was told
+it was forgotten.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
+from quinn.mailbox.outbox import text_of
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,23 @@ def done(db: Database, message_id: str) -> None:
 def waiting(db: Database) -> list[str]:
     """The Message-IDs still queued, oldest first (after a crash)."""
     return [row[0] for row in db.query("SELECT message_id FROM learning_queue ORDER BY created_at, rowid")]
+
+
+def note_forget(db: Database, user_id: str, fact: dict[str, object], mentions: Callable[[str], bool]) -> int:
+    """A forget of the user's (``fact``: ``Forgetting.record``) reaches their mail still to be learnt from: noted on
+    each of its rows, read when it is learnt. Returns how many of those mails mention it (``mentions`` of their
+    text parts), what the reply tells the person (runs on the DB thread)."""
+    with db.transaction() as tx:
+        rows = tx.query("SELECT message_id, forgets, raw FROM learning_queue WHERE user_id = ?", (user_id,))
+        for message_id, forgets, _raw in rows:
+            noted = [*json.loads(forgets or "[]"), fact]
+            tx.execute("UPDATE learning_queue SET forgets = ? WHERE message_id = ?", (json.dumps(noted), message_id))
+    return sum(1 for *_, raw in rows if mentions(text_of(bytes(raw or b""))))
+
+
+def forgets_of(db: Database, message_id: str) -> list[dict[str, object]]:
+    """What the person asked to forget since ``message_id`` was queued (none when it is not queued)."""
+    return json.loads(db.query_value("SELECT forgets FROM learning_queue WHERE message_id = ?", (message_id,)) or "[]")
 
 
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:

@@ -344,8 +344,8 @@ def purge_report(counts: dict[str, int]) -> str:
 
 def changes_footer(changes: Sequence[MemoryChange], elsewhere: Sequence[str] = ()) -> str:
     """The block appended to a reply that changed memory, so every change is reported (and, for a forget, where
-    else the fact was taken out: issue 35)."""
-    if not changes:
+    else the fact was taken out: issue 35, said even when no memory held it yet)."""
+    if not changes and not elsewhere:
         return ""
     lines = [f"- {c.describe()}" for c in changes] + [f"- also taken out of: {where}" for where in elsewhere]
     return "\n\n---\nChanges to what I remember about you:\n" + "\n".join(lines)

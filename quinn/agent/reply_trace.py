@@ -25,6 +25,7 @@ LISTED = 50  # replies listed on a person's page
 #: What learning made of an answered mail (``learnt``): extracted, turned away by the sensory gate, not learnt
 #: from because the person opted out, or nothing but memory commands.
 PASSED, REJECTED, OPTED_OUT, COMMANDS_ONLY = "passed", "rejected", "opted out", "commands only"
+FORGOTTEN = "forgotten"  # all the mail said was asked to be forgotten before it was learnt from
 
 
 @dataclass(frozen=True)

@@ -534,10 +534,19 @@ class Agent:
             await self._learnt(email, reply_trace.OPTED_OUT)
             return None
         text = memory_mail.learnable_text(email.text)
+        if not text and text != email.text.strip():
+            log.info("mail %s: no extraction, the mail was only memory commands", email.message_id)
+            await self._learnt(email, reply_trace.COMMANDS_ONLY)
+            return None
+        # What the person asked to forget while this mail waited to be learnt from (a retry after the model timed
+        # out, or a forget answered during this extraction) is not learnt now: out of the text the model sees,
+        # and out of what it stored (``_forget_learnt``), since a model may offer what it was not shown.
+        forgets = await self._db(forgetting.noted, self.store.db, email.message_id)
+        text = forgetting.without_in_mail(text, forgets)
         if text != email.text.strip():
             if not text:
-                log.info("mail %s: no extraction, the mail was only memory commands", email.message_id)
-                await self._learnt(email, reply_trace.COMMANDS_ONLY)
+                log.info("mail %s: no extraction, all it said was asked to be forgotten", email.message_id)
+                await self._learnt(email, reply_trace.FORGOTTEN)
                 return None
             email = dataclasses.replace(email, text=text)
         # What reaches the extraction prompt is cut as the reply's is ([budget] mail_tokens: learning is for
@@ -554,8 +563,28 @@ class Agent:
             outcome = await extract_memories(self.llm, self.prompts, self.store, user, email, self._db, self.domains)
         if outcome.usage is not None:
             await self.record("extract", outcome.usage, user, email.message_id)
+        outcome = await self._db(self._forget_learnt, user, email.message_id, outcome)
         await self._learnt(email, reply_trace.PASSED, len(outcome.created) + len(outcome.updated))
         return outcome
+
+    def _forget_learnt(self, user: str, message_id: str, outcome: ExtractionOutcome) -> ExtractionOutcome:
+        """What this extraction stored that mentions a fact asked to be forgotten since its mail was queued (read
+        again: a forget may have been answered while the model worked) is forgotten, as a forget by id would
+        (runs on the DB thread, so no forget is answered between this read and these writes)."""
+        forgets = forgetting.noted(self.store.db, message_id)
+        if not forgets:
+            return outcome
+        gone: set[int] = set()
+        for memory_id in (*outcome.created, *outcome.updated):
+            memory = self.store.get(memory_id, user_id=user)
+            if memory is not None and memory.active and any(f.mentions(memory.content) for f in forgets):
+                forgetting.forget_by_id(self.store, memory_id, user_id=user,
+                                        reason="asked to forget before this mail was learnt from")  # fmt: skip
+                gone.add(memory_id)
+        if gone:
+            log.info("mail %s: %d memories learnt from it were asked to be forgotten", message_id, len(gone))
+        return dataclasses.replace(outcome, created=[i for i in outcome.created if i not in gone],
+                                   updated=[i for i in outcome.updated if i not in gone])  # fmt: skip
 
     async def _learnt(self, email: InboundEmail, gate: str, learnt: int | None = None) -> None:
         """What learning made of the mail, beside its reply's trace (the console's memory-health figures)."""

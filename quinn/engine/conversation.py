@@ -110,11 +110,14 @@ class Conversation:
             receipt = answer.purged
             keep = decision.use_memory and not answer.purged  # after a purge, nothing about the user is stored
             reply = self._compose(email, decision, answer)
+            kept = self._kept_body(email, user, reply, answer)
+            # A reply that names what its mail forgot (the footer of a forget) is not kept once sent.
             item = await self._db(outbox.put, reply.message_id, email.message_id, user if keep else None,
                                   session_id if keep else None, reply.recipients, reply.raw,
-                                  template=answer.template, prompt_version=answer.prompt_version)  # fmt: skip
+                                  template=answer.template, prompt_version=answer.prompt_version,
+                                  blank_when_sent=kept != reply.body)  # fmt: skip
             if session_id is not None and keep:
-                await self._keep_reply(session_id, user, email, reply, answer)
+                await self._keep_reply(session_id, user, email, reply, kept, answer)
         template = await self._db(outbox.template_of, message_id)
         with self.metrics.stage("send"):
             state = await p.delivery.deliver(item)
@@ -212,14 +215,19 @@ class Conversation:
                              sender_only=answer.private or not decision.trusted,
                              max_recipients=self.parts.config.policy.max_recipients_per_reply)  # fmt: skip
 
-    async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, answer: Answer) -> None:
-        """Store Quinn's reply in the conversation, so the thread's next mail sees it (without what its mail asked
-        to forget: ``kept_reply``); the model's answer (not a command's) joins conversation recall."""
+    @staticmethod
+    def _kept_body(email: InboundEmail, user: str, reply: Reply, answer: Answer) -> str:
+        """The reply's text as Quinn keeps it: without what its mail asked to forget (``kept_reply``)."""
+        name = email.from_.name if email.from_ and email.from_.name else ""
+        return kept_reply(reply.body, answer.changes, email.text, user, name)
+
+    async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, body: str,
+                          answer: Answer) -> None:  # fmt: skip
+        """Store Quinn's reply (``body``: ``_kept_body``) in the conversation, so the thread's next mail sees it;
+        the model's answer (not a command's) joins conversation recall."""
         p = self.parts
         assert p.store is not None
         sessions = Sessions(p.store.db)
-        name = email.from_.name if email.from_ and email.from_.name else ""
-        body = kept_reply(reply.body, answer.changes, email.text, user, name)
         await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
                        reply.subject, p.config.smtp.from_address, reply.recipients, body)  # fmt: skip
         await self._db(sessions.link, session_id, reply.message_id)
@@ -250,7 +258,8 @@ class Conversation:
             await self._db(Sessions(p.store.db).withdraw, session_id, email.message_id)
             raise
         if not answer.purged:
-            await self._keep_reply(session_id, user, email, self._compose(email, decision, answer), answer)
+            reply = self._compose(email, decision, answer)
+            await self._keep_reply(session_id, user, email, reply, self._kept_body(email, user, reply, answer), answer)
         used = await self._db(self._memories, user, answer.shown)
         if on_reply is not None:
             on_reply(answer, used)

@@ -11,8 +11,12 @@ replaced first) or ``discarded`` it (``review``); the daemon sends an approved o
 
 from __future__ import annotations
 
+import email
+import email.policy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from email.message import EmailMessage
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
@@ -86,13 +90,15 @@ class Outbox:
     def put(
         self, message_id: str, in_reply_to: str, user_id: str | None, session_id: str | None,
         recipients: list[str], raw: bytes, *, template: str = "", prompt_version: str = "",
+        blank_when_sent: bool = False,
     ) -> OutboxItem:  # fmt: skip
-        """Record a reply as pending; when one with this id exists already, that one is returned unchanged."""
+        """Record a reply as pending; when one with this id exists already, that one is returned unchanged.
+        ``blank_when_sent``: its raw copy is not kept once it is sent (the reply to a forget names the fact)."""
         self.db.execute(
             "INSERT OR IGNORE INTO outbox (message_id, in_reply_to, user_id, session_id, recipients, raw, state,"
-            " template, prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            " template, prompt_version, created_at, blank_when_sent) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
             (message_id, in_reply_to, user_id, session_id, json.dumps(recipients), raw, template, prompt_version,
-             iso(utcnow())),
+             iso(utcnow()), int(blank_when_sent)),
         )  # fmt: skip
         item = self.get(message_id)
         assert item is not None
@@ -111,11 +117,12 @@ class Outbox:
 
     def mark(self, message_id: str, state: str, error: str = "") -> OutboxItem:
         """Record an outcome: ``sent``, ``drafted``, ``failed`` (with the reason), or ``pending`` after a try
-        that certainly did not deliver (with the error)."""
+        that certainly did not deliver (with the error). A reply to be blanked when sent loses its raw copy."""
         self.db.execute(
             "UPDATE outbox SET state = ?, last_error = ?,"
-            " sent_at = CASE WHEN ? IN ('sent', 'drafted') THEN ? ELSE sent_at END WHERE message_id = ?",
-            (state, error, state, iso(utcnow()), message_id),
+            " sent_at = CASE WHEN ? IN ('sent', 'drafted') THEN ? ELSE sent_at END,"
+            " raw = CASE WHEN ? = 'sent' AND blank_when_sent = 1 THEN X'' ELSE raw END WHERE message_id = ?",
+            (state, error, state, iso(utcnow()), state, message_id),
         )
         item = self.get(message_id)
         assert item is not None
@@ -232,6 +239,29 @@ class Outbox:
     def counts(self) -> dict[str, int]:
         """Items per state."""
         return {state: int(n) for state, n in self.db.query("SELECT state, count(*) FROM outbox GROUP BY 1")}
+
+
+def blank_mentions(db: Database, user_id: str, mentions: Callable[[str], bool]) -> int:
+    """A forget (``forgetting.reach``): the raw copies of the user's replies already sent whose text ``mentions``
+    the fact are blanked, as retention blanks them. A reply still to send or to review keeps its text (it is
+    the reply the person or the reviewer gets). Returns how many."""
+    with db.transaction() as tx:
+        rows = tx.query("SELECT message_id, raw FROM outbox WHERE user_id = ? AND state IN ('sent', 'discarded')"
+                        " AND length(raw) > 0", (user_id,))  # fmt: skip
+        gone = [mid for mid, raw in rows if mentions(text_of(bytes(raw)))]
+        for message_id in gone:
+            tx.execute("UPDATE outbox SET raw = X'' WHERE message_id = ?", (message_id,))
+    return len(gone)
+
+
+def text_of(raw: bytes) -> str:
+    """A mail's text parts, decoded: enough to tell whether it mentions something (not a parse for use)."""
+    try:
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+        parts = [p for p in message.walk() if p.get_content_maintype() == "text"]
+        return "\n".join(str(p.get_content()) for p in parts if isinstance(p, EmailMessage))
+    except (LookupError, ValueError, TypeError, AttributeError):  # an odd charset or header: the bytes will do
+        return raw.decode("utf-8", "replace")
 
 
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:

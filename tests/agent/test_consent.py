@@ -5,8 +5,10 @@ scripted model."""
 from __future__ import annotations
 
 import asyncio
+import email
+import email.policy
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from quinn.memory import CURRENT
@@ -33,6 +35,12 @@ THREAD = (
     "Last note on the trip: my sister Clara may join us in Tromso for three days if her work allows it, which "
     "would mean a bigger cabin and a second rental car for the drive to the northern coast.",
 )
+
+
+def parsed(raw: bytes) -> email.message.EmailMessage:
+    message = email.message_from_bytes(raw, policy=email.policy.default)
+    assert isinstance(message, email.message.EmailMessage)
+    return message
 
 
 def scripted(request: RecordedRequest, memory_ids: dict[str, int]) -> Any:
@@ -295,6 +303,74 @@ async def test_a_forget_reaches_the_earlier_messages_of_its_own_thread(make_quin
     stored = quinn.query("SELECT body, full_text, subject FROM messages WHERE user_id = ?", (alice,))
     assert "zookeeper" not in repr(stored).lower(), stored
     assert "green tea" in repr(stored)
+    # The outbox's raw copies of the replies sent (kept until [retention] outbox_days): the first reply's and the
+    # forget's own (its footer names what was forgotten) are blanked once sent; the last one stays (the control).
+    kept = {mid: bytes(raw) for mid, raw in quinn.query("SELECT message_id, raw FROM outbox WHERE user_id = ?",
+                                                           (alice,))}  # fmt: skip
+    assert len(kept) == 3 and sum(1 for raw in kept.values() if raw) == 1, kept
+    assert not any("zookeeper" in body_of(parsed(raw)).lower() for raw in kept.values() if raw)
+
+
+async def test_a_forget_reaches_mail_still_waiting_to_be_learnt(make_quinn, mail_lab, brain: Brain):
+    """A mail whose learning failed for a reason that passes waits on the learning queue (a small model timed out,
+    several mails in flight). A forget asked meanwhile must reach it: otherwise its retry stores the fact after
+    the person was told it was forgotten. The rest of that mail is still learnt."""
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    model_ok = False
+    # The scripted extraction offers the fact whatever text it is given: the fact must not reach the store.
+    both = {"new": [{"content": "I like green tea.", "type": "preference"},
+                    {"content": "My brother Edda has just started a new job as a zookeeper.", "type": "fact"}],
+            "updated": [], "contradicted": []}  # fmt: skip
+    brain.learn["green tea"] = lambda request: both if model_ok else {"facts": "I could not say"}
+    brain.reply = lambda request: Text("Noted.")
+    await quinn.send(alice, "News", "I like green tea. My brother Edda has just started a new job as a zookeeper.",
+                     date=DAY0)  # fmt: skip
+    quinn.replies(alice, 1)
+    assert quinn.query("SELECT count(*) FROM learning_queue")[0][0] == 1  # its learning waits for a retry
+    await quinn.send(alice, "Forget", "Please forget that my brother Edda has just started a new job as a "
+                     "zookeeper.", date=DAY0 + timedelta(minutes=5))  # fmt: skip
+    told = body_of(quinn.replies(alice, 2)[-1])
+    assert "not yet learnt from" in told, told  # the reply names the waiting mail among what the forget reached
+
+    model_ok = True
+    quinn.execute("UPDATE learning_queue SET retry_at = ?", ((datetime.now(UTC) - timedelta(seconds=1)).isoformat(),))
+    await quinn.process()
+    assert quinn.query("SELECT count(*) FROM learning_queue")[0][0] == 0  # learnt: off the queue
+    current = [r[0] for r in quinn.query("SELECT content FROM memories WHERE user_id = ? AND active = 1 AND "
+                                         "valid_to IS NULL", (alice,))]  # fmt: skip
+    assert "I like green tea." in current  # the rest of the mail is learnt (the control)
+    assert not any("zookeeper" in c.lower() or "edda" in c.lower() for c in current), current
+    asked = [m for m in brain.extractions() if "green tea" in m]
+    assert asked and "zookeeper" not in asked[-1].lower(), asked[-1]  # the retry's prompt is without the fact too
+
+
+async def test_a_forget_answered_while_its_mail_is_being_learnt_wins(make_quinn, mail_lab, brain: Brain):
+    """With several mails in flight, a forget can be answered while the model extracts from the mail that told the
+    fact (minutes on a small local model). What that extraction stores of the fact is forgotten as it lands."""
+    from quinn.agent.forgetting import Forgetting
+
+    alice = mail_lab.new_user("alice")
+    quinn = await make_quinn()
+    both = {"new": [{"content": "I like green tea.", "type": "preference"},
+                    {"content": "My brother Edda has just started a new job as a zookeeper.", "type": "fact"}],
+            "updated": [], "contradicted": []}  # fmt: skip
+    asked = Forgetting.of("that my brother Edda has just started a new job as a zookeeper").besides_person(alice)
+
+    def meanwhile(request: RecordedRequest) -> dict[str, Any]:
+        # The other mail's forget, answered during this call, as it leaves its mark (forgetting.reach): noted on
+        # the rows still to be learnt from, this one among them.
+        quinn.execute("UPDATE learning_queue SET forgets = ?", (json.dumps([asked.record()]),))
+        return both
+
+    brain.learn["green tea"] = meanwhile
+    await quinn.send(alice, "News", "I like green tea. My brother Edda has just started a new job as a zookeeper.",
+                     date=DAY0)  # fmt: skip
+    quinn.replies(alice, 1)
+    rows = quinn.query("SELECT content, active FROM memories WHERE user_id = ? AND valid_to IS NULL ORDER BY id",
+                       (alice,))  # fmt: skip
+    assert [c for c, active in rows if active] == ["I like green tea."], rows
+    assert any("zookeeper" in c and not active for c, active in rows), rows  # stored, then forgotten as it landed
 
 
 async def test_forget_that_i_have_a_dog_keeps_the_allergy_and_the_city(make_quinn, mail_lab, brain: Brain):

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from quinn.agent import state
+from quinn.agent import learning, state
 from quinn.agent.facts import facts
-from quinn.agent.forgetting import Forgetting, forget_by_id
+from quinn.agent.forgetting import Forgetting, forget_by_id, noted
 from quinn.agent.memory_mail import forget, kept_reply
 from quinn.agent.tools import MemoryChange
 from quinn.db import Database
+from quinn.mailbox.outbox import Outbox
 from quinn.memory import MemoryStore, Relation, graph_of, save_graph
 from quinn.memory.passages import index_message
 from tests.console.conftest import add_mail
@@ -107,6 +108,11 @@ def written_from_berlin(store: MemoryStore, user: str, name: str, uid: int) -> i
         state.update_user_state(tx, user, {"user_info": f"{name} lives in Berlin. {name} works as a pharmacist."}, now)
     save_graph(store, user, [(name, "person"), ("Berlin", "place")], [Relation(name, "lives in", "Berlin", lives)],
                now)  # fmt: skip
+    # Quinn's reply, sent, whose raw copy the outbox keeps (until [retention] outbox_days).
+    reply = f"From: quinn@example.org\r\nTo: {user}\r\nSubject: Re: Weekend\r\n\r\nEnjoy the lakes around Berlin!\r\n"
+    outbox = Outbox(store.db)
+    outbox.put(f"<reply{uid}@example.org>", f"<berlin{uid}@example.org>", user, None, [user], reply.encode())
+    outbox.mark(f"<reply{uid}@example.org>", "sent")
     return lives
 
 
@@ -120,6 +126,7 @@ def berlin_rows(store: MemoryStore, user: str) -> dict[str, str]:
         "entities": "SELECT name FROM entities WHERE user_id = ?",
         "relationships": "SELECT r.relation, e.name FROM relationships r LEFT JOIN entities e ON e.id = r.target_id"
         " WHERE r.user_id = ?",
+        "outbox": "SELECT CAST(raw AS TEXT) FROM outbox WHERE user_id = ?",
     }
     found = {where: repr(store.db.query(q, (user,))) for where, q in sql.items()}
     return {where: text for where, text in found.items() if "berlin" in text.lower()}
@@ -140,9 +147,14 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
             "messages",
             "entities",
             "relationships",
+            "outbox",
         }
+        # A mail of hers still waiting to be learnt from (its extraction failed for a reason that passes).
+        learning.put(store.db, "<later@example.org>", "alice@example.org", b"Subject: x\r\n\r\nBerlin is grey.", None)
         done = forget_by_id(store, lives, user_id="alice@example.org", reason="test")
         assert berlin_rows(store, "alice@example.org") == {}
+        assert done["outbox"] == 1 and done["learning"] == 1, done  # the reply's copy, the mail still to learn from
+        assert [f.names for f in noted(store.db, "<later@example.org>")] == [frozenset({"berlin"})]
         assert store.db.query("SELECT count(*) FROM relationships WHERE user_id = ?", ("alice@example.org",)) == [(0,)]
         assert set(done) >= {"user_state", "sessions", "passages", "messages", "graph"}, done
         # The stored mail keeps its other sentence, and its full-text index row follows it.
@@ -165,6 +177,7 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
             "messages",
             "entities",
             "relationships",
+            "outbox",
         }
     finally:
         store.close()
