@@ -544,7 +544,7 @@ def markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     variants = variants_of(result["data"])
     title = TITLES[variants[0]] if len(variants) == 1 else "ablations of the reply prompt, side by side"
-    changed = " or ".join(CHANGED[v] for v in variants)
+    changed = " or ".join(dict.fromkeys(CHANGED[v] for v in variants))  # two variants may change the same thing
     lines = [
         f"# Long memory: {title}",
         "",
