@@ -21,7 +21,8 @@ time (``quinn.memory.query.looks_back``), ``dates_in_words_now`` is ``earlier_wh
 but for the citation tags ("[mail:2025-03-19]" stays); ``search_k_5`` and ``search_k_3`` keep of the recalled
 memories and passages only those Quinn's own ranking puts first, as ``[memory] search_k`` 5 or 3 would show them
 (searched again in the run's database, ``--db WORKDIR/quinn.db``); ``best_first`` and ``best_last`` show the same
-lines in that ranking's order instead of oldest first. All take
+lines in that ranking's order instead of oldest first; ``best_again_last`` keeps the lists as sent and repeats
+their best two memories and passages by the ranking right above the new email. All take
 the recall where the run's template put it. ``guesses_sent_back`` changes no prompt: it follows up the answer
 as Quinn does when it names what nothing in its prompt holds (``[llm] check_guesses``), asking the model on
 top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was.
@@ -377,6 +378,25 @@ def by_rank(system: str, user: str, ranking: Ranking, best_last: bool) -> tuple[
     return change(system), change(user)
 
 
+AGAIN_HEAD = "Most relevant of the above to this email (the same lines again, the best last):"
+
+
+def best_again(system: str, user: str, ranking: Ranking, n: int = 2) -> tuple[str, str]:
+    """The prompt as sent, and, right above the new email, the ``n`` best of its recalled memories and of its
+    passages by Quinn's ranking repeated (best last, nearest the question): the lists keep their order."""
+    lines = f"{system}\n{user}".split("\n")
+    shown_ids = {int(m.group(1)) for line in lines if (m := _MEMORY_LINE.match(line))}
+    memory_lines = {int(m.group(1)): line for line in lines if (m := _MEMORY_LINE.match(line))}
+    memories = [memory_lines[i] for i in ranking.memories if i in shown_ids][:n]
+    passages = [p for p in ranking.passages if p in lines][:n]
+    again = [*passages[::-1], *memories[::-1]]  # the best memory last: memories are the person's own statements
+    head = user.find("New email from ")
+    if not again or head < 0:
+        return system, user
+    block = "\n".join([AGAIN_HEAD, *again])
+    return system, f"{user[:head]}{block}\n\n\n{user[head:]}"
+
+
 #: Ablations by Quinn's own ranking (``--db``): what ``[memory] search_k`` = N would keep, or the same lines in the
 #: ranking's order.
 RANKED: dict[str, Callable[[str, str, Ranking], tuple[str, str]]] = {
@@ -384,6 +404,7 @@ RANKED: dict[str, Callable[[str, str, Ranking], tuple[str, str]]] = {
     "search_k_3": lambda system, user, ranking: top_ranked(system, user, ranking, 3),
     "best_first": lambda system, user, ranking: by_rank(system, user, ranking, best_last=False),
     "best_last": lambda system, user, ranking: by_rank(system, user, ranking, best_last=True),
+    "best_again_last": best_again,
 }
 
 
@@ -411,7 +432,8 @@ TITLES = {"recall_in_user": "the recalled lines in the system message or at the 
           "search_k_5": "all the recalled lines, or only Quinn's best (search_k 5)",
           "search_k_3": "all the recalled lines, or only Quinn's best (search_k 3)",
           "best_first": "the recalled lines oldest first or best first",
-          "best_last": "the recalled lines oldest first or best last (nearest the email)"}  # fmt: skip
+          "best_last": "the recalled lines oldest first or best last (nearest the email)",
+          "best_again_last": "the recalled lines oldest first, or also their best two again by the email"}  # fmt: skip
 CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the list of recalled memories",
            "without_abstain_line": "the standing abstain line", "passages_as_blocks": "the layout of the past mail",
            "without_repeated_memories": "the memories repeated by a passage",
@@ -421,7 +443,8 @@ CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the
            "guesses_sent_back": "whether a reply's guesses are sent back",
            "search_k_5": "how many of the recalled lines, by Quinn's ranking",
            "search_k_3": "how many of the recalled lines, by Quinn's ranking",
-           "best_first": "the order of the recalled lines", "best_last": "the order of the recalled lines"}  # fmt: skip
+           "best_first": "the order of the recalled lines", "best_last": "the order of the recalled lines",
+           "best_again_last": "whether the best recalled lines are repeated by the email"}  # fmt: skip
 
 
 @dataclass(frozen=True)

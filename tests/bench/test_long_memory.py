@@ -210,7 +210,7 @@ def test_the_ranked_ablations_keep_or_reorder_the_recalled_lines_by_quinns_ranki
     """``search_k_N`` keeps the best of the lines the prompt showed (the ranking may hold more: what became
     eligible after the prompt was sent), ``best_first``/``best_last`` show the same lines in the ranking's order
     and say so in the heading; nothing outside the recall sections moves."""
-    from bench.long_memory.replay import Ranking, by_rank, query_of, top_ranked
+    from bench.long_memory.replay import AGAIN_HEAD, Ranking, best_again, by_rank, query_of, top_ranked
 
     passage = '- [mail:2025-03-19] (they wrote, "News") We moved to Lund.'
     other = '- [mail:2024-01-02] (they wrote, "Hi") Rainy.'
@@ -233,6 +233,12 @@ def test_the_ranked_ablations_keep_or_reorder_the_recalled_lines_by_quinns_ranki
     assert lines[7:] == [other, passage] and "most relevant last" in last and "oldest first" not in last
     first = by_rank("You are Quinn.", user, ranking, best_last=False)[1]
     assert next(line for line in first.split("\n") if line.startswith("- [")).startswith("- [memory:7]")
+    again = best_again("You are Quinn.", user, ranking)[1]
+    head, block = again.split(AGAIN_HEAD + "\n")
+    assert head == user[: user.index("New email")]  # the lists as sent
+    assert block.split("\n")[:4] == [other, passage, "- [memory:2] (they wrote on 2025-02-01) Fact 2.",
+                                      "- [memory:7] (they wrote on 2025-07-01) Fact 7."]  # fmt: skip
+    assert block.endswith(user[user.index("New email") :])
 
 
 async def test_the_guesses_follow_up_asks_on_top_of_an_answer_naming_what_the_prompt_never_said(
