@@ -172,7 +172,7 @@ def without_in_mail(text: str, facts: list[Forgetting]) -> str:
     for fact in facts:
         if (rewritten := fact.rewrite_mail(text)) is not None:
             text = rewritten
-    return text.strip()
+    return text
 
 
 def without_all(text: str, facts: list[Forgetting]) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from quinn.agent import digest
 from quinn.agent.extract import DUPLICATE_SIMILARITY
-from quinn.agent.forgetting import Forgetting, reach
+from quinn.agent.forgetting import Forgetting, reach, without_in_mail
 from quinn.agent.tools import MemoryChange
 from quinn.clock import iso, utcnow
 from quinn.memory import NOT_WIPED, Memory, MemoryStore, Passage, content_words, find_similar, hybrid_search
@@ -110,10 +110,7 @@ def kept_reply(body: str, changes: Sequence[MemoryChange], request_text: str, *p
     words, which the footer lists and the model may repeat). The person's mailbox gets the reply as sent."""
     facts = forgets_in([request_text], *person)
     facts += [Forgetting.of(c.content).besides_person(*person) for c in changes if c.action == "forgotten"]
-    for fact in facts:
-        if not fact.empty and (new := fact.rewrite_mail(body)) is not None:
-            body = new
-    return body
+    return without_in_mail(body, facts)
 
 
 def learnable_text(text: str) -> str:

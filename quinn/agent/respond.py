@@ -542,7 +542,7 @@ class Agent:
         # out, or a forget answered during this extraction) is not learnt now: out of the text the model sees,
         # and out of what it stored (``_forget_learnt``), since a model may offer what it was not shown.
         forgets = await self._db(forgetting.noted, self.store.db, email.message_id)
-        text = forgetting.without_in_mail(text, forgets)
+        text = forgetting.without_in_mail(text, forgets).strip()
         if text != email.text.strip():
             if not text:
                 log.info("mail %s: no extraction, all it said was asked to be forgotten", email.message_id)
