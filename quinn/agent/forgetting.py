@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from quinn.agent import learning, state
 from quinn.db import Database
-from quinn.mailbox import Sessions
-from quinn.mailbox.outbox import blank_mentions
+from quinn.mailbox import Sessions, outbox
 from quinn.memory import Memory, MemoryStore, content_words, forget_in_graph, retire_earlier, rewrite_passages
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
@@ -213,7 +212,7 @@ def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: 
     done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite)
     done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
     done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)
-    done["outbox"] = blank_mentions(store.db, user_id, forgetting.mentions)
+    done["outbox"] = outbox.blank_mentions(store.db, user_id, forgetting.mentions)
     done["learning"] = learning.note_forget(store.db, user_id, forgetting.record(), forgetting.mentions)
     return {where: n for where, n in done.items() if n}
 

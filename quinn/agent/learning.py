@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
-from quinn.mailbox.outbox import text_of
+from quinn.mailbox import outbox
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def note_forget(db: Database, user_id: str, fact: dict[str, object], mentions: C
         for message_id, forgets, _raw in rows:
             noted = [*json.loads(forgets or "[]"), fact]
             tx.execute("UPDATE learning_queue SET forgets = ? WHERE message_id = ?", (json.dumps(noted), message_id))
-    return sum(1 for *_, raw in rows if mentions(text_of(bytes(raw or b""))))
+    return sum(1 for *_, raw in rows if mentions(outbox.text_of(bytes(raw or b""))))
 
 
 def forgets_of(db: Database, message_id: str) -> list[dict[str, object]]:
