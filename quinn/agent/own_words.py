@@ -14,7 +14,7 @@ out by ``memory_mail.learnable_text``), the sentences that tell something:
   cut from it;
 * not a question, and not a request to the reader ("Could you …", "Please keep it short."): a sentence with
   "you" or "your" talks to Quinn. A request that sets a standing preference ("Please always answer in German")
-  is kept;
+  is kept. "you know" is spoken filler, not talk to Quinn ("Well, you know my dad left, and my mother died.");
 * with at least ``MIN_WORDS`` content words of letters ("Thanks again." or a date alone tells nothing);
 * at most ``MAX_CHARS`` long (a longer one is cut at a word) and at most ``MAX_STATEMENTS`` per mail (the first).
 What happens next is what happens to any extraction (``extract.apply_extraction``): secrets masked unless the
@@ -71,6 +71,7 @@ _SIGN_OFF = re.compile(
 _REQUEST = re.compile(r"^(?:please|pls|kindly|could|can|would|will|let\s+me\s+know)\b", re.IGNORECASE)
 _STANDING = re.compile(r"\b(?:always|never|from\s+now\s+on|in\s+future|in\s+the\s+future|every\s+time)\b", re.I)
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+_FILLER = re.compile(r"\byou\s+know\b", re.IGNORECASE)  # "you know" as in speech: no "you" that asks anything
 #: Words that say a statement changes what was true before: "moved", "left", "now", "new", "no longer", "instead".
 CHANGE = frozenset(
     "now moved move moves moving left leaving changed changes switched new longer anymore instead replaced".split()
@@ -99,7 +100,7 @@ def statements(text: str) -> list[str]:
 def _tells(sentence: str) -> bool:
     if not sentence or sentence.endswith(("?", ":")) or _SIGN_OFF.match(sentence):
         return False
-    words = {m.group(0).lower() for m in _WORD.finditer(sentence)}
+    words = {m.group(0).lower() for m in _WORD.finditer(_FILLER.sub("", sentence))}
     standing = bool(_STANDING.search(sentence))
     if (words & YOU or _REQUEST.match(sentence)) and not standing:
         return False

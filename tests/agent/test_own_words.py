@@ -37,6 +37,13 @@ def test_statements_keep_what_the_person_told_and_drop_greetings_questions_and_r
     assert statements("Hello there! I work at Acme as a nurse.") == ["I work at Acme as a nurse."]
     # Talking to Quinn is no statement about the person.
     assert statements("I hope you are well. Your last answer helped a lot.") == []
+    # "you know" as spoken filler does not make a statement talk to Quinn (seen in a real conversation: "you know
+    # my dad left, and my mother died" was no memory); "you" anywhere else still does.
+    assert statements("Well, you know my dad left, and my mother died. Y'know, I grew up on the street.") == [
+        "Well, you know my dad left, and my mother died.",
+        "Y'know, I grew up on the street.",
+    ]
+    assert statements("You know I moved to Split, so you should book the Split office.") == []
 
 
 def test_statements_are_bounded_in_size_and_count() -> None:
