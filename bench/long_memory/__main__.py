@@ -4,8 +4,9 @@ python -m tests.lab.real_model fetch 1.5b                  # the answering model
 python -m bench.long_memory --fast                          # the scripted model, one short history (~1 min)
 python -m bench.long_memory.real_friends                     # the real people's file, from FriendsQA (fetched)
 python -m bench.long_memory --fast --real bench/data/long_memory_real.json --real-people 1   # ... imported too
-python -m bench.long_memory --people 1 --name part1          # the 1.5B model, the first person ...
-python -m bench.long_memory --people 2 --skip 1 --name part2  # ... the second, another day
+python -m bench.long_memory --part 1 --name part1            # the 1.5B model, the first person ...
+python -m bench.long_memory --part 2 --name part2            # ... the second, another day
+python -m bench.long_memory --part 4 --real bench/data/long_memory_real.json --name part4   # the first real one
 python -m bench.long_memory --merge bench/results/part1.json bench/results/part2.json --name long_memory-1.5b
 """
 
@@ -30,6 +31,7 @@ from tests.lab.real_model import MODELS
 
 RESULTS = ROOT / "bench" / "results"
 FAST_MAILS = 36
+PARTS = 2 * len(PEOPLE)  # a full run: the generated people, then as many real ones
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,6 +45,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", type=int, default=0, help="questions per person (default all)")
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--skip", type=int, default=0, help="leave out the first N people (a run in parts)")
+    p.add_argument("--part", type=int, choices=range(1, PARTS + 1), metavar=f"1..{PARTS}",
+                   help=f"person N alone of the full run's {PARTS} (the generated ones, then --real's): sets --people, "
+                   "--real-people and --skip, so the parts of a run cannot overlap or miss one")  # fmt: skip
     p.add_argument("--top-k", type=int, default=5, help="passages the BM25 baseline pastes")
     p.add_argument("--n-ctx", type=int, default=4096, help="the model's context in tokens")
     p.add_argument("--tool-rounds", type=int, default=0, help="Quinn's [llm] max_tool_rounds (default 0: one call a "
@@ -69,6 +74,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def apply_part(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--part N``: the N-th person of a full run alone (the generated people first, then the real ones)."""
+    if args.part is None:
+        return
+    if args.part > len(PEOPLE) and not args.real:
+        p.error(f"--part {args.part} is a real person: give --real bench/data/long_memory_real.json (python -m "
+                "bench.long_memory.real_friends builds it)")  # fmt: skip
+    args.people = min(args.part, len(PEOPLE))
+    args.real_people = max(0, args.part - len(PEOPLE))
+    args.skip = args.part - 1
+    if not args.real_people:
+        args.real = None  # else every real person would follow the generated one
+
+
 def read_part(p: argparse.ArgumentParser, path: Path) -> dict[str, Any]:
     """One part's JSON (bench.memory_qa's reader, for this benchmark's results)."""
     return memory_qa.read_part(p, path, "long_memory")
@@ -85,6 +104,7 @@ def write(result: dict[str, Any], args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = parser()
     args = p.parse_args(argv)
+    apply_part(p, args)
     if args.merge:
         result = merge([read_part(p, path) for path in args.merge])
         write(result, args)

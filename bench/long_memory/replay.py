@@ -49,6 +49,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from bench.long_memory.__main__ import apply_part
 from bench.long_memory.__main__ import parser as run_parser
 from bench.long_memory.data import Probe
 from bench.long_memory.report import Scored, score
@@ -620,6 +621,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = parser()
     args = p.parse_args(argv)
+    apply_part(p, args)
     args.no_plot = True  # a table of two rows says it
     if args.merge:
         parts = [read_part(p, path, "long_memory_replay") for path in args.merge]

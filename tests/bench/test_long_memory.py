@@ -62,6 +62,31 @@ def test_real_people_are_read_from_their_file_and_a_bad_file_is_named(tmp_path: 
         load(path)
 
 
+def test_the_parts_of_a_full_run_are_each_one_person_in_order_and_none_is_missed(tmp_path: Path) -> None:
+    from bench.long_memory.run import people_of
+
+    real = {"people": [{"first": name, "mails": [
+        {"date": "2023-04-01T09:00:00+00:00", "subject": "Hi", "body": f"I am {name}.", "thread": 0}],
+        "questions": [{"category": "single", "text": "Who am I?", "gold": [name]}]}
+        for name in ("Phoebe", "Monica", "Ross")]}  # fmt: skip
+    path = tmp_path / "real.json"
+    path.write_text(json.dumps(real))
+    p = long_memory.parser()
+
+    def person(part: int) -> str:
+        args = p.parse_args(["--part", str(part), "--mails", "30", "--real", str(path)])
+        long_memory.apply_part(p, args)
+        [one] = people_of(args)
+        return one.first
+
+    everyone = [person.first for person in build(mails=30)] + ["Phoebe", "Monica", "Ross"]
+    assert [person(n) for n in range(1, long_memory.PARTS + 1)] == everyone
+    with pytest.raises(SystemExit):  # a real person's part without the real people's file
+        long_memory.apply_part(p, p.parse_args(["--part", "4"]))
+    with pytest.raises(SystemExit):
+        p.parse_args(["--part", str(long_memory.PARTS + 1)])
+
+
 def test_bm25_ranks_the_passage_that_shares_the_question_words() -> None:
     history = [ThreadMessage("a", f"2024-01-0{n}", text) for n, text in enumerate(
         ["We spent Sunday repainting the hallway.", "My pottery class is on Tuesday evenings.",
