@@ -25,7 +25,9 @@ lines in that ranking's order instead of oldest first; ``best_again_last`` keeps
 their best two memories and passages by the ranking right above the new email. All take
 the recall where the run's template put it. ``guesses_sent_back`` changes no prompt: it follows up the answer
 as Quinn does when it names what nothing in its prompt holds (``[llm] check_guesses``), asking the model on
-top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was.
+top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was. ``unsure_sent_back``
+follows up an answer that says it does not know while recalled lines of its prompt share words with the email,
+naming those lines back (a check Quinn does not make: the test of one).
 
 The people are rebuilt from the run's own flags (``--people``, ``--skip``, ``--real``, ...), which give each
 question's right and stale answers.
@@ -59,7 +61,7 @@ from bench.memory_qa import MAX_OUTPUT_TOKENS, Asked, model_target, read_part, w
 from quinn.agent.grounding import Grounding, guessed
 from quinn.agent.json_text import unfenced
 from quinn.agent.llm import GUESSES_NOTE
-from quinn.memory import looks_back
+from quinn.memory import content_words, looks_back, stem
 
 #: The recall sections of the reply template (prompts/reply.j2), each led by its heading.
 RECALL_HEADS = (
@@ -282,6 +284,40 @@ def guesses_sent_back(system: str, user: str, answer: str, address: str) -> list
             {"role": "user", "content": GUESSES_NOTE.format(names=", ".join(names))}]  # fmt: skip
 
 
+#: A reply that says it does not know ("I'm sorry, but I don't have any information about ...", "I do not know").
+_UNSURE = re.compile(r"\b(?:do\s+not|don't|don’t)\s+(?:have\s+(?:any\s+)?(?:specific\s+)?information|know|remember)\b"
+                     r"|\bno\s+information\b", re.IGNORECASE)  # fmt: skip
+_RECALLED_LINE = re.compile(r"^- \[(?:memory|mail):[^\]]*\] (?:\([^)]*\) )?(.*)$")
+UNSURE_SHARED = 2  # content words of the email a recalled line must hold to be pointed at
+UNSURE_SHOWN = 3  # lines pointed at, at most (those sharing the most)
+UNSURE_NOTE = ("Your reply says you do not know. These lines above share words with the email:\n{lines}\nIf one "
+               "of them answers the email, write the reply again and answer from it. If none of them does, write the "
+               "same reply again.")  # fmt: skip
+
+
+def unsure_sent_back(system: str, user: str, answer: str, address: str) -> list[dict[str, str]] | None:
+    """The conversation a check would continue when the answer says it does not know while recalled lines of
+    its prompt share at least ``UNSURE_SHARED`` content words with the email (those lines named back, the most
+    shared first, ``UNSURE_NOTE``); None when the answer answers, or no line shares that much."""
+    if not _UNSURE.search(answer):
+        return None
+    asked = {stem(w) for w in content_words(query_of(user)[1])}
+    shared: list[tuple[int, int, str]] = []
+    for i, line in enumerate(f"{system}\n{user}".splitlines()):
+        found = _RECALLED_LINE.match(line)
+        if found:
+            text = found.group(1).replace("| earlier:", " ")
+            n = len(asked & {stem(w) for w in content_words(text)})
+            if n >= UNSURE_SHARED:
+                shared.append((-n, i, line))
+    if not shared:
+        return None
+    lines = "\n".join(line for *_, line in sorted(shared)[:UNSURE_SHOWN])
+    return [{"role": "system", "content": system}, {"role": "user", "content": user},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": UNSURE_NOTE.format(lines=lines)}]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Ranking:
     """Quinn's own order of what it recalled for one question, best first (``rank``): memory ids, and passages
@@ -412,6 +448,7 @@ RANKED: dict[str, Callable[[str, str, Ranking], tuple[str, str]]] = {
 #: Ablations that follow the answer up as Quinn does (a second request on top of the first answer).
 FOLLOW_UPS: dict[str, Callable[[str, str, str, str], list[dict[str, str]] | None]] = {
     "guesses_sent_back": guesses_sent_back,
+    "unsure_sent_back": unsure_sent_back,
 }
 #: Each ablation: one change to the prompt as sent, its title and what it changes.
 CHANGES = {"recall_in_user": moved, "without_memories": without_memories,

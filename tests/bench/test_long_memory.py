@@ -266,6 +266,28 @@ def test_the_ranked_ablations_keep_or_reorder_the_recalled_lines_by_quinns_ranki
     assert block.endswith(user[user.index("New email") :])
 
 
+def test_the_unsure_follow_up_names_back_the_recalled_lines_that_share_the_emails_words() -> None:
+    from bench.long_memory.replay import UNSURE_NOTE, unsure_sent_back
+
+    pottery = "- [memory:4] (they wrote on 2025-05-02) My pottery class moved to Wednesday evenings."
+    user = (
+        "Memories that may be relevant to this email, oldest first:\n"
+        "- [memory:3] (they wrote on 2025-04-01) I like the class at the gym.\n"
+        f"{pottery}\n"
+        "- [memory:5] (they wrote on 2025-06-01) We adopted a cat.\n\n"
+        'New email from Ingrid Berg <ingrid@example.test> on 2026-11-28, subject "Q":\n\n'
+        "Which evening is my pottery class now?\n\nWrite the reply body only."
+    )
+    unsure = "I'm sorry, but I don't have any information about your pottery class."
+    turns = unsure_sent_back("You are Quinn.", user, unsure, "ingrid@example.test")
+    assert turns is not None and [t["role"] for t in turns] == ["system", "user", "assistant", "user"]
+    assert turns[2]["content"] == unsure and turns[3]["content"] == UNSURE_NOTE.format(lines=pottery)
+    # An answer that answers, and a "don't know" with no line sharing two of the email's words, stay as they are.
+    assert unsure_sent_back("You are Quinn.", user, "Your pottery class is on Wednesday.", "i@x") is None
+    other = user.replace("Which evening is my pottery class now?", "Who is my dentist?")
+    assert unsure_sent_back("You are Quinn.", other, "I do not know who your dentist is.", "i@x") is None
+
+
 async def test_the_guesses_follow_up_asks_on_top_of_an_answer_naming_what_the_prompt_never_said(
     llm_server: ScriptedLLM,
 ) -> None:
