@@ -266,6 +266,13 @@ def test_the_ranked_ablations_keep_or_reorder_the_recalled_lines_by_quinns_ranki
     assert block.endswith(user[user.index("New email") :])
 
 
+def test_every_replay_variant_has_a_title_and_says_what_it_changes() -> None:
+    from bench.long_memory.replay import CHANGED, CHANGES, FOLLOW_UPS, RANKED, TITLES
+
+    variants = {*CHANGES, *FOLLOW_UPS, *RANKED}
+    assert variants == set(TITLES) == set(CHANGED)  # else the replay dies writing its table, after the model ran
+
+
 def test_the_unsure_follow_up_names_back_the_recalled_lines_that_share_the_emails_words() -> None:
     from bench.long_memory.replay import UNSURE_NOTE, unsure_sent_back
 
