@@ -78,6 +78,10 @@ def apply_part(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--part N``: the N-th person of a full run alone (the generated people first, then the real ones)."""
     if args.part is None:
         return
+    given = [f"--{name.replace('_', '-')}" for name in ("people", "real_people", "skip")
+             if getattr(args, name) != p.get_default(name)]  # fmt: skip
+    if given:
+        p.error(f"--part sets {', '.join(given)} itself: give --part alone, or those without --part")
     if args.part > len(PEOPLE) and not args.real:
         p.error(f"--part {args.part} is a real person: give --real bench/data/long_memory_real.json (python -m "
                 "bench.long_memory.real_friends builds it)")  # fmt: skip

@@ -85,6 +85,8 @@ def test_the_parts_of_a_full_run_are_each_one_person_in_order_and_none_is_missed
         long_memory.apply_part(p, p.parse_args(["--part", "4"]))
     with pytest.raises(SystemExit):
         p.parse_args(["--part", str(long_memory.PARTS + 1)])
+    with pytest.raises(SystemExit):  # --part with what it sets itself: refused, not overridden
+        long_memory.apply_part(p, p.parse_args(["--part", "2", "--skip", "3"]))
 
 
 def test_bm25_ranks_the_passage_that_shares_the_question_words() -> None:
