@@ -167,3 +167,26 @@ def test_id_lists_of_any_length_are_one_parameter(store: MemoryStore):
     many = [f"<n{i}@x>" for i in range(40_000)] + ["<a2@x>"]
     hits = search_passages(store, ALICE, "lab door badge code", exclude_message_ids=many)
     assert [h.passage.message_id for h in hits] == ["<a1@x>"]
+
+
+def test_the_words_a_person_used_find_their_passage_among_short_chat_that_is_close_by_meaning(store: MemoryStore):
+    """The legs are fused by rank (issue 32): a passage that holds the question's rare words ("kiss", "goodbye")
+    ranks near the top, though short lines of the same person's chat lie closer by cosine. The convex fusion
+    before (0.8 x cosine) put such passages below ten of those lines (FriendsQA's "What did Ross say the
+    Walthams could kiss goodbye?": 26th among Ross's passages)."""
+    chat = [
+        *("What happened?", "What?! What?", "Get away from me I said no!", "Okay! Okay! That's it!!"),
+        *("Hey, is Rachel here?", "Who the hell is Jordie?", "No - no - no.", "What does this mean?"),
+        *("You still love me?", "Breathe. Breathe.", "Well we did it, we're here.", "Em-Emily? Wait, where is she?"),
+    ]
+    for n, line in enumerate(chat):
+        store_message(store, ALICE, f"<c{n}@x>", f"{line} Ross", sent_at=f"2026-03-{n + 1:02d}T09:00:00+00:00")
+    gazebo = (
+        "Look, face it, my father is not going to pay for the build-in barbecue, and believe me you can kiss your"
+        " gazebo goodbye. Now I might be able to get you the new lawn. Ross"
+    )
+    store_message(store, ALICE, "<g@x>", gazebo)
+    hits = search_passages(store, ALICE, "Something from our earlier conversations: What did Ross say the Walthams "
+                           "could kiss goodbye? Please keep it short.", k=3)  # fmt: skip
+    assert "<g@x>" in [h.passage.message_id for h in hits]
+    assert next(h for h in hits if h.passage.message_id == "<g@x>").similarity is not None  # the cosine, for the cutoff
