@@ -32,7 +32,6 @@ from bench.long_memory import data as generated_data
 from bench.long_memory import real_friends as friends
 
 KS = (3, 5, 10, 20)
-RRF_K = 60
 BEFORE_WEIGHT = 0.8  # the convex fusion's vector share before this change (search.VECTOR_WEIGHT)
 Legs = tuple[dict[int, float], dict[int, float], dict[int, float]]  # lexical, raw cosine, centred cosine
 
@@ -42,11 +41,10 @@ def _order(scores: dict[int, float]) -> list[int]:
 
 
 def _rrf(*legs: dict[int, float], top: int = 50) -> list[int]:
-    fused: dict[int, float] = {}
-    for leg in legs:
-        for rank, pid in enumerate(_order(leg)[:top], start=1):
-            fused[pid] = fused.get(pid, 0.0) + 1.0 / (RRF_K + rank)
-    return _order(fused)
+    """Quinn's rank fusion (``query.rrf``, k = 60) of each leg's ``top`` best."""
+    from quinn.memory.query import rrf
+
+    return _order(rrf([_order(leg)[:top] for leg in legs]))
 
 
 def _convex(lexical: dict[int, float], cosine: dict[int, float]) -> list[int]:
@@ -93,6 +91,8 @@ def ask(db: Path, first: str, questions: list[tuple[str, tuple[str, ...]]]) -> l
     each fusion (None: not among the candidates)."""
     from quinn.memory import MemoryStore, search_passages
 
+    if not db.is_file():  # opening it would create an empty store
+        raise SystemExit(f"--db {db}: no such file; give the quinn.db of a part run with --workdir")
     store = MemoryStore.open(str(db))
     try:
         found = store.db.query("SELECT DISTINCT user_id FROM passages WHERE user_id LIKE ?", [first.lower() + "-%"])
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=Path("bench/results"))
     p.add_argument("--name", default="passage_fusion")
     args = p.parse_args(argv)
+    if not args.real.is_file():
+        raise SystemExit(f"--real {args.real}: no such file; build it with python -m bench.long_memory.real_friends")
     raw: list[dict[str, Any]] = []
     for path in friends.FILES:
         raw += json.loads(friends.read_source(args.mirror, friends.REPO, path))["data"]
