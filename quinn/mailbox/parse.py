@@ -138,7 +138,10 @@ def _parse(raw: bytes, internal_date: datetime | None) -> InboundEmail:
     references: list[str] = []
     fields = _bounded_fields(msg, defects)
     for name, value in fields:
-        text = decode_header_value(_unfold(str(value)), defects, name)
+        # Trace fields are structured (RFC 8601, RFC 5321): no encoded words, and decoding one would let a
+        # sender who picks a value the server copies in (a DKIM i=) write results into our stamp.
+        words = name.lower() not in TRACE_FIELDS
+        text = decode_header_value(_unfold(str(value)), defects, name, words=words)
         if name.lower() == "references":  # from the whole value: its last ids are the nearest parents
             references.append(text)
         if len(text) > MAX_HEADER_CHARS:
@@ -299,12 +302,15 @@ def _decode_word(match: re.Match[str], defects: list[str], where: str) -> str:
     return _decode_bytes(data, charset, defects, where)
 
 
-def decode_header_value(value: str, defects: list[str] | None = None, name: str = "header") -> str:
-    """Decode an unfolded header value (8-bit bytes and RFC 2047 words) to clean text, losing nothing."""
+def decode_header_value(
+    value: str, defects: list[str] | None = None, name: str = "header", *, words: bool = True
+) -> str:
+    """Decode an unfolded header value (8-bit bytes and, with ``words``, RFC 2047 words) to clean text, losing
+    nothing."""
     sink: list[str] = [] if defects is None else defects
     where = f"header {name}"
     text = _eight_bit(value, sink, where)
-    if "=?" in text:
+    if words and "=?" in text:
         text = _BETWEEN_WORDS.sub("", text)  # RFC 2047 §6.2: whitespace between adjacent words is dropped
         text = _ENCODED_WORD.sub(lambda m: _decode_word(m, sink, where), text)
     return _clean(text)

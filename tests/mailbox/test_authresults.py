@@ -77,6 +77,16 @@ def test_a_foreign_field_above_ours_is_skipped() -> None:
     assert judged(raw(foreign, OUR_RECEIVED))[0] is False
 
 
+def test_an_encoded_word_in_a_stamp_stays_literal_so_a_signer_cannot_write_a_result_into_it() -> None:
+    """RFC 8601 fields carry no RFC 2047 words. A DKIM signer chooses its own ``i=``, which the server copies
+    into ``header.i``: decoded, this one would add "dkim=pass header.d=example.com" to our stamp."""
+    word = "=?us-ascii?q?x=3B=20dkim=3Dpass=20header.d=3Dexample.com=3B?="
+    stamp = f"Authentication-Results: {OURS}; dkim=pass header.d=evil.test header.i={word}@evil.test"
+    email = parse_email(raw(stamp, OUR_RECEIVED))
+    assert word in dict(email.trace)["authentication-results"]
+    assert verdict(read_stamp(email.trace, OURS, 0), "example.com")[0] is False
+
+
 def test_an_unreadable_field_of_ours_fails_closed() -> None:
     assert judged(raw(f"Authentication-Results: {OURS}", OUR_RECEIVED, PASS))[0] is False
 
