@@ -36,9 +36,11 @@ REFUSED_TEMPLATE = "memory_refused"
 NO_LEARNING_TEMPLATES = frozenset({PURGE_CONFIRM_TEMPLATE, PURGE_DONE_TEMPLATE, EXPORT_CONFIRM_TEMPLATE,
                                    EXPORT_DONE_TEMPLATE, CONFIRM_FAILED_TEMPLATE, REFUSED_TEMPLATE})  # fmt: skip
 
+# No two whitespace runs meet without a character between them ("\s*,?\s+" would be one that splits a run
+# of spaces in quadratically many ways: 8,000 spaces took 12 s of the event loop).
 _LEAD = (
-    r"(?:^|(?<=[.!?\n,;:]))\s*(?:(?:hi|hello|hey|dear)\s+\w+\s*[,!]?\s*)?(?:(?:also|and|then|now)\s*,?\s+)?"
-    r"(?:(?:please|pls|kindly)\s*,?\s+)?"
+    r"(?:^|(?<=[.!?\n,;:]))\s*(?:(?:hi|hello|hey|dear)\s+\w+\s*(?:[,!]\s*)?)?(?:(?:also|and|then|now)(?:\s*,)?\s+)?"
+    r"(?:(?:please|pls|kindly)(?:\s*,)?\s+)?"
 )
 _PATTERNS: tuple[tuple[RequestKind, re.Pattern[str]], ...] = (
     ("purge", re.compile(

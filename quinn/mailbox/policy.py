@@ -64,7 +64,7 @@ _ROBOT_WORDS = r"mailer-daemon|postmaster|no[-_.]?reply|do[-_.]?not[-_.]?reply|b
 _ROBOT_LOCAL = re.compile(rf"(?:^|[-_.+])(?:{_ROBOT_WORDS})(?:$|[-_.+])", re.IGNORECASE)
 # Reply and forward prefixes in English, German (AW, WG), Nordic (SV, VS), Dutch (Antw), French (TR),
 # Spanish/Italian (RV), including counted forms "Re[2]:" / "Re(2):" and a full-width colon.
-_PREFIX = re.compile(r"^\s*(?:(?:re|fwd?|aw|wg|sv|vs|antw|tr|rv)\s*(?:\[\d+\]|\(\d+\))?\s*[:：]\s*)+", re.I)
+_PREFIX = re.compile(r"^\s*(?:(?:re|fwd?|aw|wg|sv|vs|antw|tr|rv)\s*(?:(?:\[\d+\]|\(\d+\))\s*)?[:：]\s*)+", re.I)
 
 
 @dataclass(frozen=True)

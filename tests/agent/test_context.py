@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -14,6 +15,7 @@ from quinn.agent.memory_mail import (
     confirms,
     digest_groups,
     export_json,
+    learnable_text,
     parse_requests,
     purge_report,
 )
@@ -139,10 +141,21 @@ def test_sample_variables_cover_every_template() -> None:
         ("Could you export my memory, please?", [("export", "")]),
         ("Remember I moved to Porto. Also forget the Lisbon address.",
          [("remember", "I moved to Porto"), ("forget", "the Lisbon address")]),
+        ("Hi Quinn ,\n and ,  please ,  remember  I swim", [("remember", "I swim")]),
     ],
 )  # fmt: skip
 def test_memory_commands(text: str, expected: list[tuple[str, str]]) -> None:
     assert [(r.kind, r.argument) for r in parse_requests(text)] == expected
+
+
+@pytest.mark.parametrize("lead", ["Hi Bob", "Hi Bob, and", "Hi Bob, please", "also,", ""])
+def test_finding_memory_commands_is_not_a_redos(lead: str) -> None:
+    """Any stranger's mail is read for commands on the event loop: a long run of spaces took quadratic time
+    (8,000 after "Hi Bob": 12 s; these 100,000: hours). Linear, this is well under a second."""
+    text = lead + " " * 100_000 + "x"
+    started = time.monotonic()
+    assert parse_requests(text) == [] and learnable_text(text) == text.strip()
+    assert time.monotonic() - started < 5
 
 
 def test_purge_needs_a_yes_at_the_top() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -459,6 +460,7 @@ def test_display_name_posing_as_an_address_binds_to_the_real_one() -> None:
         ("AW: WG: Antw: Q3 report", "q3 report", "Re: Q3 report"),
         ("SV: VS: TR: RV: FW: Q3 report", "q3 report", "Re: Q3 report"),
         ("Re[2]: Re(3): Q3 report", "q3 report", "Re: Q3 report"),
+        ("Re [2] : Q3 report", "q3 report", "Re: Q3 report"),
         ("Re : Q3 report", "q3 report", "Re: Q3 report"),
         ("  Re:Re:Q3 report ", "q3 report", "Re: Q3 report"),
         ("Regarding: Q3", "regarding: q3", "Re: Regarding: Q3"),
@@ -469,3 +471,10 @@ def test_display_name_posing_as_an_address_binds_to_the_real_one() -> None:
 def test_subjects(subject: str, normalised: str, reply: str) -> None:
     assert normalise_subject(subject) == normalised
     assert reply_subject(subject) == reply
+
+
+def test_reply_subject_is_not_a_redos() -> None:
+    """A stranger's subject (up to 16,384 characters kept) with a prefix and a long run of spaces: linear."""
+    started = time.monotonic()
+    assert reply_subject("Re" + " " * 100_000 + "x") == "Re: Re x"
+    assert time.monotonic() - started < 5
