@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from quinn.agent import learning, state
 from quinn.db import Database
 from quinn.mailbox import Sessions, outbox
-from quinn.memory import Memory, MemoryStore, content_words, forget_in_graph, retire_earlier, rewrite_passages
+from quinn.memory import (
+    Memory,
+    MemoryStore,
+    content_words,
+    forget_in_graph,
+    retire_earlier,
+    rewrite_passages,
+    rewrite_sources,
+)
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
 _CLAUSE = re.compile(r"\s*[,;]\s*(?:and\s+|but\s+)?|\s+(?:and|but)\s+", re.IGNORECASE)
@@ -187,6 +195,7 @@ WHERE = {
     "user_state": ("note of our recent conversations", "notes of our recent conversations"),
     "conversation_summaries": ("conversation review", "conversation reviews"),
     "sessions": ("thread summary", "thread summaries"),
+    "sources": ("memory's source email subject", "memories' source email subjects"),
     "passages": ("passage of past mail", "passages of past mail"),
     "messages": ("stored copy of our emails", "stored copies of our emails"),
     "graph": ("link between people and places", "links between people and places"),
@@ -198,18 +207,19 @@ WHERE = {
 
 def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: list[int]) -> dict[str, int]:
     """Take the fact out of everything written from it besides memories (runs on the DB thread): the user's
-    short-term state and conversation reviews, thread summaries, the stored copies of their mail and Quinn's
-    replies (a thread's next mail shows its earlier ones to the model), passages of past mail, the graph (the
-    relations of ``memory_ids``, the forgotten memories, and the entities it names), the earlier values recall
-    shows beside current memories (issue 32) and the raw copies of replies sent; the mail still waiting to be
-    learnt from is noted, so it is learnt without the fact (``learning.note_forget``). Returns what changed
-    where."""
+    short-term state and conversation reviews, thread summaries and subjects, the subjects memories name as
+    their source, the stored copies of their mail and Quinn's replies (a thread's next mail shows its earlier
+    ones to the model), passages of past mail, the graph (the relations of ``memory_ids``, the forgotten
+    memories, and the entities it names), the earlier values recall shows beside current memories (issue 32) and
+    the raw copies of replies sent; the mail still waiting to be learnt from is noted, so it is learnt without
+    the fact (``learning.note_forget``). Returns what changed where."""
     if forgetting.empty:
         return {}
     done = state.rewrite_mentions(store.db, user_id, forgetting.rewrite)
     done["sessions"] = Sessions(store.db).rewrite_summaries(user_id, forgetting.rewrite)
     done["messages"] = Sessions(store.db).rewrite_messages(user_id, forgetting.rewrite_mail)
     done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite)
+    done["sources"] = rewrite_sources(store.db, user_id, forgetting.rewrite)
     done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
     done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)
     done["outbox"] = outbox.blank_mentions(store.db, user_id, forgetting.mentions)

@@ -104,7 +104,8 @@ MAP: tuple[Holder, ...] = (
         forget="every current memory that mentions the fact: one holding other facts gets a new version without it, "
         "one holding nothing else ends (active 0, kept in history); replaced versions that mention it, shown as "
         '"earlier" values beside current ones, end too; a forget by id ends that memory and reaches the rest '
-        "with its content as the fact",
+        "with its content as the fact; the subject of the email a memory came from (metadata source) is "
+        "rewritten without it, in place, on every row of the person",
         stop="nothing new from extraction, tools, remember, summaries (job or on request), session close, "
         "reflection or consolidation",
         # secrets (credentials, card and account numbers, government ids) are masked unless the person asked
@@ -227,7 +228,8 @@ MAP: tuple[Holder, ...] = (
             "status": "ids",
             "summary": "words",
         },
-        forget="a rolling summary that mentions the fact is rewritten without it",
+        forget="a rolling summary or subject that mentions the fact is rewritten without it (the subject's key "
+        "with it)",
         stop="summary no longer updated (summarize job, summarize on request)",
         export="summaries exported (thread_summaries)",
         purge="deleted",
@@ -262,7 +264,8 @@ MAP: tuple[Holder, ...] = (
             "full_text": "words",
             "created_at": "ids",
         },
-        forget="kept as the mail was written; its passages leave recall",
+        forget="subject, text and full text rewritten without it a paragraph at a time, with their full-text "
+        "rows; its passages leave recall",
         stop="stored for threading only, never indexed",
         export="through passages (conversation)",
         purge="deleted",

@@ -232,15 +232,22 @@ class Sessions:
         return [{"subject": r[0] or "", "summary": r[1], "date": r[2]} for r in rows]
 
     def rewrite_summaries(self, user_id: str, rewrite: Callable[[str], str | None]) -> int:
-        """A forget's part of the threads (issue 35): each of the user's rolling summaries ``rewrite`` changes
-        (None: left alone) is written without the forgotten fact. Returns how many."""
+        """A forget's part of the threads (issue 35): each of the user's rolling summaries and subjects
+        ``rewrite`` changes (None: left alone) is written without the forgotten fact; the subject's key follows
+        it (a later "Re:" of the old subject then threads by its ids only). The subject heads each summary in
+        "what do you know about me?" and the export. Returns how many threads changed."""
         changed = 0
-        rows = self.db.query("SELECT id, summary FROM sessions WHERE user_id = ? AND summary IS NOT NULL", (user_id,))
-        for session_id, summary in rows:
-            new = rewrite(summary)
-            if new is not None:
-                self.db.execute("UPDATE sessions SET summary = ? WHERE id = ?", (new, session_id))
-                changed += 1
+        rows = self.db.query("SELECT id, subject, summary FROM sessions WHERE user_id = ?", (user_id,))
+        with self.db.transaction() as tx:
+            for session_id, subject, summary in rows:
+                new_subject = rewrite(subject) if subject else None
+                new_summary = rewrite(summary) if summary is not None else None
+                if new_subject is not None:
+                    tx.execute("UPDATE sessions SET subject = ?, subject_key = ? WHERE id = ?",
+                               (new_subject, normalise_subject(new_subject), session_id))  # fmt: skip
+                if new_summary is not None:
+                    tx.execute("UPDATE sessions SET summary = ? WHERE id = ?", (new_summary, session_id))
+                changed += new_subject is not None or new_summary is not None
         return changed
 
     def rewrite_messages(self, user_id: str, rewrite: Callable[[str], str | None]) -> int:

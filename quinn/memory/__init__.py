@@ -40,7 +40,7 @@ from quinn.memory.retrievals import apply_spacing, record_retrievals
 from quinn.memory.scopes import current_by_scope, profile_changes_by_day
 from quinn.memory.search import LINES, content_words, find_similar, hybrid_search, query_chunks, relevant
 from quinn.memory.sensitive import asked_to_keep, mask
-from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser, versions_of
+from quinn.memory.store import NOT_WIPED, MemoryStore, PurgeUser, rewrite_sources, versions_of
 
 __all__ = [
     "AGE_ANCHOR",
@@ -96,6 +96,7 @@ __all__ = [
     "relevant",
     "retire_earlier",
     "rewrite_passages",
+    "rewrite_sources",
     "save_graph",
     "search_passages",
     "similar_groups",

@@ -13,6 +13,7 @@ go through ``Database.run``.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -46,6 +47,7 @@ from quinn.memory.rows import (
     insert_rows,
     log_changes,
     marks,
+    metadata_text,
     moment,
     row_for,
     update_rows,
@@ -532,6 +534,34 @@ def purge_user(tx: Transaction, user: str) -> dict[str, int]:
     for table in ("memories", "memory_versions", "passages", "relationships", "entities"):
         counts[table] = tx.delete(table, "user_id = ?", (user,))
     return counts
+
+
+def rewrite_sources(db: Database, user_id: str, rewrite: Callable[[str], str | None]) -> int:
+    """A forget's part of the memories' provenance (issue 35): the subject of the email a memory came from
+    (``source.subject``; ``subject`` of a thread summary) is shown beside each memory in "what do you know about
+    me?", the digest and the export, so every one of the user's memory rows whose subject ``rewrite`` changes
+    (None: left alone) keeps the subject without the forgotten fact. In place: provenance, not the memory's
+    fact, which stays versioned. Returns how many rows changed."""
+    changed = 0
+    rows = db.query("SELECT id, metadata FROM memories WHERE user_id = ? AND metadata LIKE '%subject%'",
+                    (normalise_user(user_id),))  # fmt: skip
+    with db.transaction() as tx:
+        for memory_id, text in rows:
+            metadata = json.loads(text or "{}")
+            if not isinstance(metadata, dict):
+                continue
+            holders = [metadata, metadata.get("source")]
+            moved = False
+            for holder in holders:
+                if isinstance(holder, dict) and isinstance(holder.get("subject"), str):
+                    new = rewrite(holder["subject"])
+                    if new is not None:
+                        holder["subject"], moved = new, True
+            if moved:
+                text = metadata_text(metadata, "forget")
+                tx.execute("UPDATE memories SET metadata = ? WHERE id = ?", (text, memory_id))
+                changed += 1
+    return changed
 
 
 def versions_of(db: Database, user: str) -> dict[int, list[dict[str, object]]]:

@@ -3,6 +3,7 @@ agent/forgetting.py and agent/facts.py, on the sentences the issue reproduced.""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -94,10 +95,14 @@ def test_the_persons_own_name_is_not_what_a_forget_is_about() -> None:
 
 def written_from_berlin(store: MemoryStore, user: str, name: str, uid: int) -> int:
     """``name`` lives in Berlin, in a memory (its id returned) and in everything written from it: the
-    short-term state, a thread summary, a passage of their mail and the graph; and works as a pharmacist."""
+    short-term state, a thread's subject and summary, a passage of their mail and the graph; and works as a
+    pharmacist, learnt from that mail (whose subject names Berlin)."""
     lives = store.add(user, f"{name} lives in Berlin.", type="fact")
-    store.add(user, f"{name} works as a pharmacist.", type="fact")
-    headers = f"From: {user}\r\nTo: quinn@example.org\r\nSubject: Weekend\r\nMessage-ID: <berlin{uid}@example.org>\r\n"
+    # Learnt from the mail below: its subject is shown beside the memory (digest answer, export).
+    source = {"message_id": f"<berlin{uid}@example.org>", "subject": "Weekend in Berlin", "date": "2026-11-24"}
+    store.add(user, f"{name} works as a pharmacist.", type="fact", metadata={"source": source})
+    headers = (f"From: {user}\r\nTo: quinn@example.org\r\nSubject: Weekend in Berlin\r\n"
+               f"Message-ID: <berlin{uid}@example.org>\r\n")  # fmt: skip
     raw = f"{headers}Date: Tue, 24 Nov 2026 10:00:00 +0000\r\n\r\nI live in Berlin now. I work at a pharmacy.\r\n"
     add_mail(store.db, uid, raw.encode(), user, "replied")
     assert index_message(store, user, f"<berlin{uid}@example.org>", "in") == 1
@@ -120,7 +125,8 @@ def berlin_rows(store: MemoryStore, user: str) -> dict[str, str]:
     """Where ``user``'s derived text still says Berlin, by table (what ``written_from_berlin`` wrote)."""
     sql = {
         "user_state": "SELECT user_info FROM user_state WHERE user_id = ?",
-        "sessions": "SELECT summary FROM sessions WHERE user_id = ?",
+        "sessions": "SELECT subject || ' ' || subject_key || ' ' || summary FROM sessions WHERE user_id = ?",
+        "memories": "SELECT json_extract(metadata, '$.source.subject') FROM memories WHERE user_id = ?",
         "passages": "SELECT subject || ' ' || content FROM passages WHERE user_id = ?",
         "messages": "SELECT subject || ' ' || body || ' ' || full_text FROM messages WHERE user_id = ?",
         "entities": "SELECT name FROM entities WHERE user_id = ?",
@@ -143,6 +149,7 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
         assert set(berlin_rows(store, "alice@example.org")) == {
             "user_state",
             "sessions",
+            "memories",
             "passages",
             "messages",
             "entities",
@@ -156,7 +163,14 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
         assert done["outbox"] == 1 and done["learning"] == 1, done  # the reply's copy, the mail still to learn from
         assert [f.names for f in noted(store.db, "<later@example.org>")] == [frozenset({"berlin"})]
         assert store.db.query("SELECT count(*) FROM relationships WHERE user_id = ?", ("alice@example.org",)) == [(0,)]
-        assert set(done) >= {"user_state", "sessions", "passages", "messages", "graph"}, done
+        assert set(done) >= {"user_state", "sessions", "sources", "passages", "messages", "graph"}, done
+        # The memory learnt from that mail is kept; its source names the subject without Berlin.
+        kept = store.db.query("SELECT metadata FROM memories WHERE user_id = ? AND content LIKE '%pharmacist%'",
+                              ("alice@example.org",))  # fmt: skip
+        assert [json.loads(m)["source"]["subject"] for (m,) in kept] == [""]
+        assert store.db.query(
+            "SELECT subject, subject_key FROM sessions WHERE user_id = ?", ("alice@example.org",)
+        ) == [("", "")]
         # The stored mail keeps its other sentence, and its full-text index row follows it.
         assert store.db.query("SELECT body FROM messages WHERE user_id = ?", ("alice@example.org",)) == [
             ("I work at a pharmacy.",)
@@ -173,6 +187,7 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
         assert set(berlin_rows(store, "bob@example.org")) == {
             "user_state",
             "sessions",
+            "memories",
             "passages",
             "messages",
             "entities",

@@ -302,6 +302,6 @@ def test_forget_by_id_takes_the_fact_out_of_what_was_written_from_it(lab: Lab):
         assert store.db.query("SELECT user_info FROM user_state WHERE user_id = ?", (ALICE,)) == [
             ("Alice works as a pharmacist.",)
         ]
-        assert len(berlin_rows(store, "bob@example.test")) == 7  # what written_from_berlin wrote: seven places
+        assert len(berlin_rows(store, "bob@example.test")) == 8  # what written_from_berlin wrote: eight places
     finally:
         store.close()
