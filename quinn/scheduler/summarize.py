@@ -261,10 +261,13 @@ def _cut(text: str, max_chars: int) -> str:
 
 
 async def reply_with_summary(ctx: JobContext, session_id: str) -> Answer | None:
-    """The reply to "summarize this and remember it": the thread's summary, stored as a memory and cited."""
+    """The reply to "summarize this and remember it": the thread's summary, stored as a memory and cited, sent to
+    the user alone."""
     done = await summarize_on_request(ctx, session_id)
     if done is None:
         return None
     saved = f"\n\nI saved this summary to your memory [memory:{done.memory_id}]." if done.memory_id else ""
     usage = done.usage or Usage(ctx.model().background_model_id)
-    return Answer(f"{done.summary}{saved}", "summarize", done.prompt_version, usage)
+    # The whole thread, what the user told Quinn alone included: to From only, as every answer that carries the
+    # user's memory wholesale (a Cc'd person may have seen none of it).
+    return Answer(f"{done.summary}{saved}", "summarize", done.prompt_version, usage, private=True)

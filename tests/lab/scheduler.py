@@ -80,14 +80,16 @@ def open_bench(
 
 
 def inbound_mail(sender: str, to: str, subject: str, body: str, message_id: str, *, in_reply_to: str | None = None,
-                 date: datetime | None = None) -> bytes:  # fmt: skip
-    """An RFC 5322 message from ``sender`` (threaded under ``in_reply_to``), as bytes."""
+                 date: datetime | None = None, cc: str | None = None) -> bytes:  # fmt: skip
+    """An RFC 5322 message from ``sender`` (threaded under ``in_reply_to``, ``cc`` on it), as bytes."""
     from email.message import EmailMessage
     from email.utils import format_datetime
 
     msg = EmailMessage()
     msg["From"] = sender
     msg["To"] = to
+    if cc:
+        msg["Cc"] = cc
     msg["Subject"] = subject if in_reply_to is None else f"Re: {subject}"
     msg["Message-ID"] = message_id
     if in_reply_to:

@@ -57,8 +57,10 @@ async def next_pass(app: Quinn) -> int:
 @pytest.mark.timeout(300)  # loads the embedding model for its in-process Quinn
 async def test_sixty_message_thread_is_answered_from_summary_and_recent_messages(mail_lab, lab_config, llm_server):
     alice = mail_lab.new_user("alice")
+    bob = mail_lab.new_user("bob")
     lab = lab_config(extra="[scheduler]\nenabled = false\nsummarize_threshold_tokens = 1500\n"
-                           "summarize_keep_recent = 6\n[memory]\ntoken_budget = 1000\n")  # fmt: skip
+                           "summarize_keep_recent = 6\n[memory]\ntoken_budget = 1000\n",
+                     smtp_extra="reply_all = true")  # fmt: skip
     config = load_config(lab.path, env=lab.env)
     quinn_address = lab.address
     db = Database.open(config.database.url)
@@ -105,13 +107,16 @@ async def test_sixty_message_thread_is_answered_from_summary_and_recent_messages
                                              (thread.session_id,))  # fmt: skip
         assert retrieved >= 1  # the summary memory was retrieved for this session (decay's spacing input)
 
-        # "Summarize this and remember it": the whole thread folded now, the summary in the reply, stored.
+        # "Summarize this and remember it": the whole thread folded now, the summary in the reply, stored. Bob,
+        # on Cc, saw none of the thread: with reply_all on, the summary still goes to Alice alone.
         ask = inbound_mail(alice, quinn_address, "Berlin trip", "Thanks! Please summarize this thread and remember it.",
-                           "<t-62@example.test>", in_reply_to="<t-61@example.test>")  # fmt: skip
+                           "<t-62@example.test>", in_reply_to="<t-61@example.test>", cc=bob)  # fmt: skip
         mail_lab.smtp.send(alice, quinn_address, ask)
         assert await next_pass(app) == 1
         replies = mail_lab.dovecot.wait_for_messages(alice, 2)
-        text = email.message_from_bytes(replies[-1], policy=email.policy.default).get_body(("plain",)).get_content()
+        answer = email.message_from_bytes(replies[-1], policy=email.policy.default)
+        assert answer["Cc"] is None and mail_lab.dovecot.messages(bob) == []
+        text = answer.get_body(("plain",)).get_content()
         assert "Berlin trip" in text and "4417" in text and "[memory:" in text
         memory_id = int(text.split("[memory:")[1].split("]")[0])
         stored = app.store.get(memory_id)
