@@ -43,6 +43,7 @@ from quinn.mailbox import (
     MailRecord,
     Outbox,
     Rules,
+    carries_text_of,
     decide,
     decide_sent,
     parse_or_reason,
@@ -522,11 +523,21 @@ class MailHandler:
         log.info("mail uid=%s held until %s: the setup error above", mail.key.uid, iso(self.hold.until))
 
     async def _is_own_copy(self, mail: InHand, email: InboundEmail) -> bool:
-        """Our own reply, back through smtp.copy_to_self: proof that its send went through; filed as sent."""
+        """Our own reply, back through smtp.copy_to_self: proof that its send went through; filed as sent.
+
+        The Message-ID alone proves nothing: a reply's is derived from the mail it answers and a digest's is
+        numbered, so a stranger could send one and mark a reply still waiting for the server as sent (never
+        delivered). A copy must carry the reply's own text (``carries_text_of``), which only Quinn wrote."""
         ledger = self._ledger()
         outbox = Outbox(ledger.db)
         item = await self._db(outbox.get, email.message_id)
         if item is None:
+            return False
+        if (item.raw or item.state in ("pending", "sending")) and not await asyncio.to_thread(
+            carries_text_of, item.raw, email
+        ):
+            log.warning("mail uid=%s has the Message-ID of our reply %s but not its text: not our copy, handled as "
+                        "any mail", mail.key.uid, item.message_id)  # fmt: skip
             return False
         if item.state in ("pending", "sending"):
             # The server accepted it (for every recipient or none), whatever our last try concluded.

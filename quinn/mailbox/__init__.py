@@ -40,6 +40,7 @@ HOMES = {
     "InboundEmail": "message",
     "Draft": "outbox",
     "Outbox": "outbox",
+    "carries_text_of": "outbox",
     "html_to_text": "parse",
     "parse_email": "parse",
     "parse_or_reason": "parse",
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
     from quinn.mailbox.message import InboundEmail as InboundEmail
     from quinn.mailbox.outbox import Draft as Draft
     from quinn.mailbox.outbox import Outbox as Outbox
+    from quinn.mailbox.outbox import carries_text_of as carries_text_of
     from quinn.mailbox.parse import html_to_text as html_to_text
     from quinn.mailbox.parse import parse_email as parse_email
     from quinn.mailbox.parse import parse_or_reason as parse_or_reason

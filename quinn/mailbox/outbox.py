@@ -20,7 +20,9 @@ from email.message import EmailMessage
 
 from quinn.clock import iso, utcnow
 from quinn.db import Database, Transaction
-from quinn.errors import QuinnError
+from quinn.errors import MailParseError, QuinnError
+from quinn.mailbox.message import InboundEmail
+from quinn.mailbox.parse import parse_email
 from quinn.mailbox.review import with_body
 
 
@@ -262,6 +264,20 @@ def text_of(raw: bytes) -> str:
         return "\n".join(str(p.get_content()) for p in parts if isinstance(p, EmailMessage))
     except (LookupError, ValueError, TypeError, AttributeError):  # an odd charset or header: the bytes will do
         return raw.decode("utf-8", "replace")
+
+
+def carries_text_of(raw: bytes, copy: InboundEmail) -> bool:
+    """Whether ``copy`` (a mail in our folder with a reply's Message-ID) holds the text of the reply we sent,
+    ``raw``: its text, spaces aside, within the copy's (a server may add a banner or a disclaimer around it).
+    Both are read by the same parser (ours: Quinn's own bytes, read here; the copy: as the pipeline read it)."""
+    if not raw:
+        return False
+    try:
+        ours = parse_email(raw).full_text
+    except MailParseError:
+        return False
+    words = " ".join(ours.split())
+    return bool(words) and words in " ".join(copy.full_text.split())
 
 
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:

@@ -25,6 +25,9 @@ from quinn.engine.purges import MailboxPurges
 from quinn.errors import ConfigError
 from quinn.hold import HELD_PREFIX, SetupHold
 from quinn.mailbox.imap import Fetched
+from quinn.mailbox.outbox import Outbox
+from quinn.mailbox.parse import parse_email
+from quinn.mailbox.smtp import compose_reply
 from quinn.metrics import Metrics
 
 START = "2026-11-24T09:00:00+00:00"
@@ -231,3 +234,23 @@ async def test_a_final_mail_seen_again_is_only_filed_away(engine: Engine) -> Non
     await engine.handle(1)  # a crash between "replied" and "filed away"
     assert engine.row(1)[0] == "replied" and engine.row(1)[4] == 1
     assert engine.folder.filed == {1: ("Quinn/Processed", True)}
+
+
+async def test_only_a_copy_with_the_replys_text_marks_a_waiting_reply_sent(engine: Engine) -> None:
+    """A reply's Message-ID comes from the mail it answers (a digest's is numbered): a stranger who sends one
+    while the reply waits for the server must not make Quinn mark it sent and never deliver it."""
+    assert engine.parts.db is not None
+    asked = parse_email(_mail(9, body="When is the dentist?"))
+    reply = compose_reply(asked, "On Tuesday at 9, at the usual place.", own_address=OWN)
+    outbox = Outbox(engine.parts.db)
+    outbox.put(reply.message_id, asked.message_id, "alice@example.org", None, reply.recipients, reply.raw)
+    engine.deliver(1, _mail(1, sender="mallory@example.net", body="Nothing to see.", message_id=reply.message_id))
+    await engine.handle(1)
+    assert outbox.get(reply.message_id).state == "pending"  # type: ignore[union-attr]
+    assert engine.row(1)[:2] == ("ignored", "own mail: Message-ID is one of ours")  # kept, in the processed folder
+    assert engine.folder.filed[1] == ("Quinn/Processed", False)
+    # Our own copy (the server put its trace on top): the proof the send went through.
+    engine.deliver(2, b"Received: by mx.example.test; Tue, 24 Nov 2026 09:00:01 +0000\r\n" + reply.raw)
+    await engine.handle(2)
+    assert outbox.get(reply.message_id).state == "sent"  # type: ignore[union-attr]
+    assert engine.folder.filed[2] == (engine.parts.config.imap.sent_folder, False)
