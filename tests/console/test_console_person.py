@@ -215,6 +215,6 @@ def test_forgetting_a_memory_takes_its_fact_out_of_what_was_written_from_it(worl
     assert forgot.status_code == 303 and not store.get(lives).active
     assert berlin_rows(store, ALICE) == {}
     assert "Alice works as a pharmacist." in client.get(f"/people/{ALICE}").text
-    assert len(berlin_rows(store, BOB)) == 7  # what written_from_berlin wrote: seven places
+    assert len(berlin_rows(store, BOB)) == 8  # what written_from_berlin wrote: eight places
     [entry] = audit_rows(world, "forget memory")
     assert "also out of: 1 note of our recent conversations" in entry.detail, entry
