@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from quinn.agent import learning
+from quinn.agent import learning, opted_out
 from quinn.clock import iso
 from quinn.confined import ChildFailed, ChildLimits, run_confined
 from quinn.engine import states
@@ -400,6 +400,8 @@ class MailHandler:
         if self.hold.clear("a reply went through"):
             self.release_held = True  # the probe worked: every held mail is due at once
         learn = decision.use_memory and decision.user_id is not None and replied.learnable
+        if learn and await self._db(opted_out, p.store.db, decision.user_id):  # type: ignore[union-attr]
+            learn = False  # "stop remembering me": their raw mail is never queued (agent/personal_data.py)
         if learn:  # queued before the row turns final: a crash from here on loses no learning
             assert decision.user_id is not None and p.store is not None
             await self._db(learning.put, p.store.db, email.message_id, decision.user_id, ready.raw,
@@ -430,8 +432,9 @@ class MailHandler:
         await self.conversation.take_in(email, decision)
         fault_point("after_store")
         assert self.parts.store is not None
-        await self._db(learning.put, self.parts.store.db, email.message_id, decision.user_id, ready.raw,
-                       ready.internal_date)  # fmt: skip
+        if not await self._db(opted_out, self.parts.store.db, decision.user_id):  # as live mail: never queued
+            await self._db(learning.put, self.parts.store.db, email.message_id, decision.user_id, ready.raw,
+                           ready.internal_date)  # fmt: skip
         await self._finish(mail, "imported", decision.reason)
         self.handled += 1
 

@@ -86,6 +86,10 @@ async def test_stop_remembering_me_stops_every_job_and_the_summary_on_request(ma
 
     await quinn.send(alice, "Privacy", "Please stop remembering me.", date=DAY0)
     before = quinn.query("SELECT id, content FROM memories WHERE user_id = ? ORDER BY id", (alice,))
+    # Whose raw mail ever entered the learning queue (a row lives there only until it is learnt from).
+    store.db.execute("CREATE TABLE test_queued (user_id TEXT)")
+    store.db.execute("CREATE TRIGGER test_queued_log AFTER INSERT ON learning_queue BEGIN"
+                     " INSERT INTO test_queued VALUES (new.user_id); END")  # fmt: skip
     for user, name in ((alice, "Alice"), (bob, "Bob")):
         for day, text in enumerate(THREAD, start=1):
             await quinn.send(user, "Norway", text, name=name, date=DAY0 + timedelta(hours=day))
@@ -111,6 +115,8 @@ async def test_stop_remembering_me_stops_every_job_and_the_summary_on_request(ma
     assert quinn.query("SELECT summary FROM sessions WHERE user_id = ? AND summary IS NOT NULL", (alice,)) == []
     for table in ("user_state", "conversation_summaries", "entities", "relationships"):
         assert quinn.query(f"SELECT count(*) FROM {table} WHERE user_id = ?", (alice,)) == [(0,)], table
+    queued = dict(quinn.query("SELECT user_id, count(*) FROM test_queued GROUP BY user_id"))
+    assert queued.get(bob, 0) > 0 and alice not in queued, queued  # her mail is never queued to be learnt from
     asked_about_alice = [r.purpose for r in brain.server.requests if r.purpose != "reply" and alice in r.text]
     assert asked_about_alice == [], "a background call was made about a person who asked not to be remembered"
 

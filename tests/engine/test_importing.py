@@ -279,6 +279,9 @@ def test_opted_out_and_not_allowed_people_are_imported_as_live_mail_is_handled(l
     config = lab_config(idle=False, extra='[policy]\nallow = ["example.test"]\n')
     db = Database.open(str(config.db_path))
     opt_out(db, ALICE, datetime(2025, 1, 1, tzinfo=UTC), None)
+    db.execute("CREATE TABLE test_queued (user_id TEXT)")  # whose raw mail ever entered the learning queue
+    db.execute("CREATE TRIGGER test_queued_log AFTER INSERT ON learning_queue BEGIN"
+               " INSERT INTO test_queued VALUES (new.user_id); END")  # fmt: skip
     db.close()
     box = mailbox.Maildir(tmp_path / "Maildir", create=True)
     for raw in history(config.address).values():
@@ -292,6 +295,11 @@ def test_opted_out_and_not_allowed_people_are_imported_as_live_mail_is_handled(l
     assert now["messages"] == ["<a1@example.test>", "<a2@example.test>", "<a3@example.test>"]  # kept for threads
     assert now["passages"] == 0 and now["documents"] == [] and now["memories"] == 0 and now["queued"] == 0
     assert brain.extractions() == [] and not brain.requests("SessionReview")
+    db = Database.open(str(config.db_path))
+    try:
+        assert db.query("SELECT user_id FROM test_queued WHERE user_id = ?", (ALICE,)) == []
+    finally:
+        db.close()
 
 
 async def test_a_source_server_that_goes_away_mid_import_is_one_clear_error(tmp_path: Path) -> None:
