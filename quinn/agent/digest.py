@@ -43,10 +43,11 @@ _ITEM = r"(?:(?:number|no\.?|item|#)\s*)?"
 _NUMBERS = rf"{_ITEM}\d{{1,3}}(?:\s*(?:,|and|&)\s*{_ITEM}\d{{1,3}})*"
 _ORDINAL = rf"(?:the\s+)?(?:{'|'.join(_ORDINALS)})(?:\s+(?:one|item|thing|memory))?"
 _WRONG = r"(?:is|are)\s+(?:wrong|incorrect|not\s+true|untrue|false|outdated|no\s+longer\s+true)"
-_PATTERNS = (
-    re.compile(rf"\b(?:forget|delete|remove)\s+({_NUMBERS}|{_ORDINAL})", re.I),
-    re.compile(rf"(?<![\w.])({_NUMBERS}|{_ORDINAL})\s+{_WRONG}", re.I),
-)
+_FORGET_ITEMS = re.compile(rf"\b(?:forget|delete|remove)\s+({_NUMBERS}|{_ORDINAL})", re.I)
+# "2 and 5 are wrong": the items first, then what follows them. As one pattern, every number of a long list
+# ("1, 1, 1, ...") began a match that ran to the list's end and failed: quadratic (16,000 characters: 5 s).
+_ITEMS = re.compile(rf"(?<![\w.])({_NUMBERS}|{_ORDINAL})", re.I)
+_WRONG_AFTER = re.compile(rf"\s+{_WRONG}", re.I)
 
 
 @dataclass(frozen=True)
@@ -176,12 +177,12 @@ def numbered(db: Database, message_id: str | None, user_id: str) -> list[int] | 
 def corrections(text: str) -> list[int]:
     """The item numbers a reply to a digest marks wrong or asks to forget, in order, each once. Pure."""
     found: list[tuple[int, int]] = []  # (position in the text, item number)
-    for pattern in _PATTERNS:
-        for match in pattern.finditer(text):
-            words = match.group(1).lower()
-            numbers = [int(n) for n in re.findall(r"\d+", words)]
-            numbers += [_ORDINALS.index(w) + 1 for w in re.findall(r"[a-z]+", words) if w in _ORDINALS]
-            found += [(match.start(), n) for n in numbers if n > 0]
+    wrong = (m for m in _ITEMS.finditer(text) if _WRONG_AFTER.match(text, m.end()))
+    for match in (*_FORGET_ITEMS.finditer(text), *wrong):
+        words = match.group(1).lower()
+        numbers = [int(n) for n in re.findall(r"\d+", words)]
+        numbers += [_ORDINALS.index(w) + 1 for w in re.findall(r"[a-z]+", words) if w in _ORDINALS]
+        found += [(match.start(), n) for n in numbers if n > 0]
     seen: list[int] = []
     for _, number in sorted(found):
         if number not in seen:

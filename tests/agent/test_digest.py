@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import email.message
 import re
+import time
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
 from quinn.agent import state
 from quinn.agent.consent import opt_out
-from quinn.agent.digest import compose, plan, unsent
+from quinn.agent.digest import compose, corrections, plan, unsent
 from quinn.clock import ManualClock, utcnow
 from quinn.db import Database
 from quinn.memory import MemoryStore
@@ -154,3 +155,14 @@ def test_a_digest_shows_what_else_shapes_replies_only_while_memory_is_on(tmp_pat
         assert "Also shaping" not in made[0].body and "honey" not in made[0].body
     finally:
         store.close()
+
+
+def test_finding_the_items_a_reply_corrects_is_not_a_redos() -> None:
+    """Any mail's text is read for "forget 2" and "2 is wrong" (``kept_reply``): a long list of numbers made
+    every number start a match that ran to the list's end (quadratic; 16,000 characters 5 s, these ~1 min)."""
+    numbers = ", ".join(["1"] * 20_000)
+    started = time.monotonic()
+    assert corrections(f"forget {numbers}") == [1] and corrections(numbers) == []
+    assert corrections(f"{numbers} are wrong") == [1]
+    assert time.monotonic() - started < 5
+    assert corrections("Thanks! 2 and 5 are wrong, and please forget the third one.") == [2, 5, 3]

@@ -5,11 +5,13 @@ Files are made in code (tests/lab/documents.py) and read by the real libraries."
 from __future__ import annotations
 
 import io
+import time
 import zipfile
 
 import pytest
 
 from quinn.documents.extract import display_name, extract, kind_of
+from quinn.documents.formats import heading
 from quinn.documents.sections import Deadline, Limits
 from quinn.mailbox.parse import parse_email
 from tests.lab.documents import encrypted_pdf, make_docx, make_odt, make_pdf, make_pptx, make_xlsx
@@ -88,6 +90,22 @@ def test_a_zip_bomb_is_refused_before_it_is_unpacked() -> None:
         archive.writestr("word/huge.bin", b"\0" * (3 * 1024 * 1024))  # 3 MB of zeros: a few kB packed
     read = extract("bomb.docx", "application/vnd.openxmlformats", out.getvalue(), Limits(max_unzipped_bytes=2_000_000))
     assert read.error is not None and "zip bomb" in read.error and len(out.getvalue()) < 10_000
+
+
+@pytest.mark.parametrize(("line", "title"), [
+    ("# Fees ##", "Fees"), ("## C#", "C"), ("# #", "#"), ("# a # b", "a # b"), ("# a  # #", "a  #"),
+    ("#    ", " "), ("####### x", None), ("#x", None), ("text", None),
+])  # fmt: skip
+def test_markdown_headings_read_as_the_one_pattern_did(line: str, title: str | None) -> None:
+    assert heading(line) == title
+
+
+def test_a_markdown_heading_of_spaces_is_not_a_redos() -> None:
+    """A stranger's .md with "# a" + spaces: the heading pattern backtracked cubically (1,000 spaces 2.5 s)."""
+    started = time.monotonic()
+    read = extract("notes.md", "text/markdown", ("# a" + " " * 5_000 + "x\nbody\n").encode())
+    assert time.monotonic() - started < 5
+    assert read.error is None and read.sections[0].ref.startswith("a ") and read.sections[0].text.endswith("body")
 
 
 def test_text_markdown_html_csv_ics_and_forwarded_mail() -> None:
