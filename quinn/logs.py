@@ -48,7 +48,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # HTTP credentials (RFC 9110 §11.6.2) and the API-key headers of the model providers.
     (
         re.compile(
-            r"((?:authorization|proxy-authorization)['\"]?\s*[:=]\s*['\"]?(?:bearer|basic|token)?\s*)"
+            r"((?:authorization|proxy-authorization)['\"]?\s*[:=]\s*(?:['\"](?:bearer|basic|token)?\s*|(?:bearer|basic|token)\s*)?)"
             r"[^\s'\",}]+",
             re.IGNORECASE,
         ),
