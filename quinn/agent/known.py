@@ -37,7 +37,9 @@ def described(found: dict[str, Any]) -> str:
         lines += [f"- {name.replace('_', ' ')}: {text}" for name, text in found["short_term_state"].items()]
     if found["thread_summaries"]:
         lines.append("Summaries of our email threads:")
-        lines += [f'- "{s["subject"]}": {s["summary"]}' for s in found["thread_summaries"]]
+        # A subject a forget emptied (it named the fact) leaves the summary alone on its line.
+        lines += [f'- "{s["subject"]}": {s["summary"]}' if s["subject"] else f"- {s['summary']}"
+                  for s in found["thread_summaries"]]  # fmt: skip
     if found["conversation_reviews"]:
         lines.append("My reviews of our finished conversations:")
         lines += [f"- {r['summary']}" for r in found["conversation_reviews"]]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quinn.agent import learning, state
+from quinn.agent import known, learning, state
 from quinn.agent.facts import facts
 from quinn.agent.forgetting import Forgetting, forget_by_id, noted
 from quinn.agent.memory_mail import forget, kept_reply
@@ -172,6 +172,8 @@ def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path)
         assert store.db.query(
             "SELECT subject, subject_key FROM sessions WHERE user_id = ?", ("alice@example.org",)
         ) == [("", "")]
+        said = known.described(known.shaping(store, "alice@example.org"))  # "what do you know about me?"
+        assert "- Alice wants a lake." in said and "berlin" not in said.lower(), said
         # The stored mail keeps its other sentence, and its full-text index row follows it.
         assert store.db.query("SELECT body FROM messages WHERE user_id = ?", ("alice@example.org",)) == [
             ("I work at a pharmacy.",)
