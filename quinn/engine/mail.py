@@ -400,8 +400,9 @@ class MailHandler:
         if self.hold.clear("a reply went through"):
             self.release_held = True  # the probe worked: every held mail is due at once
         learn = decision.use_memory and decision.user_id is not None and replied.learnable
-        if learn and await self._db(opted_out, p.store.db, decision.user_id):  # type: ignore[union-attr]
-            learn = False  # "stop remembering me": their raw mail is never queued (agent/personal_data.py)
+        if learn:  # "stop remembering me": their raw mail is never queued (agent/personal_data.py)
+            assert decision.user_id is not None and p.store is not None
+            learn = not await self._db(opted_out, p.store.db, decision.user_id)
         if learn:  # queued before the row turns final: a crash from here on loses no learning
             assert decision.user_id is not None and p.store is not None
             await self._db(learning.put, p.store.db, email.message_id, decision.user_id, ready.raw,
