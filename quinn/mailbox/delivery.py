@@ -4,13 +4,15 @@ The window no protocol closes: SMTP has no idempotent submit, so a crash after t
 (RFC 5321 §4.1.1.4: the 250 after DATA) and before the outbox says ``sent`` leaves us not knowing. Therefore a
 try is recorded as ``sending`` before the message leaves, and every reply is Bcc'd to Quinn's own address
 (``smtp.copy_to_self``): the server accepts a message for all its recipients or for none, so the copy in our own
-mailbox is proof of delivery. An item found ``sending`` is resent only when no copy with its Message-ID is in
-INBOX, the watched folder or the sent folder. Drafts are checked the same way in the drafts folder.
+mailbox is proof of delivery. An item found ``sending`` is resent only when no copy with its Message-ID and its body is
+in INBOX, the watched folder or the sent folder (a Message-ID alone anyone can write). Drafts are checked the
+same way in the drafts folder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,7 +22,7 @@ from quinn.errors import ConfigError, ConnectError, RetryLater
 from quinn.faults import fault_point
 from quinn.mailbox.backoff import Backoff
 from quinn.mailbox.imap import ImapMailbox
-from quinn.mailbox.outbox import Outbox, OutboxItem
+from quinn.mailbox.outbox import Outbox, OutboxItem, carries_raw
 from quinn.mailbox.smtp import MaybeSent, SmtpSender
 
 log = logging.getLogger(__name__)
@@ -107,7 +109,7 @@ class Delivery:
         it answers), so the watched folder shows people's mail only. A copy that comes later is recognised
         and filed by the pipeline."""
         if not draft and self.smtp.copy_to_self:
-            await self._imap(self.mailbox.file_copies, item.message_id, self.imap.sent_folder)
+            await self._imap(self.mailbox.file_copies, item.message_id, self.imap.sent_folder, self._carries(item))
 
     def _envelope(self, item: OutboxItem) -> list[str]:
         """The reply's recipients, plus Quinn itself (Bcc: only in the envelope) for the proof copy."""
@@ -119,11 +121,19 @@ class Delivery:
     async def _arrived(self, item: OutboxItem) -> bool:
         """Whether an interrupted try delivered ``item``: its copy (or draft) is in our mailbox."""
         if item.state == "drafting":
-            return bool(await self._imap(self.mailbox.holds_message_id, item.message_id, [self.imap.drafts_folder]))
+            drafts = [self.imap.drafts_folder]
+            return bool(await self._imap(self.mailbox.holds_message_id, item.message_id, drafts, self._carries(item)))
         if not self.smtp.copy_to_self:
             log.warning("reply %s was interrupted during SMTP and smtp.copy_to_self is off, so whether it arrived "
                         "cannot be checked: sending again (same Message-ID, so mail clients can drop a duplicate)",
                         item.message_id)  # fmt: skip
             return False
         folders = [*self.mailbox.copy_folders(), self.imap.sent_folder]
-        return bool(await self._imap(self.mailbox.holds_message_id, item.message_id, folders))
+        return bool(await self._imap(self.mailbox.holds_message_id, item.message_id, folders, self._carries(item)))
+
+    @staticmethod
+    def _carries(item: OutboxItem) -> Callable[[bytes], bool]:
+        """Which mail with ``item``'s Message-ID is its copy: the one holding its body (``outbox.carries_raw``).
+        Reply ids follow from the mail answered, so a stranger can write one; a forged "copy" must not stop a
+        reply or be filed out of the pipeline's sight."""
+        return functools.partial(carries_raw, item.raw)

@@ -12,6 +12,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEYWORD = b"$QuinnProcessed"
+COPIES_READ = 8  # messages of one Message-ID whose bytes a copy check reads, at most
 DEAD_CONNECTION: tuple[type[BaseException], ...] = (IMAPClientAbortError, OSError, socket.timeout, ssl.SSLError)
 
 
@@ -297,9 +299,12 @@ class ImapMailbox:
                 self._client.select_folder(self.server_name(self.config.folder))
         return found
 
-    def holds_message_id(self, message_id: str, folders: list[str]) -> bool:
+    def holds_message_id(
+        self, message_id: str, folders: list[str], carries: Callable[[bytes], bool] | None = None
+    ) -> bool:
         """Whether any of ``folders`` holds a message with this Message-ID (read-only; the watched folder is
-        selected again afterwards). How a send interrupted by a crash is confirmed from its copy."""
+        selected again afterwards). How a send interrupted by a crash is confirmed from its copy. ``carries``:
+        only a message whose bytes it accepts counts (a Message-ID alone anyone can write; ``outbox.carries_raw``)."""
         watched = self.config.folder
         try:
             for folder in folders:
@@ -307,11 +312,20 @@ class ImapMailbox:
                     self._client.select_folder(self.server_name(folder), readonly=True)
                 else:
                     self._client.select_folder(self.server_name(folder))
-                if self._client.search(["HEADER", "Message-ID", message_id]):
+                uids = [int(u) for u in self._client.search(["HEADER", "Message-ID", message_id])]
+                if self._accepted(uids, carries):
                     return True
             return False
         finally:
             self._client.select_folder(self.server_name(watched))
+
+    def _accepted(self, uids: list[int], carries: Callable[[bytes], bool] | None) -> list[int]:
+        """Of ``uids`` in the selected folder, those whose bytes ``carries`` accepts (all without it), the first
+        ``COPIES_READ`` read: mail carrying one Message-ID is a copy or two, unless someone forged more."""
+        if carries is None or not uids:
+            return uids
+        data = self._client.fetch(sorted(uids)[:COPIES_READ], ["BODY.PEEK[]"])
+        return [int(uid) for uid, item in data.items() if b"BODY[]" in item and carries(bytes(item[b"BODY[]"]))]
 
     # -- filing ----------------------------------------------------------------------------------------
 
@@ -341,15 +355,17 @@ class ImapMailbox:
         """Where the copy of a reply Bcc'd to ourselves arrives: INBOX, and the watched folder if it is another."""
         return list(dict.fromkeys([self.config.folder, "INBOX"]))
 
-    def file_copies(self, message_id: str, folder: str) -> int:
-        """Move every message with this Message-ID from ``copy_folders()`` to ``folder``; returns how many."""
+    def file_copies(self, message_id: str, folder: str, carries: Callable[[bytes], bool] | None = None) -> int:
+        """Move every message with this Message-ID from ``copy_folders()`` to ``folder``; returns how many.
+        ``carries``: only those whose bytes it accepts (``holds_message_id``); others stay for the pipeline."""
         watched, moved = self.config.folder, 0
         try:
             for source in self.copy_folders():
                 if source != watched:
                     self._client.select_folder(self.server_name(source))
                 self._client.noop()  # Dovecot searches only mail it has announced; a NOOP brings in new arrivals
-                uids = [int(u) for u in self._client.search(["UNDELETED", "HEADER", "Message-ID", message_id])]
+                found = [int(u) for u in self._client.search(["UNDELETED", "HEADER", "Message-ID", message_id])]
+                uids = self._accepted(found, carries)
                 for uid in uids:
                     self.file_away(uid, folder)
                 moved += len(uids)

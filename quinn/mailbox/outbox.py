@@ -280,6 +280,17 @@ def carries_text_of(raw: bytes, copy: InboundEmail) -> bool:
     return bool(words) and words in " ".join(copy.full_text.split())
 
 
+def carries_raw(raw: bytes, copy: bytes) -> bool:
+    """Whether ``copy`` (a message's bytes in one of our folders, with a reply's Message-ID) holds the body of
+    the reply we sent, ``raw``, byte for byte but for spaces and line ends (a server adds headers, may add a
+    banner, and stores lines as it likes). Read without parsing: the restart check and the filing of copies run
+    before the pipeline, on whatever a stranger put there. A server that re-encodes the body fails the check, and
+    the reply is sent again (the same Message-ID, so a client can drop the duplicate): never lost."""
+    ends = [at for at in (raw.find(b"\r\n\r\n"), raw.find(b"\n\n")) if at >= 0]
+    words = b" ".join(raw[min(ends) :].split()) if ends else b""
+    return bool(words) and words in b" ".join(copy.split())
+
+
 def expire_before(tx: Transaction, before: str) -> dict[str, int]:
     """Retention (``[retention] outbox_days``): the raw copy of a reply sent, drafted or discarded (drafted
     before ``before``) is blanked; the row (state, template version) stays for the statistics. Pending, approved

@@ -101,6 +101,26 @@ async def test_an_interrupted_send_that_got_through_is_not_repeated(make_rig: Ca
     assert len(rig.dovecot.messages(rig.quinn, "Quinn.Sent")) == 1
 
 
+async def test_a_forged_copy_carrying_only_the_replys_message_id_neither_stops_it_nor_is_filed(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Reply ids follow from the mail they answer, so a stranger can send Quinn mail with one. Found in the
+    mailbox after a crash mid-send, such a mail must not count as the proof copy (the reply would never go), nor
+    be filed away as ours (the pipeline would never see it)."""
+    rig = make_rig()
+    item = rig.outbox.begin(rig.put().message_id, "sending")  # died before the server answered
+    forged = make_mail("mallory@evil.test", rig.quinn, "Re: Question 1", body="Not the reply.",
+                       message_id=item.message_id)  # fmt: skip
+    rig.dovecot.append(rig.quinn, forged)
+    assert await rig.delivery.deliver(item) == "replied"
+    assert len(rig.replies()) == 1  # sent: the forged mail was no proof
+    assert rig.outbox.get(item.message_id).attempts == 2  # type: ignore[union-attr]
+    inbox = rig.dovecot.messages(rig.quinn)
+    assert len(inbox) == 1 and b"mallory@evil.test" in inbox[0]  # left for the pipeline, not filed as ours
+    sent = rig.dovecot.messages(rig.quinn, "Quinn.Sent")
+    assert len(sent) == 1 and b"mallory" not in sent[0]  # the real copy was filed
+
+
 async def test_copies_are_found_in_inbox_when_another_folder_is_watched(make_rig: Callable[..., Rig]) -> None:
     rig = make_rig(imap={"folder": "Quinn/In"})
     first, second = rig.put(1), rig.put(2)

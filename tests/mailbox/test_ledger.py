@@ -12,7 +12,7 @@ import pytest
 from quinn.agent import learning
 from quinn.db import Database
 from quinn.mailbox.ledger import MailKey, MailLedger
-from quinn.mailbox.outbox import Outbox
+from quinn.mailbox.outbox import Outbox, carries_raw
 
 NOW = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
 
@@ -175,6 +175,17 @@ def test_outbound_caps_per_domain_in_all_and_to_strangers(db: Database) -> None:
     reason, _ = ledger.outbound_cap_reached({"x"}, **{**caps, "per_hour": 2})  # type: ignore[misc, arg-type]
     assert reason == "rate cap: 2 replies in the last hour (cap 2)"
     assert ledger.outbound_cap_reached({"victims.test"}, **{**caps, "now": NOW + timedelta(hours=2)}) is None  # type: ignore[arg-type]
+
+
+def test_a_copy_carries_the_replys_body_whatever_the_server_did_to_headers_spaces_and_line_ends() -> None:
+    ours = b"Message-ID: <r1@q>\r\nSubject: Re: Hi\r\n\r\nHello Alice,\r\n\r\nThe answer is 42.\r\n"
+    delivered = b"Return-Path: <q@x>\nReceived: from lab\nMessage-ID: <r1@q>\n\nHello Alice,\n\nThe answer is 42.\n"
+    assert carries_raw(ours, delivered)
+    assert carries_raw(ours, delivered.replace(b"42.\n", b"42.\n\n-- \nScanned by the server\n"))  # a banner
+    assert carries_raw(ours.replace(b"\r\n", b"\n"), delivered)  # our bytes with bare line ends
+    assert not carries_raw(ours, b"Message-ID: <r1@q>\r\n\r\nHello Alice, the answer is 41.\r\n")  # forged
+    assert not carries_raw(b"Message-ID: <r1@q>\r\n\r\n", delivered)  # an empty body proves nothing
+    assert not carries_raw(b"", delivered)
 
 
 def test_outbox_in_flight_states(db: Database) -> None:
