@@ -13,6 +13,7 @@ good lexical match. Small stores never reach the budget, so their ranking is pla
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -41,14 +42,37 @@ def content_words(text: str) -> set[str]:
     return {w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOPWORDS and len(w) > 1}
 
 
+_POSSESSIVE = re.compile(r"['’]s$")
+
+
 def query_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
-    """The first ``max_terms`` distinct content words, in order of appearance (the leading chunks count most)."""
+    """The first ``max_terms`` distinct content words, in order of appearance (the leading chunks count most). A
+    possessive is searched as its word ("Phoebe's" as "phoebe"): the index splits at the apostrophe, so
+    "phoebe's" would match only "Phoebe's" and never "Phoebe"."""
     words: list[str] = []
     for match in _WORD.finditer(text):
-        word = match.group(0).lower()
+        word = _POSSESSIVE.sub("", match.group(0).lower())
         if word not in STOPWORDS and len(word) > 1 and word not in words:
             words.append(word)
     return words[:max_terms]
+
+
+def joined_terms(text: str, max_terms: int = MAX_TERMS) -> list[str]:
+    """Two neighbouring content words written as one ("step father" → "stepfather", "e-mail" → "email"): people
+    write compounds both ways, and a stemmer keeps them apart. Only pairs of letters apart by spaces or a hyphen,
+    neither a stopword, in the order of the text; none that is already a word of it. Searched beside the words,
+    each counted only where the index holds it (a join found nowhere adds nothing)."""
+    found = list(_WORD.finditer(text))
+    own = {m.group(0).lower() for m in found}
+    joined: list[str] = []
+    for first, second in itertools.pairwise(found):
+        between = text[first.end() : second.start()]
+        a, b = first.group(0).lower(), second.group(0).lower()
+        if between.strip(" -") or not between or a in STOPWORDS or b in STOPWORDS or not (a + b).isalpha():
+            continue  # apart by more than a space or a hyphen (a comma, a full stop, a line), or a stopword
+        if a + b not in own and a + b not in joined:
+            joined.append(a + b)
+    return joined[:max_terms]
 
 
 def _quoted(term: str) -> str:
@@ -153,10 +177,12 @@ def lexical_scores(
     Terms common to the owners' memories (``common_to_owners``) are left out of the MATCH and of the IDF mass,
     unless every term found is: then the rarest stays.
     """
-    terms = query_terms(text)
-    if not terms:
+    words = query_terms(text)
+    if not words:
         return {}, {}
+    terms = [*words, *joined_terms(text)]
     total, frequencies = document_frequencies(db, terms)
+    own_words = set(words)
     if owners:
         common = common_to_owners(db, owners, terms, frequencies, owned_rows)
         present = [(n, t) for t, n in zip(terms, frequencies, strict=True) if n > 0]
@@ -174,7 +200,8 @@ def lexical_scores(
         f" ON m.id = memories_fts.rowid WHERE memories_fts MATCH ? AND {where} ORDER BY {BM25} LIMIT ?",
         [match, *params, CANDIDATES],
     )
-    mass = max(sum(idf(total, n) for n in frequencies), 1e-6)
+    # A join is another spelling of two words already counted: it adds no IDF to the query's mass.
+    mass = max(sum(idf(total, n) for t, n in zip(terms, frequencies, strict=True) if t in own_words), 1e-6)
     scores: dict[int, tuple[int, float]] = {}
     found: dict[int, Row] = {}
     for rank, (bm25, *values) in enumerate(rows, start=1):

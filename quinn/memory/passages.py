@@ -31,7 +31,7 @@ import numpy as np
 
 from quinn.db import Database, Transaction
 from quinn.memory.filters import MAY_BE_RETRACTED, NOT_CURRENT, normalise_user
-from quinn.memory.lexical import CANDIDATES, idf, owned, query_terms, within_budget
+from quinn.memory.lexical import CANDIDATES, idf, joined_terms, owned, query_terms, within_budget
 from quinn.memory.models import iso, utcnow
 from quinn.memory.query import rrf
 from quinn.memory.search import CHUNK_WEIGHT_DECAY, Centre, query_chunks
@@ -462,9 +462,10 @@ def _lexical_scores(
     """FTS5 BM25 coverage (BM25 / the query's total IDF, capped at 1) of the ``owners``' best-matching passages
     (the user's, and the knowledge base's), the measure ``lexical.lexical_scores`` gives memories, with its
     budget for common terms."""
-    terms = query_terms(text)
-    if not terms:
+    words = query_terms(text)
+    if not words:
         return {}
+    terms = [*words, *joined_terms(text)]
     counts = ", ".join("(SELECT count(*) FROM passages_fts WHERE passages_fts MATCH ?)" for _ in terms)
     row = db.query_one(f"SELECT (SELECT count(*) FROM passages), {counts}", [_match([t]) for t in terms])
     total, frequencies = (int(row[0]), [int(n) for n in row[1:]]) if row else (0, [0] * len(terms))
@@ -477,7 +478,8 @@ def _lexical_scores(
         f" WHERE passages_fts MATCH ? AND {where} ORDER BY {BM25} LIMIT ?",
         [match, *params, CANDIDATES],
     )
-    mass = max(sum(idf(total, n) for n in frequencies), 1e-6)
+    # A join is another spelling of two words already counted: it adds no IDF to the query's mass.
+    mass = max(sum(idf(total, n) for n in frequencies[: len(words)]), 1e-6)
     return {int(pid): min(1.0, -float(bm25) / mass) for bm25, pid in rows}
 
 

@@ -9,6 +9,7 @@ from quinn.memory.filters import memory_filter
 from quinn.memory.lexical import (
     common_to_owners,
     document_frequencies,
+    joined_terms,
     lexical_scores,
     match_expression,
     query_terms,
@@ -18,6 +19,13 @@ from quinn.memory.lexical import owned as owned_match
 
 ALICE = "alice@example.test"
 BOB = "bob@example.test"
+
+
+def test_joined_terms_are_neighbouring_content_words_written_as_one():
+    text = "Where did my step father go? Check the e-mail, then the data base\nnew line"
+    assert joined_terms(text) == ["stepfather", "fathergo", "email", "database", "newline"]
+    assert joined_terms("Send the email by e-mail") == []  # "email" is a word of the text already
+    assert joined_terms("version 2 draft, room 101b") == []  # letters only
 
 
 def test_within_budget_keeps_the_rarest_terms_that_fit_and_always_one():
@@ -53,6 +61,23 @@ def test_a_common_term_past_the_budget_is_left_out_of_the_match_but_counts_in_th
     assert set(rare_only) == {planted["zanzibar"]} == set(rows)  # "meeting" (42 rows) was left out
     # Coverage is measured against the whole query's IDF: matching the rare word alone is not a full match.
     assert 0 < rare_only[planted["zanzibar"]][1] < 1.0
+
+
+def test_a_possessive_or_a_compound_written_apart_finds_the_plain_word(store: MemoryStore):
+    """The index splits "Phoebe's" at the apostrophe, so the term "phoebe's" matched only "Phoebe's"; and a stemmer
+    keeps "step father" apart from "stepfather". Both now find the memory, with the whole query's IDF as the mass
+    (a join adds none: it is the same two words)."""
+    rows = [NewMemory(user_id=ALICE, content=text, scope="episodic") for text in (
+        "Phoebe sings at the coffee house on Fridays.", "My stepfather went to jail.", "Rain all week.",
+        "The garden needs water.", "My father sends his love.", "Father and I went fishing.")]  # fmt: skip
+    ids = store.add_many(rows)
+    where, params = memory_filter(ALICE)
+    assert query_terms("Where does Phoebe's band play?") == ["phoebe", "band", "play"]
+    sings, _ = lexical_scores(store.db, where, params, "Where does Phoebe's band play?")
+    assert list(sings) == [ids[0]]
+    jail, _ = lexical_scores(store.db, where, params, "Whatever happened to my step father?")
+    assert next(iter(jail)) == ids[1]  # ranked first, above the plain "father"s
+    assert 0 < jail[ids[1]][1] <= 1.0
 
 
 def test_search_inside_a_transaction_runs_its_lexical_leg_inline(store: MemoryStore):

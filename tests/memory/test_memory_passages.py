@@ -101,6 +101,25 @@ def test_full_text_only_without_an_embedder(open_store: Callable[..., MemoryStor
     assert [h.passage.message_id for h in hits] == ["<a1@x>"] and hits[0].similarity is None
 
 
+def test_a_compound_written_apart_in_the_question_finds_the_word_written_whole(
+    open_store: Callable[..., MemoryStore],
+):
+    """People write compounds both ways ("step father", "stepfather"), and the stemmer keeps them apart: the
+    lexical leg also searches two neighbouring words joined (FriendsQA's "where did phoebe step father go?"; its
+    answer, "my stepfather went to jail", was the 31st of Phoebe's passages, and 11th with the join)."""
+    store = open_store(embedder=None)  # the lexical leg alone: what it finds is what this measures
+    store_message(store, ALICE, "<a1@x>", "My stepfather went to jail when I was growing up.")
+    others = ("The plumber comes on Tuesday.", "Our cat likes the sofa.", "I bake bread on Sundays.",
+              "My father sends his love.", "Father's day is soon.", "My father and I went fishing.")  # fmt: skip
+    for n, line in enumerate(others):  # "father" is common, "stepfather" rare, as in a person's mail
+        store_message(store, ALICE, f"<f{n}@x>", line)
+    hits = search_passages(store, ALICE, "Whatever happened to my step father?")
+    assert [h.passage.message_id for h in hits][:1] == ["<a1@x>"]
+    # A join found nowhere finds nothing; a possessive finds its word ("plumber's": "The plumber comes ...").
+    assert search_passages(store, ALICE, "green van") == []
+    assert [h.passage.message_id for h in search_passages(store, ALICE, "the plumber's van")] == ["<f0@x>"]
+
+
 def test_purge_and_message_deletion_take_the_passages_and_their_vectors(store: MemoryStore):
     store_message(store, ALICE, "<a1@x>", "I keep bees on the allotment behind the station.")
     store_message(store, BOB, "<b1@x>", "I keep bees too, on my roof.")
