@@ -15,12 +15,14 @@ other facts in the same words.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
 
 from quinn.agent import learning, state
 from quinn.db import Database
+from quinn.documents import library
 from quinn.mailbox import Sessions, outbox
 from quinn.memory import (
     Memory,
@@ -199,6 +201,7 @@ WHERE = {
     "sessions": ("thread summary", "thread summaries"),
     "sources": ("memory's source email subject", "memories' source email subjects"),
     "passages": ("passage of past mail", "passages of past mail"),
+    "files": ("file you sent", "files you sent"),
     "messages": ("stored copy of our emails", "stored copies of our emails"),
     "graph": ("link between people and places", "links between people and places"),
     "earlier": ("earlier value", "earlier values"),
@@ -213,14 +216,18 @@ def reach(store: MemoryStore, user_id: str, forgetting: Forgetting, memory_ids: 
     their source, the stored copies of their mail and Quinn's replies (a thread's next mail shows its earlier
     ones to the model), passages of past mail, the graph (the relations of ``memory_ids``, the forgotten
     memories, and the entities it names), the earlier values recall shows beside current memories (issue 32) and
-    the raw copies of replies sent; the mail still waiting to be learnt from is noted, so it is learnt without
+    the raw copies of replies sent, the names of the files they sent and the bytes of those that mention it; the
+    mail still waiting to be learnt from is noted, so it is learnt without
     the fact (``learning.note_forget``). Returns what changed where."""
     if forgetting.empty:
         return {}
     done = state.rewrite_mentions(store.db, user_id, forgetting.rewrite)
     done["sessions"] = Sessions(store.db).rewrite_summaries(user_id, forgetting.rewrite)
     done["messages"] = Sessions(store.db).rewrite_messages(user_id, forgetting.rewrite_mail)
-    done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite)
+    # Files first: their passages' text, still as it was, says which files mention the fact.
+    done["files"] = library.forget_in_files(store.db, user_id, forgetting.mentions)
+    rename = functools.partial(library.renamed, mentions=forgetting.mentions)
+    done["passages"] = rewrite_passages(store.db, user_id, forgetting.rewrite, rename)
     done["sources"] = rewrite_sources(store.db, user_id, forgetting.rewrite)
     done["graph"] = forget_in_graph(store, user_id, forgetting.mentions, memory_ids)
     done["earlier"] = retire_earlier(store.db, user_id, forgetting.mentions)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from quinn.clock import iso, utcnow
@@ -128,6 +128,45 @@ def keep_documents(
         log.info("mail %s: %d of %d file(s) kept for %s, %d passage(s) indexed", message_id, kept, len(documents),
                  user, written)  # fmt: skip
     return written
+
+
+def renamed(name: str, mentions: Callable[[str], bool]) -> str | None:
+    """A file's shown name without a forgotten fact: ``attachment`` with its extension ("IVF results.pdf" is
+    "attachment.pdf"), as ``extract.display_name`` names a file with no name; None when ``name`` does not mention
+    it. A name is one phrase: nothing of it is kept but the kind of file."""
+    if not mentions(name):
+        return None
+    stem, dot, ext = name.rpartition(".")
+    kind = dot and stem and ext.isalnum() and len(ext) <= 8 and not mentions(ext)
+    return f"attachment.{ext}" if kind else "attachment"
+
+
+def forget_in_files(db: Database, user_id: str, mentions: Callable[[str], bool]) -> int:
+    """A forget's part of the user's files (issue 35): a name their mail gave a file that ``mentions`` the fact
+    is renamed (``renamed``), and the bytes of a file whose name or read text mentions it are deleted (a PDF cannot
+    be rewritten; its text in recall is, with the passages, after this). The file stays listed, by kind, size
+    and date. Run before the passages are rewritten: their text says which files mention it. Returns how many
+    files changed."""
+    user = normalise_user(user_id)
+    if user is None:
+        return 0
+    changed: set[int] = set()
+    with db.transaction() as tx:
+        texts = tx.query("SELECT document_id, content, coalesce(ref, '') FROM passages WHERE user_id = ?"
+                         " AND document_id IS NOT NULL", (user,))  # fmt: skip
+        said = {int(d) for d, content, ref in texts if mentions(content) or mentions(ref)}
+        for row, position, document_id, name in tx.query(
+            "SELECT message_row, position, document_id, name FROM message_documents WHERE user_id = ?", (user,)
+        ):
+            new = renamed(name, mentions)
+            if new is not None:
+                tx.execute("UPDATE message_documents SET name = ? WHERE message_row = ? AND position = ?",
+                           (new, row, position))  # fmt: skip
+                said.add(int(document_id))
+        for document_id in sorted(said):
+            tx.execute("DELETE FROM document_parts WHERE document_id = ? AND user_id = ?", (document_id, user))
+            changed.add(document_id)
+    return len(changed)
 
 
 def purge_user(tx: Transaction, user: str) -> dict[str, int]:

@@ -614,27 +614,33 @@ def passages_by_id(db: Database, ids: Sequence[int]) -> dict[int, Passage]:
 
 
 PASSAGE_COPY = ("user_id, message_row, message_id, in_reply_to, direction, sent_at, position, audience, created_at,"
-                " document_id, document, ref")  # fmt: skip
+                " document_id")  # fmt: skip
 
 
-def rewrite_passages(db: Database, user_id: str, rewrite: Callable[[str], str | None]) -> int:
-    """A forget's part of recall (issue 35): each of the user's passages whose subject or text ``rewrite``
-    changes (it returns None for a text it leaves alone) is replaced by one without the forgotten fact, with no
-    vector (found by full-text until `quinn memory reembed`), so the fact stays out of recall and of the export.
-    Passages are never updated in place (the vector caches rely on it): the old row is deleted and the new one
-    inserted at its place in the message, so backfill never indexes the message again. Returns how many."""
+def rewrite_passages(
+    db: Database, user_id: str, rewrite: Callable[[str], str | None],
+    rename: Callable[[str], str | None] | None = None,
+) -> int:  # fmt: skip
+    """A forget's part of recall (issue 35): each of the user's passages whose subject, text or heading
+    (``ref``) ``rewrite`` changes (it returns None for a text it leaves alone), or whose file name ``rename``
+    changes, is replaced by one without the forgotten fact, with no vector (found by full-text until `quinn
+    memory reembed`), so the fact stays out of recall, the cited names and the export. Passages are never updated
+    in place (the vector caches rely on it): the old row is deleted and the new one inserted at its place in the
+    message, so backfill never indexes the message again. Returns how many."""
     user = normalise_user(user_id)
-    rows = db.query("SELECT id, subject, content FROM passages WHERE user_id = ?", (user,))
+    rows = db.query("SELECT id, subject, content, document, ref FROM passages WHERE user_id = ?", (user,))
     changed = 0
     with db.transaction() as tx:
-        for passage_id, subject, content in rows:
-            new_subject, new_content = rewrite(subject or ""), rewrite(content or "")
-            if new_subject is None and new_content is None:
+        for passage_id, *old_words in rows:
+            subject, content, document, ref = (value or "" for value in old_words)
+            new = [rewrite(subject), rewrite(content), rename(document) if rename and document else None,
+                   rewrite(ref) if ref else None]  # fmt: skip
+            if all(value is None for value in new):
                 continue
+            words = [was if now is None else now for was, now in zip(old_words, new, strict=True)]
             old = tx.query(f"SELECT {PASSAGE_COPY} FROM passages WHERE id = ?", (passage_id,))[0]
             tx.execute("DELETE FROM passages WHERE id = ?", (passage_id,))
-            tx.execute(f"INSERT INTO passages ({PASSAGE_COPY}, subject, content) VALUES ({', '.join('?' * 14)})",
-                       (*old, subject if new_subject is None else new_subject,
-                        content if new_content is None else new_content))  # fmt: skip
+            tx.execute(f"INSERT INTO passages ({PASSAGE_COPY}, subject, content, document, ref)"
+                       f" VALUES ({', '.join('?' * 14)})", (*old, *words))  # fmt: skip
             changed += 1
     return changed

@@ -12,10 +12,13 @@ import pytest
 
 from quinn.agent import known, learning, state
 from quinn.agent.facts import facts
-from quinn.agent.forgetting import Forgetting, forget_by_id, noted
+from quinn.agent.forgetting import Forgetting, forget_by_id, noted, reach
 from quinn.agent.memory_mail import forget, kept_reply
 from quinn.agent.tools import MemoryChange
 from quinn.db import Database
+from quinn.documents.extract import extract
+from quinn.documents.library import document_bytes, files_of, keep_documents
+from quinn.mailbox.message import Attachment
 from quinn.mailbox.outbox import Outbox
 from quinn.memory import MemoryStore, Relation, graph_of, save_graph
 from quinn.memory.passages import index_message
@@ -137,6 +140,44 @@ def berlin_rows(store: MemoryStore, user: str) -> dict[str, str]:
     }
     found = {where: repr(store.db.query(q, (user,))) for where, q in sql.items()}
     return {where: text for where, text in found.items() if "berlin" in text.lower()}
+
+
+def test_a_forget_reaches_the_names_of_the_files_sent_their_headings_and_the_bytes_that_mention_it(
+    tmp_path: Path,
+) -> None:
+    """A file's name is cited in recall ("[doc:IVF results.md p.1]") and listed in "what do you know about me?";
+    its bytes cannot be rewritten. After "forget my IVF results": the name that says it becomes "attachment.md",
+    the heading and text in recall lose it, the bytes of the files that mention it go, and a file that does not
+    mention it keeps its name and bytes."""
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), None)
+    alice = "alice@example.org"
+    try:
+        raw = (f"From: {alice}\r\nTo: quinn@example.org\r\nSubject: Papers\r\nMessage-ID: <files@example.org>\r\n"
+               "Date: Tue, 24 Nov 2026 10:00:00 +0000\r\n\r\nTwo files for you.\r\n")  # fmt: skip
+        add_mail(store.db, 1, raw.encode(), alice, "replied")
+        files = {
+            "IVF results.md": b"# Clinic letter\n\nThe IVF results came back in March.\n",
+            "notes.md": b"# IVF results\n\nAsk about the next round.\n\n# Garden\n\nWater the roses.\n",
+            "recipes.md": b"# Soup\n\nLeeks, potatoes, stock.\n",
+        }
+        sent = [Attachment(name, "text/markdown", len(data), data) for name, data in files.items()]
+        read = [extract(a.filename, a.content_type, a.data, index=i) for i, a in enumerate(sent, start=1)]
+        assert keep_documents(store, alice, "<files@example.org>", None, read, sent, max_file_bytes=1 << 20) >= 3
+        ids = {n: d for n, d in store.db.query("SELECT name, document_id FROM message_documents WHERE user_id = ?",
+                                               (alice,))}  # fmt: skip
+        done = reach(store, alice, Forgetting.of("my IVF results"), [])
+        assert done["files"] == 2, done  # the one named so, and the one whose text says so
+        assert [f["name"] for f in files_of(store.db, alice)] == ["attachment.md", "notes.md", "recipes.md"]
+        assert document_bytes(store.db, alice, ids["IVF results.md"]) is None
+        assert document_bytes(store.db, alice, ids["notes.md"]) is None
+        assert document_bytes(store.db, alice, ids["recipes.md"]) == files["recipes.md"]
+        cited = store.db.query("SELECT document || ' ' || coalesce(ref, '') || ' ' || content FROM passages"
+                               " WHERE user_id = ? AND document_id IS NOT NULL", (alice,))  # fmt: skip
+        assert cited and not [c for (c,) in cited if "ivf" in c.lower()], cited
+        assert any("Water the roses." in c for (c,) in cited) and any("Leeks" in c for (c,) in cited)
+        assert "ivf" not in known.described(known.shaping(store, alice)).lower()
+    finally:
+        store.close()
 
 
 def test_a_forget_by_id_reaches_what_was_written_from_the_memory(tmp_path: Path) -> None:
