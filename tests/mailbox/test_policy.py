@@ -234,6 +234,11 @@ def test_the_operator_vouches_for_an_archive_sender_and_no_one_else() -> None:
     assert not other.trusted and not other.use_memory
     allowed = replace(RULES, vouched=("evil.test",), allow=("example.com",))
     assert decide(mail(sender="mallory@evil.test"), allowed, imported=True).action == "reject"  # allow still holds
+    # The operator's word stands in for a check nobody made, never against one our server failed: a forgery in
+    # the archive stays one (it would otherwise write the boss's memory).
+    forged = mail(ar(f"{OURS}; dmarc=fail header.from=example.com"), sender="boss@example.com")
+    caught = decide(forged, replace(RULES, vouched=("example.com",)), imported=True)
+    assert caught.action == "reject" and not caught.use_memory and "dmarc=fail" in caught.reason
 
 
 def test_a_sent_mail_belongs_to_its_first_recipient_and_robots_lists_and_strangers_are_not_kept() -> None:
