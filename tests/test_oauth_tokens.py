@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -67,6 +68,13 @@ def test_the_token_file_is_0600_and_written_whole(tmp_path: Path) -> None:
         (TOKENS.with_refused("invalid_grant: revoked"), "was refused by the provider (invalid_grant: revoked)"),
         (TokenSet(account="someone@example.org", refresh_token="rt"), "is for someone@example.org"),
         (None, "no OAuth token for quinn@example.org yet"),
+        # The provider changed under a token file: neither token may go to the new one (the refresh token to its
+        # endpoint, the access token to its mail servers), expired or not.
+        (
+            replace(TOKENS, token_url="https://oauth2.googleapis.com/token"),
+            "was issued by https://oauth2.googleapis.com/token, but [oauth] token_url is now",
+        ),
+        (replace(TOKENS, token_url="https://oauth2.googleapis.com/token", expires_at=0.0), "was issued by"),
     ],
 )
 def test_a_refused_foreign_or_missing_token_says_to_sign_in(

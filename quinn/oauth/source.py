@@ -78,7 +78,8 @@ class TokenSource:
         one; kept in the token file too, so every process of this install shares it."""
         tokens = self.current()
         now = self._clock()
-        mine = tokens is not None and tokens.account.lower() == self.account.lower() and bool(tokens.access_token)
+        mine = (tokens is not None and tokens.account.lower() == self.account.lower() and bool(tokens.access_token)
+                and not self._issued_elsewhere(tokens))  # fmt: skip
         if tokens is not None and mine:
             renewed_meanwhile = rejected is not None and tokens.access_token != rejected
             if renewed_meanwhile or (rejected is None and tokens.usable(now, self.config.refresh_before_s)):
@@ -107,7 +108,18 @@ class TokenSource:
         if tokens.refused:
             raise LoginNeeded(f"the OAuth refresh token for {self.account} was refused by the provider "
                               f"({tokens.refused})", LOGIN_HINT)  # fmt: skip
+        if self._issued_elsewhere(tokens):
+            raise LoginNeeded(f"the token file {self.file.path} was issued by {tokens.token_url}, but [oauth] "
+                              f"token_url is now {self.config.token_url}: its tokens go to no other provider",
+                              LOGIN_HINT)  # fmt: skip
         return tokens
+
+    def _issued_elsewhere(self, tokens: TokenSet) -> bool:
+        """Whether ``tokens`` came from another token endpoint than the one configured now (the provider
+        changed, by `quinn init` or by hand): neither its refresh token (to the new endpoint) nor its access
+        token (to the new mail servers) may be sent there. A file written before tokens named their issuer
+        says nothing, and is used."""
+        return bool(tokens.token_url and self.config.token_url) and tokens.token_url != self.config.token_url
 
     def _renew(self, tokens: TokenSet, why: str) -> TokenSet:
         try:

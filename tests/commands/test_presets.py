@@ -6,6 +6,7 @@ while forged variants do not, and `quinn check`'s trust line says when the Recei
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,16 @@ def test_each_preset_writes_a_valid_config_naming_the_providers_endpoints(
         assert getattr(config.oauth, key) == value, key
     policy = config.policy
     assert (policy.authserv_id, policy.received_above_stamp, policy.idless_stamp) == expected["stamp"]
+
+
+@pytest.mark.lab  # runs git
+def test_the_token_file_where_init_puts_it_its_lock_and_a_writes_temporary_file_stay_out_of_git() -> None:
+    """The README's quick start runs `quinn init` in the source folder, so the OAuth token file lands beside the
+    database there: a `git add -A` must not publish a refresh token."""
+    root = Path(__file__).resolve().parents[2]
+    names = ["oauth-token.json", "oauth-token.json.lock", ".oauth-k3j2h1", "state/oauth-token.json", "quinn.db"]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=root, capture_output=True, text=True)
+    assert sorted(done.stdout.split()) == sorted(names), done.stdout + done.stderr
 
 
 def test_provider_takes_a_mail_providers_name_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
