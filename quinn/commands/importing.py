@@ -61,13 +61,15 @@ def quarantine_dir(config: Config, given: Path | None) -> Path:
 
 
 def import_mail(args: argparse.Namespace, config: Config) -> int:
-    """Import one source; exit 0 when every mail was taken in or judged, 1 when some are deferred or waiting."""
+    """Import one source; exit 0 when every mail was taken in or judged, 1 when some are deferred, waiting or
+    could not be read."""
     if args.source.startswith("imap:"):
         resolve_secrets(config, os.environ, ("imap",))
     report = asyncio.run(_import(args, config))
     data = summary(report)
     answer(args, data, lambda out: show(out, report))
-    unfinished = report.outcomes["deferred"] + report.outcomes["waiting"] + report.learning_deferred
+    unfinished = (report.outcomes["deferred"] + report.outcomes["waiting"] + report.outcomes["unreadable"]
+                  + report.learning_deferred)  # fmt: skip
     return 1 if unfinished else 0
 
 
@@ -136,6 +138,7 @@ def summary(report: ImportReport) -> dict[str, Any]:
         "reasons": dict(report.reasons.most_common()),
         "not_vouched_senders": dict(report.untrusted.most_common()),
         "quarantined": [{"where": w, "reason": r, "copy": c} for w, r, c in report.quarantined],
+        "unreadable": [{"where": w, "reason": r} for w, r in report.unreadable],
         "people": sorted(report.people),
         "learning": {"batches": report.batches, "mails": report.learnt, "memories_new": report.memories_new,
                      "memories_updated": report.memories_updated, "deferred": report.learning_deferred},
@@ -162,6 +165,10 @@ def show(out: Console, report: ImportReport) -> None:
     for where, reason, copy in report.quarantined:
         out.print(f"quarantined: {where}: {reason}; a copy: {copy} (the source still holds it). Fix or remove "
                   "it there, then run the import again.")  # fmt: skip
+    from quinn.engine.importing import UNREADABLE_HINT
+
+    for where, reason in report.unreadable:
+        out.print(f"could not be read: {where}: {reason}. {UNREADABLE_HINT[:1].upper()}{UNREADABLE_HINT[1:]}.")
     if not report.dry_run:
         out.print(
             f"learning: {report.learnt} mails in {report.batches} extraction calls: {report.memories_new} "

@@ -20,8 +20,13 @@ the source still holds it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import hashlib
 import logging
+import os
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,18 +68,21 @@ _LAST = datetime.max.replace(tzinfo=UTC)
 
 #: What a mail's import came to, as the summary counts it.
 OUTCOMES = ("imported", "already imported", "duplicate", "not trusted", "ignored", "rejected", "quarantined",
-            "deferred", "waiting")  # fmt: skip
+            "deferred", "waiting", "unreadable")  # fmt: skip
+UNREADABLE_HINT = "fix what is named (a dangling link, a file's permissions) and run the same import again"
 
 Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
 @dataclass(frozen=True)
 class Planned:
-    """One mail of the source and the date it is ordered by."""
+    """One mail of the source (without its header block, read once to plan: a source of a million mails is
+    not held in memory), the date it is ordered by and its sender, as its header says."""
 
     mail: SourceMail
     date: datetime | None
     position: int
+    sender: str | None = None
 
 
 @dataclass
@@ -88,6 +96,7 @@ class ImportReport:
     reasons: Counter[str] = field(default_factory=Counter)  # "outcome: reason" of what was not imported
     untrusted: Counter[str] = field(default_factory=Counter)  # sender -> mails not imported for want of trust
     quarantined: list[tuple[str, str, str]] = field(default_factory=list)  # (where in the source, why, copy)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (where in the source, why)
     people: set[str] = field(default_factory=set)
     batches: int = 0
     learnt: int = 0  # mails learnt from
@@ -154,8 +163,13 @@ class Importer:
         mails = await asyncio.to_thread(lambda: list(source.mails()))
         planned = []
         for position, mail in enumerate(mails):
-            header = await self._parsed(mail.header or b"\n", mail.internal_date)
-            planned.append(Planned(mail, header.date if header is not None else None, position))
+            before = await self._db(self.ledger.get, mail.key) if self.ledger is not None and not mail.error else None
+            if mail.error or (before is not None and before.final):  # nothing to parse: reported, or done
+                planned.append(Planned(dataclasses.replace(mail, header=b""), None, position))
+            else:
+                header = await self._parsed(mail.header or b"\n", mail.internal_date)
+                date, sender = (header.date, header.sender) if header is not None else (None, None)
+                planned.append(Planned(dataclasses.replace(mail, header=b""), date, position, sender))
             self.progress("listing", len(planned), len(mails))
         return sorted(planned, key=lambda p: (p.date or _LAST, p.position))
 
@@ -174,11 +188,17 @@ class Importer:
         """One mail along the engine's path (no reply), then what became of it counted."""
         mail = item.mail
         assert self.ledger is not None
+        if mail.error:
+            self._unreadable(mail, report)
+            return
         before = await self._db(self.ledger.get, mail.key)
         if before is not None and before.final:
             report.outcomes["already imported" if before.state == "imported" else before.state] += 1
             if before.state == "imported" and before.user_id:
                 report.people.add(before.user_id)
+            elif before.state == "quarantined":  # the copy a killed run may not have written, and where it is
+                copy = await asyncio.to_thread(self._keep_copy, mail)
+                report.quarantined.append((mail.where, before.reason, copy))
             return
 
         async def fetch() -> Fetched:
@@ -198,8 +218,15 @@ class Importer:
         elif outcome != "imported":
             report.reasons[f"{outcome}: {reason}"] += 1
         if outcome == "not trusted":
-            header = await self._parsed(mail.header or b"\n", mail.internal_date)
-            report.untrusted[(header.sender if header is not None else None) or "?"] += 1
+            report.untrusted[item.sender or "?"] += 1
+
+    @staticmethod
+    def _unreadable(mail: SourceMail, report: ImportReport) -> None:
+        """A place in the source that could not be read: named with why, never a failed import; the source still
+        holds it, and a rerun after the fix takes it in."""
+        report.outcomes["unreadable"] += 1
+        report.unreadable.append((mail.where, mail.error or "?"))
+        log.warning("%s could not be read: %s; %s", mail.where, mail.error, UNREADABLE_HINT)
 
     @staticmethod
     def _outcome(state: str, reason: str) -> tuple[str, str]:
@@ -213,20 +240,45 @@ class Importer:
         return "waiting", "another copy of this mail is still being handled"
 
     def _keep_copy(self, mail: SourceMail) -> str:
-        """A copy of a quarantined mail's bytes in the quarantine directory (named by its key: a rerun writes the
-        same file); returns its path."""
+        """A copy of a quarantined mail's bytes in the quarantine directory, returns its path. Named by its whole
+        key (two sources' mails never share a file; a rerun finds its own), written whole or not at all (a
+        temporary file renamed), a file's mail streamed rather than held."""
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
-        path = self.quarantine_dir / f"{mail.key.uid:014x}.eml"
-        if not path.exists():
-            path.write_bytes(mail.read())
+        source = hashlib.sha256(mail.key.folder.encode()).hexdigest()[:10]
+        path = self.quarantine_dir / f"{source}-{mail.key.uidvalidity}-{mail.key.uid:014x}.eml"
+        if path.exists():
+            return str(path)
+        fd, tmp = tempfile.mkstemp(prefix=".quarantine-", dir=self.quarantine_dir)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                if mail.stream is not None:
+                    with mail.stream() as data:
+                        shutil.copyfileobj(data, out)
+                else:
+                    out.write(mail.read())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return str(path)
 
     async def _consider(self, item: Planned, report: ImportReport) -> None:
         """A dry run's look at one mail: parse and policy, nothing written."""
         mail = item.mail
+        if mail.error:
+            self._unreadable(mail, report)
+            return
         before = await self._db(self.ledger.get, mail.key) if self.ledger is not None else None
         if before is not None and before.final:
             report.outcomes["already imported" if before.state == "imported" else before.state] += 1
+            return
+        limit_kb = self.parts.config.imap.max_message_kb
+        if mail.size > limit_kb * 1024:  # as the real run finds it, without reading it
+            report.outcomes["quarantined"] += 1
+            report.quarantined.append(
+                (mail.where, f"too large: {mail.size} bytes > {limit_kb} KiB", "(dry run: no copy)")
+            )
             return
         raw = await asyncio.to_thread(mail.read)
         try:
@@ -299,11 +351,13 @@ class Importer:
         interrupted = any(q.interrupted for q in claimed)
         if not (interrupted and await self._db(learning.already_learnt, store.db, user, last)):
             parsed = [await self._parsed(q.raw, q.internal_date) for q in claimed]  # parsed once before
-            emails = [e for e in parsed if e is not None]
-            if not emails:  # no longer parses (or the parse was stopped): left queued for a rerun
-                for q in claimed:
+            for q, email in zip(claimed, parsed, strict=True):
+                if email is None:  # no longer parses (or the parse was stopped): left queued for a rerun
                     await self._db(learning.later, store.db, q.message_id, p.clock.now(), "parsing it again failed")
-                report.learning_deferred += len(claimed)
+                    report.learning_deferred += 1
+            claimed = [q for q, email in zip(claimed, parsed, strict=True) if email is not None]
+            emails = [email for email in parsed if email is not None]
+            if not emails:
                 return
             fault_point("before_learn")
             try:

@@ -334,8 +334,10 @@ class MailHandler:
                      earlier.key.uidvalidity, earlier.key.uid, earlier.state)  # fmt: skip
             if not record.due(p.clock.now()):
                 return None
-        elif earlier is not None:
+        elif earlier is not None and not earlier.reason.startswith(NOT_TRUSTED_PREFIX):
             return None  # another live copy of this mail is in progress; this one waits for its outcome
+        # (An imported copy left untrusted waits for the operator's --vouch, not for this copy: a forger's copy
+        # dated earlier must not hold back the genuine one.)
         rules = self._rules or p.rules
         decision = decide_sent(email, rules) if self.sent else decide(email, rules, imported=not self.replying)
         log.info("mail uid=%s id=%s from=%s: %s (%s)", uid, email.message_id, email.sender, decision.action,

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from types import TracebackType
+from typing import Protocol, Self
 
 from quinn.config import ImapConfig
 from quinn.errors import ConfigError
@@ -34,13 +36,27 @@ SOURCE_HINT = (
 )
 _SNIFF_BYTES = 4096
 _HEADER_END = (b"\r\n\r\n", b"\n\n")
+CHUNK_BYTES = 1 << 20  # a file's mail is listed a chunk at a time
+HEADER_BYTES = 1 << 20  # at most this much of a mail is kept as its header block while the source is imported
 IMAP_CHUNK = 200  # UIDs per header FETCH
+
+
+class ByteStream(Protocol):
+    """An open mail file (``mailbox``'s proxy files are not ``BinaryIO``)."""
+
+    def read(self, size: int | None = ..., /) -> bytes: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
 class SourceMail:
     """One mail of a source: its ledger key, where it is (for messages), its size and header block, and how to
-    read its bytes (read when it is imported, not before)."""
+    read its bytes (read when it is imported, not before); ``stream``, for a file's mail, opens them to be
+    copied without holding them whole. ``error``: why the source could not even be read there (a file that
+    vanished, a dangling link, no permission): such a mail has no key of its own and is reported, not imported."""
 
     key: MailKey
     where: str
@@ -48,6 +64,8 @@ class SourceMail:
     header: bytes
     internal_date: datetime | None
     read: Callable[[], bytes]
+    stream: Callable[[], ByteStream] | None = None
+    error: str | None = None
 
 
 class MailSource:
@@ -67,6 +85,32 @@ def content_key(folder: str, raw: bytes) -> MailKey:
     """A file mail's key: 56 bits of the SHA-256 of its bytes, line ends normalised (an integer SQLite keeps)."""
     digest = hashlib.sha256(raw.replace(b"\r\n", b"\n")).digest()
     return MailKey(folder, 0, int.from_bytes(digest[:7], "big"))
+
+
+def listed(folder: str, file: ByteStream) -> tuple[MailKey, int, bytes]:
+    """A file mail's key (``content_key``), size and header block (``header_of``), read in chunks: a mail of
+    gigabytes is never held whole, and its header block is cut at ``HEADER_BYTES`` when it has no end."""
+    digest = hashlib.sha256()
+    size, head, carry = 0, b"", b""
+    while chunk := file.read(CHUNK_BYTES):
+        size += len(chunk)
+        if len(head) < HEADER_BYTES and not any(end in head for end in _HEADER_END):
+            head += chunk[: HEADER_BYTES - len(head) + 3]  # a header end may straddle two chunks
+        data = carry + chunk
+        carry = b"\r" if data.endswith(b"\r") else b""  # a line end split between two chunks
+        digest.update((data[:-1] if carry else data).replace(b"\r\n", b"\n"))
+    digest.update(carry)
+    return MailKey(folder, 0, int.from_bytes(digest.digest()[:7], "big")), size, header_of(head)[:HEADER_BYTES]
+
+
+def unreadable(folder: str, where: str, exc: OSError) -> SourceMail:
+    """A place in a file source that cannot be read (``SourceMail.error``)."""
+    why = f"{exc.__class__.__name__}: {exc.strerror or exc}"
+
+    def read() -> bytes:
+        raise exc
+
+    return SourceMail(MailKey(folder, 0, 0), where, 0, b"", None, read, None, why)
 
 
 def header_of(raw: bytes) -> bytes:
@@ -92,9 +136,10 @@ class MboxSource(MailSource):
 
     def mails(self) -> Iterator[SourceMail]:
         for position, key in enumerate(self._box.keys(), start=1):
-            raw = self._box.get_bytes(key)
-            yield SourceMail(content_key(self.folder, raw), f"{self.path} mail #{position}", len(raw), header_of(raw),
-                             None, partial(self._box.get_bytes, key))  # fmt: skip
+            with self._box.get_file(key) as file:
+                mail_key, size, header = listed(self.folder, file)
+            yield SourceMail(mail_key, f"{self.path} mail #{position}", size, header, None,
+                             partial(self._box.get_bytes, key), partial(self._box.get_file, key))  # fmt: skip
 
     def close(self) -> None:
         self._box.close()
@@ -113,9 +158,15 @@ class MaildirSource(MailSource):
 
     def mails(self) -> Iterator[SourceMail]:
         for key in sorted(self._box.keys()):
-            raw = self._box.get_bytes(key)
-            yield SourceMail(content_key(self.folder, raw), f"{self.path} file {key}", len(raw), header_of(raw),
-                             None, partial(self._box.get_bytes, key))  # fmt: skip
+            where = f"{self.path} file {key}"
+            try:
+                with self._box.get_file(key) as file:
+                    mail_key, size, header = listed(self.folder, file)
+            except OSError as exc:  # vanished since the listing, a dangling link, no permission
+                yield unreadable(self.folder, where, exc)
+                continue
+            yield SourceMail(mail_key, where, size, header, None, partial(self._box.get_bytes, key),
+                             partial(self._box.get_file, key))  # fmt: skip
 
 
 class ImapFolderSource(MailSource):

@@ -13,6 +13,7 @@ import io
 import json
 import mailbox
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,6 +222,62 @@ def test_mbox_import_resumes_after_a_kill_without_duplicates(lab_config, brain: 
     twice = "SELECT message_row, position FROM passages GROUP BY message_row, position, document_id HAVING count(*) > 1"
     assert query(config.db_path, twice) == []  # the mail stored before the first kill was not indexed twice
     assert query(config.db_path, "SELECT count(*) FROM memories WHERE content = 'Alice lives in Lisbon.'") == [(1,)]
+
+
+def test_a_mail_whose_text_no_longer_parses_stays_queued_while_its_thread_is_learnt(
+    lab_config, brain: Brain, tmp_path: Path
+) -> None:
+    """A batch learns the mails of one thread together; one that no longer parses when its turn comes is left on
+    the learning queue for a rerun, not marked learnt with the others."""
+    config = lab_config(idle=False)
+    path = history_mbox(config, tmp_path)
+    teach(brain)
+    brain.learn["Porto"] = {"new": [{"content": "Alice moved to Porto.", "type": "fact"}]}  # Lisbon comes later
+    killed = quinn_import(config, str(path), fault="before_learn:1")  # all taken in, nothing learnt yet
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    db = Database.open(str(config.db_path))  # a1's queued copy is damaged since
+    try:
+        db.execute("UPDATE learning_queue SET raw = X'' WHERE message_id = '<a1@example.test>'")
+    finally:
+        db.close()
+    again = quinn_import(config, str(path))
+    assert again.returncode == 1, again.stderr[-2000:]  # something is left to do: run again
+    done = json.loads(again.stdout)
+    assert done["learning"]["deferred"] == 1 and done["learning"]["mails"] == 2, done["learning"]  # a2, a3
+    assert query(config.db_path, "SELECT message_id FROM learning_queue") == [("<a1@example.test>",)]
+
+
+def test_an_archive_with_an_unreadable_file_a_forged_earlier_copy_and_a_fragment_loses_nothing(
+    lab_config, brain: Brain, tmp_path: Path
+) -> None:
+    """A dangling link is named with how to fix it, and the rest is imported; an unstamped copy of a mail, dated
+    before the stamped one, does not hold the stamped one back; a fragment that is not mail is quarantined with a
+    copy, named by its source, written again and listed by a rerun that finds it missing."""
+    config = lab_config(idle=False)
+    mails = history(config.address)
+    forged = mails["a1"].replace(b"Date: ", b"X-Old-Date: ", 1).replace(
+        b"Subject:", b"Date: Tue, 28 Feb 2023 09:00:00 +0000\nSubject:", 1)  # fmt: skip
+    forged = b"\n".join(line for line in forged.split(b"\n") if not line.startswith(b"Authentication-Results"))
+    box = mailbox.Maildir(tmp_path / "Maildir", create=True)
+    for raw in (forged, mails["a1"], b"Dear Quinn,\nthis is a letter, not a mail.\n"):
+        box.add(raw)
+    (tmp_path / "Maildir" / "new" / "9999.dangling").symlink_to(tmp_path / "gone.eml")
+    teach(brain)
+    quarantine = tmp_path / "quarantine"
+    first = quinn_import(config, str(tmp_path / "Maildir"), "--quarantine-dir", str(quarantine))
+    assert first.returncode == 1, first.stderr[-2000:]  # the link is to fix
+    report = json.loads(first.stdout)
+    assert report["outcomes"] == {"imported": 1, "not trusted": 1, "quarantined": 1, "unreadable": 1}, report
+    assert [u["where"].rsplit(" ", 1)[-1] for u in report["unreadable"]] == ["9999.dangling"]
+    assert "FileNotFoundError" in report["unreadable"][0]["reason"]
+    assert stored(config.db_path)["messages"] == ["<a1@example.test>"]
+    (copy,) = [q["copy"] for q in report["quarantined"]]
+    assert Path(copy).read_bytes() == b"Dear Quinn,\nthis is a letter, not a mail.\n"
+    shutil.rmtree(quarantine)  # lost, or never written by a killed run
+    (tmp_path / "Maildir" / "new" / "9999.dangling").unlink()
+    second = summary_of(quinn_import(config, str(tmp_path / "Maildir"), "--quarantine-dir", str(quarantine)))
+    assert second["outcomes"] == {"already imported": 1, "duplicate": 1, "quarantined": 1}, second
+    assert [q["copy"] for q in second["quarantined"]] == [copy] and Path(copy).exists()
 
 
 def test_imap_folder_import_reads_without_changing_the_folder(lab_config, brain: Brain, mail_lab: MailLab) -> None:

@@ -3,6 +3,7 @@ a rerun idempotent, and the batches learning is cut into (quinn/engine/importing
 
 from __future__ import annotations
 
+import io
 import mailbox
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from quinn.engine.importing import _batches, batch_email
 from quinn.errors import ConfigError
-from quinn.mailbox import open_source, parse_email
+from quinn.mailbox import open_source, parse_email, sources
 from quinn.mailbox.sources import content_key, header_of
 from tests.lab.inprocess import build_mail
 
@@ -70,6 +71,31 @@ def test_file_mails_are_keyed_by_their_bytes_whatever_their_position(tmp_path: P
     [(_, where, header, _raw)] = [m for m in listed("a.mbox") if b"Lisbon" in m[3]]
     assert where.endswith("a.mbox mail #1") and parse_email(header).subject == "Hi"
     assert header_of(b"A: b\n\nbody") == b"A: b\n\n" and header_of(b"A: b") == b"A: b"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1 << 20])
+def test_a_file_mail_is_listed_a_chunk_at_a_time_with_the_key_and_header_of_its_whole_bytes(
+    monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """A mail of gigabytes is never held whole to be listed (``sources.listed``): its key (line ends normalised
+    across chunk edges), size and header block are those of its bytes read at once."""
+    monkeypatch.setattr(sources, "CHUNK_BYTES", chunk)
+    for raw in (b"From: a@x\r\nSubject: s\r\n\r\nbody\r\r\n", b"From: a@x\nSubject: s\n\nbody\n", b"no end\r",
+                b"", b"Subject: only a header\r\n\r"):  # fmt: skip
+        key, size, header = sources.listed("f", io.BytesIO(raw))
+        assert (key, size, header) == (content_key("f", raw), len(raw), header_of(raw)), raw
+    monkeypatch.setattr(sources, "HEADER_BYTES", 16)  # a header without an end is cut, the key stays whole
+    key, _size, header = sources.listed("f", io.BytesIO(b"X-Long: " + b"y" * 100))
+    assert header == b"X-Long: yyyyyyyy" and key == content_key("f", b"X-Long: " + b"y" * 100)
+
+
+def test_a_maildir_file_that_cannot_be_read_is_named_and_the_others_listed(tmp_path: Path) -> None:
+    box = mailbox.Maildir(tmp_path / "box", create=True)
+    box.add(b"From: a@x\nSubject: one\n\nbody\n")
+    (tmp_path / "box" / "new" / "2.dangling").symlink_to(tmp_path / "gone")
+    listed = list(open_source(str(tmp_path / "box"), imap_config()).mails())
+    assert [m.error is None for m in listed] == [True, False]
+    assert listed[1].where.endswith("2.dangling") and "FileNotFoundError" in (listed[1].error or "")
 
 
 def test_learning_batches_are_runs_of_one_thread_in_date_order() -> None:
