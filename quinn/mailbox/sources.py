@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import mailbox
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import BinaryIO, Protocol, Self
 
 from quinn.config import ImapConfig
 from quinn.errors import ConfigError
@@ -123,8 +124,44 @@ def header_of(raw: bytes) -> bytes:
     return raw[: i + n]
 
 
+#: An mbox separator (RFC 4155: "From " + sender + a timestamp, the classic asctime "Tue Nov 30 09:00:00 2026"):
+#: a line of a mail's text that starts with "From " but has no time and year ("From here on, the plan is:") is
+#: text that the writer of the file forgot to escape as ">From ", not the start of a mail.
+_SEPARATOR = re.compile(rb"From \S+ +\S.*\b\d{1,2}:\d{2}(?::\d{2})?\b.*\b\d{4}\b")
+
+
+class _Mbox(mailbox.mbox):
+    """``mailbox.mbox`` that starts a mail only at a separator line (``_SEPARATOR``) at the top of the file or
+    after a blank line; the standard one starts one at any line beginning "From ", cutting a mail whose text
+    has such a line in two (its end then quarantined as a mail of its own)."""
+
+    def _generate_toc(self) -> None:
+        # Where a mail stops is as the standard class has it (the blank line before a separator is not the
+        # mail's), so a file's keys are the same as before; only where a mail starts is stricter.
+        starts: list[int] = []
+        stops: list[int] = []
+        previous = b"\n"  # the top of the file counts as after a blank line
+        file: BinaryIO = self._file  # type: ignore[attr-defined]  # the standard class's, untyped in typeshed
+        file.seek(0)
+        while True:
+            at = file.tell()
+            line = file.readline()
+            if not line:
+                if len(stops) < len(starts):
+                    stops.append(at - len(mailbox.linesep) if previous == mailbox.linesep and at else at)
+                break
+            if previous in (b"\n", b"\r\n") and line.startswith(b"From ") and _SEPARATOR.match(line):
+                if len(stops) < len(starts):
+                    stops.append(at - len(mailbox.linesep) if previous == mailbox.linesep else at)
+                starts.append(at)
+            previous = line
+        self._toc = dict(enumerate(zip(starts, stops, strict=True)))
+        self._next_key = len(self._toc)
+        self._file_length = file.tell()
+
+
 class MboxSource(MailSource):
-    """An mbox file (RFC 4155): each mail after a ``From `` line."""
+    """An mbox file (RFC 4155): each mail after a ``From `` separator line."""
 
     kind = "mbox"
 
@@ -132,7 +169,7 @@ class MboxSource(MailSource):
         self.path = path
         self.label = str(path)
         self.folder = f"{IMPORT_PREFIX}mbox:{path}"
-        self._box = mailbox.mbox(path, create=False)
+        self._box = _Mbox(path, create=False)
 
     def mails(self) -> Iterator[SourceMail]:
         for position, key in enumerate(self._box.keys(), start=1):

@@ -98,6 +98,35 @@ def test_a_maildir_file_that_cannot_be_read_is_named_and_the_others_listed(tmp_p
     assert listed[1].where.endswith("2.dangling") and "FileNotFoundError" in (listed[1].error or "")
 
 
+def test_a_line_of_a_mail_starting_with_from_is_text_unless_it_is_a_separator(tmp_path: Path) -> None:
+    """mbox writers escape "From " in a mail's text as ">From ", but not all of them: a line "From here on, ..."
+    (no timestamp) is the mail's text, not the start of another mail cut off from it."""
+    path = tmp_path / "loose.mbox"
+    path.write_bytes(
+        b"From alice@example.test Tue Nov 30 09:00:00 2026\nFrom: alice@example.test\nSubject: Plan\n\n"
+        b"Line one.\n\nFrom here on, the plan is:\nline two.\n\n"
+        b"From MAILER-DAEMON Mon Nov 30 09:33:59 2026\nFrom: bob@example.test\nSubject: Two\n\nBody.\n"
+    )
+    source = open_source(str(path), imap_config())
+    mails = list(source.mails())
+    read = [m.read() for m in mails]
+    source.close()
+    assert read == [
+        b"From: alice@example.test\nSubject: Plan\n\nLine one.\n\nFrom here on, the plan is:\nline two.\n",
+        b"From: bob@example.test\nSubject: Two\n\nBody.\n",
+    ]
+    written = mailbox.mbox(tmp_path / "written.mbox")  # what Python's own writer makes reads as before
+    for raw in (MAIL, b"From: b@x\n\nFrom the start\n", b"From: c@x\n\nend\r\n\r\n"):
+        written.add(raw)
+    written.close()
+    source = open_source(str(tmp_path / "written.mbox"), imap_config())
+    ours = [m.read() for m in source.mails()]
+    source.close()
+    standard = mailbox.mbox(tmp_path / "written.mbox", create=False)
+    assert ours == [standard.get_bytes(k) for k in standard.iterkeys()] and len(ours) == 3
+    standard.close()
+
+
 def test_learning_batches_are_runs_of_one_thread_in_date_order() -> None:
     placed = [  # (user, date, session, message id, text length), sorted as the importer sorts them
         ("a", "2023-01-01", "s1", "m1", 10), ("a", "2023-01-02", "s1", "m2", 10), ("a", "2023-06-01", "s2", "m3", 10),
