@@ -69,6 +69,7 @@ class ImapMailbox:
         self.can_move = False
         self.can_uidplus = False
         self.uidvalidity = 0
+        self.read_only = False  # connect(create_folders=False): the folder is examined, never selected to change
         self.missing_folders: list[str] = []  # after connect(create_folders=False): what a first start creates
         self.idle_cycles = 0  # IDLE commands issued; each ends within idle_renew_s (RFC 2177)
         self.keepalives = 0  # NOOPs sent to keep a quiet connection alive
@@ -145,11 +146,19 @@ class ImapMailbox:
                 self.missing_folders = self.absent(self.own_folders())
                 if c.folder in self.missing_folders:  # nothing to select until the first start creates it
                     return
-            self.uidvalidity = int(client.select_folder(self.server_name(c.folder))[b"UIDVALIDITY"])
+            self.read_only = not create_folders
+            self.uidvalidity = int(
+                client.select_folder(self.server_name(c.folder), readonly=self.read_only)[b"UIDVALIDITY"]
+            )
             self._take_news()  # a fresh connection is followed by a full pass
         except (*DEAD_CONNECTION, IMAPClientError) as exc:
             self.close()
             raise ConnectError(f"IMAP {c.host}:{c.port} failed after login: {_describe(exc)}") from None
+
+    def _select_watched(self) -> None:
+        """Select the watched folder again, as ``connect`` did: read-only (EXAMINE) for a connection that changes
+        nothing (``quinn check``, an IMAP folder imported), so not even ``\\Recent`` is taken from the owner."""
+        self._client.select_folder(self.server_name(self.config.folder), readonly=self.read_only)
 
     def _token_login(self, client: Any) -> None:
         """SASL XOAUTH2 or OAUTHBEARER (RFC 7628) with the access token; a refused token is renewed once and
@@ -223,7 +232,7 @@ class ImapMailbox:
         if current == self.uidvalidity:
             return None
         old, self.uidvalidity = self.uidvalidity, current
-        self._client.select_folder(self.server_name(self.config.folder))
+        self._select_watched()
         return old
 
     def uidnext(self) -> int:
@@ -296,7 +305,7 @@ class ImapMailbox:
                     found.extend(bytes(item[b"BODY[HEADER]"]) for item in data.values() if b"BODY[HEADER]" in item)
         finally:
             if self.config.folder not in self.missing_folders:  # quinn check before the watched folder exists
-                self._client.select_folder(self.server_name(self.config.folder))
+                self._select_watched()
         return found
 
     def holds_message_id(
@@ -311,13 +320,13 @@ class ImapMailbox:
                 if folder != watched:
                     self._client.select_folder(self.server_name(folder), readonly=True)
                 else:
-                    self._client.select_folder(self.server_name(folder))
+                    self._select_watched()
                 uids = [int(u) for u in self._client.search(["HEADER", "Message-ID", message_id])]
                 if self._accepted(uids, carries):
                     return True
             return False
         finally:
-            self._client.select_folder(self.server_name(watched))
+            self._select_watched()
 
     def _accepted(self, uids: list[int], carries: Callable[[bytes], bool] | None) -> list[int]:
         """Of ``uids`` in the selected folder, those whose bytes ``carries`` accepts (all without it), the first
@@ -371,7 +380,7 @@ class ImapMailbox:
                 moved += len(uids)
         finally:
             if self.copy_folders() != [watched]:
-                self._client.select_folder(self.server_name(watched))
+                self._select_watched()
         return moved
 
     def purge_folders(self) -> list[str]:
@@ -425,7 +434,7 @@ class ImapMailbox:
                     self._client.uid_expunge(doomed)
                 removed += len(doomed)
         finally:
-            self._client.select_folder(self.server_name(watched))
+            self._select_watched()
         return removed
 
     def remove_message_id(self, message_id: str, folder: str) -> int:
@@ -444,7 +453,7 @@ class ImapMailbox:
                     self._client.uid_expunge(uids)
             return len(uids)
         finally:
-            self._client.select_folder(self.server_name(self.config.folder))
+            self._select_watched()
 
     def _transfer(self, uid: int, target: str) -> None:
         if self.can_move:
@@ -479,7 +488,7 @@ class ImapMailbox:
                 self._client.uid_expunge(uids)
             return len(uids)
         finally:
-            self._client.select_folder(self.server_name(self.config.folder))
+            self._select_watched()
 
     # -- waiting ---------------------------------------------------------------------------------------
 

@@ -293,6 +293,8 @@ def test_imap_folder_import_reads_without_changing_the_folder(lab_config, brain:
     assert_alice_imported(config.db_path)
     assert dovecot.messages(config.address, "Archive") == before  # nothing moved, deleted or rewritten
     assert all(b"\\Seen" not in flags for flags in dovecot.flags(config.address, "Archive"))
+    with dovecot.connect(config.address) as client:  # the folder was examined, not selected: still \Recent
+        assert client.select_folder("Archive")[b"RECENT"] == len(before)
     rows = query(config.db_path, "SELECT DISTINCT folder, uidvalidity > 0 FROM mail_state")
     assert rows == [("import:imap:Archive", 1)]
 
