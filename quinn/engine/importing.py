@@ -129,6 +129,7 @@ class Importer:
                                    replying=False, rules=self.rules, sent=sent)  # fmt: skip
         self.sent = sent
         self.ledger = MailLedger(parts.db) if parts.db is not None else None
+        self._judged: set[str] = set()  # a dry run's Message-IDs of mails it found final (duplicates after them)
 
     async def run(self, source: MailSource, *, dry_run: bool = False) -> ImportReport:
         """Import ``source`` (oldest mail first), learn from it per thread and run the session jobs."""
@@ -193,7 +194,9 @@ class Importer:
             return
         before = await self._db(self.ledger.get, mail.key)
         if before is not None and before.final:
-            report.outcomes["already imported" if before.state == "imported" else before.state] += 1
+            report.outcomes[
+                "already imported" if before.state == "imported" else self._outcome(before.state, before.reason)[0]
+            ] += 1
             if before.state == "imported" and before.user_id:
                 report.people.add(before.user_id)
             elif before.state == "quarantined":  # the copy a killed run may not have written, and where it is
@@ -271,7 +274,9 @@ class Importer:
             return
         before = await self._db(self.ledger.get, mail.key) if self.ledger is not None else None
         if before is not None and before.final:
-            report.outcomes["already imported" if before.state == "imported" else before.state] += 1
+            report.outcomes[
+                "already imported" if before.state == "imported" else self._outcome(before.state, before.reason)[0]
+            ] += 1
             return
         limit_kb = self.parts.config.imap.max_message_kb
         if mail.size > limit_kb * 1024:  # as the real run finds it, without reading it
@@ -290,7 +295,16 @@ class Importer:
             report.quarantined.append((mail.where, f"unparseable: {parsed}", "(dry run: no copy)"))
             return
         email = parsed
+        # Duplicates by Message-ID as the real run finds them: a copy already final in the ledger, or one this
+        # dry run has judged (imported, ignored or rejected: final) before this one.
+        earlier = await self._db(self.ledger.elsewhere, email.message_id, mail.key) if self.ledger else None
+        if email.message_id in self._judged or (earlier is not None and earlier.final):
+            report.outcomes["duplicate"] += 1
+            report.reasons["duplicate: another copy of this mail is in the source, or was taken in before"] += 1
+            return
         decision = decide_sent(email, self.rules) if self.sent else decide(email, self.rules, imported=True)
+        if decision.action != "handle" or (decision.use_memory and decision.user_id is not None):  # final
+            self._judged.add(email.message_id)
         if decision.action != "handle":
             outcome = "ignored" if decision.action == "ignore" else "rejected"
             report.outcomes[outcome] += 1

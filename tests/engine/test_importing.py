@@ -259,15 +259,19 @@ def test_an_archive_with_an_unreadable_file_a_forged_earlier_copy_and_a_fragment
         b"Subject:", b"Date: Tue, 28 Feb 2023 09:00:00 +0000\nSubject:", 1)  # fmt: skip
     forged = b"\n".join(line for line in forged.split(b"\n") if not line.startswith(b"Authentication-Results"))
     box = mailbox.Maildir(tmp_path / "Maildir", create=True)
-    for raw in (forged, mails["a1"], b"Dear Quinn,\nthis is a letter, not a mail.\n"):
+    second = mails["a1"].replace(b"Subject:", b"X-Copy: 2\nSubject:", 1)  # the same mail again, other bytes
+    for raw in (forged, mails["a1"], second, b"Dear Quinn,\nthis is a letter, not a mail.\n"):
         box.add(raw)
     (tmp_path / "Maildir" / "new" / "9999.dangling").symlink_to(tmp_path / "gone.eml")
     teach(brain)
     quarantine = tmp_path / "quarantine"
+    expected = {"imported": 1, "duplicate": 1, "not trusted": 1, "quarantined": 1, "unreadable": 1}
+    dry = quinn_import(config, str(tmp_path / "Maildir"), "--dry-run")
+    assert json.loads(dry.stdout)["outcomes"] == expected and not config.db_path.exists()  # as the run will find
     first = quinn_import(config, str(tmp_path / "Maildir"), "--quarantine-dir", str(quarantine))
     assert first.returncode == 1, first.stderr[-2000:]  # the link is to fix
     report = json.loads(first.stdout)
-    assert report["outcomes"] == {"imported": 1, "not trusted": 1, "quarantined": 1, "unreadable": 1}, report
+    assert report["outcomes"] == expected, report
     assert [u["where"].rsplit(" ", 1)[-1] for u in report["unreadable"]] == ["9999.dangling"]
     assert "FileNotFoundError" in report["unreadable"][0]["reason"]
     assert stored(config.db_path)["messages"] == ["<a1@example.test>"]
@@ -276,7 +280,7 @@ def test_an_archive_with_an_unreadable_file_a_forged_earlier_copy_and_a_fragment
     shutil.rmtree(quarantine)  # lost, or never written by a killed run
     (tmp_path / "Maildir" / "new" / "9999.dangling").unlink()
     second = summary_of(quinn_import(config, str(tmp_path / "Maildir"), "--quarantine-dir", str(quarantine)))
-    assert second["outcomes"] == {"already imported": 1, "duplicate": 1, "quarantined": 1}, second
+    assert second["outcomes"] == {"already imported": 1, "duplicate": 2, "quarantined": 1}, second
     assert [q["copy"] for q in second["quarantined"]] == [copy] and Path(copy).exists()
 
 
