@@ -24,7 +24,7 @@ from quinn.commands.output import progress_bar
 from quinn.config import Config, resolve_secrets
 from quinn.engine import parts
 from quinn.errors import StoreError
-from quinn.memory import LINES, NOT_WIPED, Memory, MemoryStore, backfill, dump_document, export_document
+from quinn.memory import LINES, NOT_WIPED, Memory, MemoryStore, backfill, dump_document, export_document, normalise_user
 from quinn.memory import reembed as reembed_passages
 
 Handler = Callable[[argparse.Namespace, Config], int]
@@ -161,7 +161,7 @@ def list_memories(args: argparse.Namespace, config: Config) -> int:
         memories = store.get_all(args.user, limit=args.limit, **_filters(args))
     if args.json:
         return _print_json([m.to_record() for m in memories])
-    _table(f"memories of {args.user.strip().lower()} ({len(memories)})", ["id", "type", "scope", "since", "imp.",
+    _table(f"memories of {normalise_user(args.user)} ({len(memories)})", ["id", "type", "scope", "since", "imp.",
            "content"], [_memory_row(m) for m in memories])  # fmt: skip
     return 0
 
@@ -285,7 +285,7 @@ def purge_user(args: argparse.Namespace, config: Config) -> int:
     """``quinn memory purge USER --yes``."""
     if not args.yes:
         raise StoreError(f"purge deletes every trace of {args.user} and cannot be undone", "add --yes to confirm")
-    user = args.user.strip().lower()
+    user = normalise_user(args.user) or ""
     if args.mailbox:  # checked first: a missing password must fail before anything is deleted
         resolve_secrets(config, os.environ, ("imap",))
     from quinn.agent import purge  # the agent's modules own tables too; a fast `quinn --help` without them

@@ -18,6 +18,7 @@ from quinn.config import Config
 from quinn.db import Database
 from quinn.engine import parts
 from quinn.errors import ConfigError, TemplateError
+from quinn.memory import normalise_user
 
 COLUMNS = ["prompt_version", "replies", "summaries", "avg_reward", "last_used", "latest_suggestion"]
 
@@ -90,7 +91,7 @@ def render_command(args: argparse.Namespace, config: Config) -> int:
     """Print the system and user messages ``name`` would get, with the user's real memory and a sample email."""
     from quinn.agent import preview_variables
 
-    user = args.user.strip().lower()
+    user = normalise_user(args.user) or ""
     if "@" not in user:
         raise ConfigError(f"--user {args.user!r} is not an email address", "pass the address the user writes from")
     store_prompts = parts.prompts(config, checked=False)

@@ -23,7 +23,7 @@ from quinn.db import Database
 from quinn.documents import library
 from quinn.engine.retry import RETRIABLE
 from quinn.mailbox import MailKey, Sessions
-from quinn.memory import LINES, list_users, passage_counts
+from quinn.memory import LINES, list_users, normalise_user, passage_counts
 
 PEOPLE_LIMIT = 100  # people per page, most recently seen first
 MEMORIES_LIMIT = 500
@@ -85,7 +85,7 @@ def person(console: Console) -> Endpoint:
     """GET /people/{user}?q=&domain=&type=&all=: a person's memories, grouped by domain and type, or searched."""
 
     async def show_person(request: Request) -> Response:
-        user = request.path_params["user"].strip().lower()
+        user = normalise_user(request.path_params["user"]) or ""
         params = request.query_params
         query = params.get("q", "").strip()
         filters = {key: params.get(key) or None for key in ("domain", "type")}
@@ -212,7 +212,7 @@ def mail(console: Console) -> Endpoint:
 
     async def show_mail(request: Request) -> Response:
         state = request.query_params.get("state") or None
-        user = (request.query_params.get("user") or "").strip().lower() or None
+        user = normalise_user(request.query_params.get("user"))
         ledger = console.ledger
         counts = await console.store.db.run(ledger.counts)
         entries = await console.store.db.run(ledger.listing, state=state, user_id=user, limit=MAIL_LIMIT)

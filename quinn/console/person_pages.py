@@ -21,7 +21,7 @@ from starlette.responses import Response
 from quinn.agent import audit_log, purge
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.console.pages import change_reason, memory_changed, with_why
-from quinn.memory import dump_document, export_document
+from quinn.memory import dump_document, export_document, normalise_user
 
 log = logging.getLogger(__name__)
 FORMATS = {"json": "application/json", "yaml": "application/yaml"}
@@ -72,7 +72,7 @@ def export(console: Console) -> Endpoint:
     memory export`` writes them, as a download."""
 
     async def export_memories(request: Request) -> Response:
-        user = request.path_params["user"].strip().lower()
+        user = normalise_user(request.path_params["user"]) or ""
         fmt = form_of(request).get("format") or "json"
         if fmt not in FORMATS:
             raise FormError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}", "use the person page's button")
@@ -95,9 +95,9 @@ def purge_person(console: Console) -> Endpoint:
     memory purge USER --yes``, then their mail in Quinn's folders when the console can reach IMAP."""
 
     async def purge_user(request: Request) -> Response:
-        user = request.path_params["user"].strip().lower()
+        user = normalise_user(request.path_params["user"]) or ""
         form = form_of(request)
-        if form.get("confirm", "").strip().lower() != user or not user:
+        if normalise_user(form.get("confirm", "")) != user or not user:
             raise FormError("purge not done: the address typed does not match",
                             f"type {user} exactly in the confirmation field: the purge cannot be undone")  # fmt: skip
         store = console.store

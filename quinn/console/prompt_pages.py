@@ -24,6 +24,7 @@ from quinn.clock import utcnow
 from quinn.console.app import SECURITY_HEADERS, Console, Endpoint, FormError, audit, form_of
 from quinn.console.pages import with_why
 from quinn.errors import TemplateError
+from quinn.memory import normalise_user
 
 MAX_TEMPLATE_CHARS = 40_000
 DEFAULT = "default"  # the packaged default, as a version to diff or roll back to
@@ -142,7 +143,7 @@ def preview(console: Console) -> Endpoint:
         name = _name(request)
         form = form_of(request)
         source = _source_of(form)
-        user = form.get("user", "").strip().lower()
+        user = normalise_user(form.get("user", "")) or ""
         text = " ".join(form.get("text", "").split())[:2000] or PREVIEW_TEXT
         if user and "@" not in user:  # the editor again, with the admin's text kept
             return await _editor(

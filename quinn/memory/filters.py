@@ -94,8 +94,11 @@ def memory_filter(
 
 
 def normalise_user(user_id: str | None) -> str | None:
-    """User ids are email addresses: compared trimmed and lower-cased."""
-    return user_id.strip().lower() if user_id else None
+    """User ids are email addresses: compared trimmed, ASCII letters lower-cased, as ``canonical_address``
+    makes them (a local part's other letters are the mailbox's own: "Àlice@" and "àlice@" may be two people)."""
+    if not user_id:
+        return None
+    return "".join(ch.lower() if ch.isascii() else ch for ch in user_id.strip())
 
 
 def _moment(name: str, value: datetime | str) -> str:

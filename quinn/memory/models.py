@@ -15,7 +15,10 @@ MEMORY_TYPES: tuple[str, ...] = (
     "preference", "goal", "fact", "decision", "context", "feedback", "personal", "summary", "persona",
     "identity", "relationship", "behavioral", "semantic",
 )  # fmt: skip
-PRIVATE_TYPES: frozenset[str] = frozenset({"personal"})
+#: Types that are always private (withheld whenever anyone but the person is on the mail): ``summary``, a
+#: thread's summary, may fold in what the person told Quinn alone (engine/conversation.py withholds the thread's
+#: own summary from a shared mail for the same reason).
+PRIVATE_TYPES: frozenset[str] = frozenset({"personal", "summary"})
 SCHEMA_VERSION = 1
 #: How a memory in the person's own words came to be (``metadata.via``): a statement of their mail kept as written
 #: (``[memory] learn = "own_words"``) or "remember ..." by mail. No model rewrites these (consolidation, reflection).

@@ -92,7 +92,9 @@ def merged_memory(group: Group, content: str, valid_from: str) -> NewMemory:
         type=common([m.type for m in members]) or most.type, domain=common([m.domain for m in members]),
         tags=tuple(sorted({t for m in members for t in m.tags})), importance=max(m.importance for m in members),
         metadata={"consolidated_from": sorted(set(merged_from)), "merged_ids": [m.id for m in members],
-                  "sources": sources, "consolidation": group.reason},
+                  "sources": sources, "consolidation": group.reason,
+                  # What one member may say only to the person, the merge says only to them too.
+                  **({"private": True} if any(m.private for m in members) else {})},
         valid_from=valid_from,
     )  # fmt: skip
 

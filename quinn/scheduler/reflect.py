@@ -114,6 +114,8 @@ def apply_reflection(
     provenance = {
         "reflection": {"episode_ids": [m.id for m in episodes], "template": version, "evidence": len(episodes)},
         "source_ids": [m.id for m in episodes], "confidence": reflection.confidence,
+        # Drawn from what the person said only to Quinn, it is said only to them (withheld with others on a mail).
+        **({"private": True} if any(m.private for m in episodes) else {}),
     }  # fmt: skip
     importance = max(m.importance for m in episodes)
     similar = [h.memory for h in find_similar(store, user_id, statement, SAME_STATEMENT)]

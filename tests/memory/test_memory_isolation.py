@@ -68,6 +68,33 @@ def _populate(store: MemoryStore, rng: random.Random, users: list[str]) -> dict[
 
 
 @pytest.mark.heavy  # ~15 s in process
+def test_two_addresses_apart_only_by_the_case_of_a_non_ascii_letter_are_two_people(store: MemoryStore):
+    """Only ASCII letters are folded in an address (``canonical_address``; a mailbox's other letters are its own:
+    SMTPUTF8 providers may give "Àlice@" and "àlice@" to two people). The store folded every letter, so an
+    authenticated "Àlice@" read all of "àlice@"'s memory, private memories and past mail included."""
+    from quinn.mailbox.identity import canonical_address
+
+    lower, upper = "àlice@example.org", canonical_address("Àlice@Example.ORG")
+    assert upper == "Àlice@example.org"
+    kept = store.add(lower, "àlice's diagnosis came back clear.", type="personal")
+    store_message_for(store, lower, "<l@x>", "My diagnosis came back clear.")
+    assert store.get_all(upper) == [] and store.search(upper, "diagnosis", k=5) == []
+    assert search_passages(store, upper, "diagnosis") == []
+    assert [m.id for m in store.get_all(lower)] == [kept]
+    assert [m.id for m in store.get_all("  àlice@EXAMPLE.org ")] == [kept]  # ASCII case and spaces still fold
+
+
+def store_message_for(store: MemoryStore, user: str, message_id: str, body: str) -> None:
+    """A row of ``messages`` for ``user``, indexed for recall."""
+    store.db.execute(
+        "INSERT INTO messages (session_id, user_id, direction, message_id, subject, from_addr, to_addrs, sent_at,"
+        " body, full_text, created_at) VALUES ('s', ?, 'in', ?, 'Hi', ?, '[]', '2026-03-14T09:00:00+00:00', ?, ?,"
+        " '2026-03-14T09:00:00+00:00')",
+        (user, message_id, user, body, body),
+    )
+    assert index_message(store, user, message_id, "in") == 1
+
+
 def test_fifty_users_never_see_each_other(database_url: str, embedder: LocalEmbedder):
     """1,000 randomized searches, get_all calls and memory blocks: only the asking user's memories come back."""
     rng = random.Random(7)

@@ -107,6 +107,8 @@ async def test_summarize_folds_old_messages_in_batches_and_resumes(bench, llm_se
     assert "Message 16:" in calls[2] and "Message 17:" not in calls[2]
     [(mid, mtype, scope, content, _imp, tags, metadata)] = memories(bench, user)
     assert (mtype, scope) == ("summary", "episodic")
+    # A thread's summary may fold in what the person told Quinn alone: withheld whenever anyone else is on a mail.
+    assert bench.store.get(mid).private
     assert json.loads(tags) == [f"session:{thread.session_id}"]
     assert json.loads(metadata)["summarized_upto"] == upto and "Summary v3" in content
     assert bench.store.get(first_memory).superseded_by == mid
@@ -409,7 +411,7 @@ GARDEN = (
 async def test_consolidation_merges_tag_groups_and_near_duplicates_per_user(bench, llm_server):
     carol, dave = "carol@example.test", "dave@example.test"
     garden = [bench.store.add(carol, text, scope="episodic", tags=["garden"], importance=0.3 + 0.1 * i,
-                              metadata={"source": {"message_id": f"<g{i}@x>"}})
+                              metadata={"source": {"message_id": f"<g{i}@x>"}, **({"private": True} if i == 3 else {})})
               for i, text in enumerate([
                   "Carol grows tomatoes in raised beds.", "Carol's roses won a prize at the county fair.",
                   "Carol composts all her kitchen scraps.", "Carol wants a greenhouse by next spring.",
@@ -441,6 +443,7 @@ async def test_consolidation_merges_tag_groups_and_near_duplicates_per_user(benc
     assert sorted(merged_garden.metadata["consolidated_from"]) == sorted(garden)
     assert {s["message_id"] for s in merged_garden.metadata["sources"]} == {f"<g{i}@x>" for i in range(6)}
     assert merged_garden.tags == ("garden",) and merged_garden.scope == "episodic"
+    assert merged_garden.private  # one member was said to Quinn alone: so is the merge
     merged_dog = current["Carol's dog is named Rex."]
     assert merged_dog.id not in dogs and merged_dog.type == "personal" and merged_dog.scope == "profile"
     assert bench.store.get(lone).current and all(bench.store.get(i).current for i in dave_garden)
@@ -545,7 +548,8 @@ async def test_cleanup_archives_by_the_seed_rules_and_keeps_history(bench):
 
 async def test_reflection_promotes_episodes_updates_core_slowly_and_builds_the_graph(bench, llm_server):
     erin, other = "erin@example.test", "ivan@example.test"
-    episodes = [bench.store.add(erin, text, scope="episodic", type="context", importance=0.4) for text in (
+    episodes = [bench.store.add(erin, text, scope="episodic", type="context", importance=0.4,
+                                metadata={"private": True} if "Monday" in text else None) for text in (
         "Erin went for a 5 km run before work on Monday.",
         "Erin ran 8 km early on Wednesday morning before the office.",
         "Erin did a short run before work on Friday.")]  # fmt: skip
@@ -599,6 +603,7 @@ async def test_reflection_promotes_episodes_updates_core_slowly_and_builds_the_g
     assert updated.content == statement and updated.root_id == core and updated.version == 2
     assert sorted(updated.metadata["reflection"]["episode_ids"]) == sorted([*episodes, fourth])
     assert updated.metadata["confidence"] == 0.9
+    assert updated.private  # drawn from an episode told to Quinn alone
 
     # Promoted episodes are not promoted again: the next day brings no reflection call.
     bench.clock.advance(days=1)
@@ -622,6 +627,7 @@ async def test_reflection_turns_a_semantic_pattern_into_a_new_memory(bench, llm_
     [semantic] = bench.store.get_all(erin, type="semantic")
     assert semantic.content == "Erin prefers flying with SAS." and semantic.domain == "travel"
     assert semantic.scope == "domain" and semantic.importance == pytest.approx(0.5)
+    assert not semantic.private  # none of its episodes was
     assert semantic.metadata["source_ids"] == episodes and semantic.metadata["confidence"] == 0.75
     assert all(bench.store.get(e).current for e in episodes)  # episodes stay: they happened
     assert semantic.tags == ()  # no bookkeeping tag that would group unrelated reflections for consolidation
