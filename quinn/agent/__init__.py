@@ -41,6 +41,7 @@ HOMES = {
     "NO_LEARNING_TEMPLATES": "memory_mail",
     "forgets_in": "memory_mail",
     "kept_reply": "memory_mail",
+    "kept_subject": "memory_mail",
     "TOO_SMALL": "model_check",
     "ModelVerdict": "model_check",
     "check_model": "model_check",
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
     from quinn.agent.memory_mail import PURGE_DONE_TEMPLATE as PURGE_DONE_TEMPLATE
     from quinn.agent.memory_mail import forgets_in as forgets_in
     from quinn.agent.memory_mail import kept_reply as kept_reply
+    from quinn.agent.memory_mail import kept_subject as kept_subject
     from quinn.agent.model_check import TOO_SMALL as TOO_SMALL
     from quinn.agent.model_check import ModelVerdict as ModelVerdict
     from quinn.agent.model_check import check_model as check_model

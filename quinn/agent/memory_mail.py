@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from quinn.agent import digest
 from quinn.agent.extract import DUPLICATE_SIMILARITY
-from quinn.agent.forgetting import Forgetting, reach, without_in_mail
+from quinn.agent.forgetting import Forgetting, reach, without_all, without_in_mail
 from quinn.agent.tools import MemoryChange
 from quinn.clock import iso, utcnow
 from quinn.memory import NOT_WIPED, Memory, MemoryStore, Passage, content_words, find_similar, hybrid_search
@@ -113,6 +113,14 @@ def kept_reply(body: str, changes: Sequence[MemoryChange], request_text: str, *p
     facts = forgets_in([request_text], *person)
     facts += [Forgetting.of(c.content).besides_person(*person) for c in changes if c.action == "forgotten"]
     return without_in_mail(body, facts)
+
+
+def kept_subject(subject: str, changes: Sequence[MemoryChange], request_text: str, *person: str) -> str:
+    """``kept_reply`` for a subject ("Re: Edda's new job" after "forget that my brother Edda has a new job"): as
+    Quinn's stored reply and the source of what is learnt from that mail carry it, written after the forget ran."""
+    facts = forgets_in([request_text], *person)
+    facts += [Forgetting.of(c.content).besides_person(*person) for c in changes if c.action == "forgotten"]
+    return without_all(subject, facts)
 
 
 def learnable_text(text: str) -> str:

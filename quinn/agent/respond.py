@@ -125,6 +125,14 @@ def source_of(email: InboundEmail, session_id: str | None = None) -> dict[str, A
     return {"source": source | ({"session_id": session_id} if session_id else {})}
 
 
+def subject_kept(email: InboundEmail, user: str, changes: Sequence[MemoryChange] = ()) -> InboundEmail:
+    """``email`` with its subject as memories learnt from it keep it (``memory_mail.kept_subject``): the forget
+    has run by then, and a source written after it must not bring back "Re: Edda's new job"."""
+    name = email.from_.name if email.from_ and email.from_.name else ""
+    subject = memory_mail.kept_subject(email.subject, changes, email.text, user, name)
+    return email if subject == email.subject else dataclasses.replace(email, subject=subject)
+
+
 def recallable(email: InboundEmail) -> bool:
     """Whether the mail (and the model's reply to it) joins conversation recall: not a memory command or a
     confirmation, whose text names what is to be forgotten, exported or purged (the memories hold the result)."""
@@ -306,7 +314,8 @@ class Agent:
         deps = MemoryDeps(
             store=self.store, user_id=user, run_db=self.store.db.run, private_ok=private_ok,
             others=tuple(others_on_thread(email, user, self.config.smtp.from_address)),
-            domains=tuple(inputs.domains), known_domains=tuple(self.domains.names), source=source_of(email, session_id),
+            domains=tuple(inputs.domains), known_domains=tuple(self.domains.names),
+            source=source_of(subject_kept(email, user, work.changes), session_id),
             valid_from=email.date, changes=work.changes, read_only=work.opted_out,
             keep_secrets=asked_to_keep(email.text), forgotten=tuple(work.forgotten),
             # What they sent, without their memory commands: "forget that I have a dog" is not their word for a
@@ -542,6 +551,10 @@ class Agent:
         # out, or a forget answered during this extraction) is not learnt now: out of the text the model sees,
         # and out of what it stored (``_forget_learnt``), since a model may offer what it was not shown.
         forgets = await self._db(forgetting.noted, self.store.db, email.message_id)
+        # The subject goes with each memory as its source: without what this mail, or a later one, forgot.
+        email = subject_kept(email, user)
+        if forgets and (subject := forgetting.without_all(email.subject, forgets)) != email.subject:
+            email = dataclasses.replace(email, subject=subject)
         text = forgetting.without_in_mail(text, forgets).strip()
         if text != email.text.strip():
             if not text:

@@ -21,6 +21,7 @@ from quinn.agent import (
     ExtractionOutcome,
     ThreadMessage,
     kept_reply,
+    kept_subject,
     opted_out,
     others_on_thread,
     recallable,
@@ -112,7 +113,10 @@ class Conversation:
             reply = self._compose(email, decision, answer)
             kept = self._kept_body(email, user, reply, answer)
             # A reply that names what its mail forgot (the footer of a forget) is not kept once sent.
-            item = await self._db(outbox.put, reply.message_id, email.message_id, user if keep else None,
+            # The reply belongs to the authenticated sender even when it carries no memory (a Reply-To naming
+            # someone else): their forget and purge must reach its copy. A stranger's belongs to no one.
+            owner = user if decision.user_id is not None and not answer.purged else None
+            item = await self._db(outbox.put, reply.message_id, email.message_id, owner,
                                   session_id if keep else None, reply.recipients, reply.raw,
                                   template=answer.template, prompt_version=answer.prompt_version,
                                   blank_when_sent=kept != reply.body)  # fmt: skip
@@ -228,8 +232,10 @@ class Conversation:
         p = self.parts
         assert p.store is not None
         sessions = Sessions(p.store.db)
+        name = email.from_.name if email.from_ and email.from_.name else ""
+        subject = kept_subject(reply.subject, answer.changes, email.text, user, name)  # as the body: ``_kept_body``
         await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
-                       reply.subject, p.config.smtp.from_address, reply.recipients, body)  # fmt: skip
+                       subject, p.config.smtp.from_address, reply.recipients, body)  # fmt: skip
         await self._db(sessions.link, session_id, reply.message_id)
         if answer.template == "reply" and await self._recallable(email, user):
             await self._db(index_message, p.store, user, reply.message_id, "out")

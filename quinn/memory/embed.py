@@ -283,6 +283,11 @@ class RecentEmbeddings:
         """The wrapped embedder's vector size."""
         return self.inner.dim
 
+    def clear(self) -> None:
+        """Forget every text kept (a purge: the person's memory texts and queries are among them)."""
+        with self._lock:
+            self._recent.clear()
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """The vectors of ``texts``; only texts not seen lately reach the wrapped embedder (once each)."""
         texts = list(texts)

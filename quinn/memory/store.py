@@ -521,6 +521,9 @@ class MemoryStore:
         for cache in (self.vector_cache, self.passage_cache, self.conversations):
             if cache is not None:
                 cache.forget(user)
+        clear = getattr(self.embedder, "clear", None)  # recent texts kept with their vectors (embed.py)
+        if callable(clear):
+            clear()
         log.info("purged user %s: %s", user, counts)
         return counts
 
@@ -538,10 +541,10 @@ def purge_user(tx: Transaction, user: str) -> dict[str, int]:
 
 def rewrite_sources(db: Database, user_id: str, rewrite: Callable[[str], str | None]) -> int:
     """A forget's part of the memories' provenance (issue 35): the subject of the email a memory came from
-    (``source.subject``; ``subject`` of a thread summary) is shown beside each memory in "what do you know about
-    me?", the digest and the export, so every one of the user's memory rows whose subject ``rewrite`` changes
-    (None: left alone) keeps the subject without the forgotten fact. In place: provenance, not the memory's
-    fact, which stays versioned. Returns how many rows changed."""
+    (``source.subject``, each of a merged memory's ``sources``; ``subject`` of a thread summary) is shown beside
+    each memory in "what do you know about me?", the digest and the export, so every one of the user's memory rows
+    whose subject ``rewrite`` changes (None: left alone) keeps the subject without the forgotten fact. In place:
+    provenance, not the memory's fact, which stays versioned. Returns how many rows changed."""
     changed = 0
     rows = db.query("SELECT id, metadata FROM memories WHERE user_id = ? AND metadata LIKE '%subject%'",
                     (normalise_user(user_id),))  # fmt: skip
@@ -550,7 +553,8 @@ def rewrite_sources(db: Database, user_id: str, rewrite: Callable[[str], str | N
             metadata = json.loads(text or "{}")
             if not isinstance(metadata, dict):
                 continue
-            holders = [metadata, metadata.get("source")]
+            listed = metadata.get("sources")  # a merged memory's sources (scheduler/consolidate.py)
+            holders = [metadata, metadata.get("source"), *(listed if isinstance(listed, list) else [])]
             moved = False
             for holder in holders:
                 if isinstance(holder, dict) and isinstance(holder.get("subject"), str):

@@ -142,6 +142,20 @@ def berlin_rows(store: MemoryStore, user: str) -> dict[str, str]:
     return {where: text for where, text in found.items() if "berlin" in text.lower()}
 
 
+def test_a_forget_reaches_the_subjects_a_merged_memory_lists_as_its_sources(tmp_path: Path) -> None:
+    """Consolidation keeps each merged memory's source (``sources``), shown and exported beside the merge."""
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), None)
+    try:
+        sources = [{"message_id": "<a@x>", "subject": "Berlin marathon"}, {"message_id": "<b@x>", "subject": "Runs"}]
+        merged = store.add("alice@example.org", "Alice runs on Tuesdays and Thursdays.", metadata={"sources": sources})
+        done = reach(store, "alice@example.org", Forgetting.of("that I ran the Berlin marathon"), [])
+        assert done.get("sources") == 1, done
+        kept = store.get(merged)
+        assert kept is not None and [s["subject"] for s in kept.metadata["sources"]] == ["", "Runs"]
+    finally:
+        store.close()
+
+
 def test_a_forget_reaches_the_names_of_the_files_sent_their_headings_and_the_bytes_that_mention_it(
     tmp_path: Path,
 ) -> None:

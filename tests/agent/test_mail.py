@@ -121,6 +121,11 @@ async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab
     quinn = await make_quinn()
     brain.learn["Lisbon"] = {**NOTHING, "new": [{"content": "Alice lives in Lisbon.", "type": "fact"}]}
     await quinn.send(alice, "Hello", "I live in Lisbon and I like long walks.", date=DAY0)
+    # Her mail with a Reply-To of someone else: answered there, without memory, but still her mail and its reply.
+    helper = mail_lab.new_user("helper")
+    elsewhere = await quinn.send(alice, "For my helper", "Could you list three tips for packing?", reply_to=helper,
+                                 date=DAY0 + timedelta(hours=1))  # fmt: skip
+    assert quinn.query("SELECT count(*) FROM outbox WHERE in_reply_to = ?", (elsewhere,)) == [(1,)]
     requests_before = len(brain.server.requests)
     await quinn.send(alice, "Privacy", "Please delete everything you know about me.", date=DAY0 + timedelta(days=1))
     question = quinn.replies(alice, 2)[1]
@@ -150,6 +155,7 @@ async def test_delete_everything_needs_a_confirmation_reply(make_quinn, mail_lab
     for table in ("memories", "memory_versions", "messages", "sessions", "llm_usage", "outbox", "confirmations"):
         assert quinn.query(f"SELECT count(*) FROM {table} WHERE user_id = ?", (alice,)) == [(0,)], table
     assert quinn.query("SELECT count(*) FROM mail_state WHERE user_id = ?", (alice,)) == [(0,)]
+    assert quinn.query("SELECT count(*) FROM outbox WHERE in_reply_to = ?", (elsewhere,)) == [(0,)]  # went too
 
 
 async def test_memory_tools_save_update_forget_and_refuse(make_quinn, mail_lab, brain: Brain) -> None:

@@ -127,12 +127,17 @@ async def test_forget_reaches_a_statement_learnt_in_own_words_and_it_is_not_lear
     quinn = await make_quinn(OWN_WORDS)
     await quinn.send(alice, "Car", "I finally replaced the old car; the new one is a navy blue Peugeot. My sister "
                      "lives in Oslo.", date=DAY0)  # fmt: skip
-    await quinn.send(alice, "Privacy", "Please forget that my new car is a navy blue Peugeot. I love hiking along "
-                     "the fjords.", date=DAY0 + timedelta(days=1))  # fmt: skip
+    await quinn.send(alice, "The Peugeot", "Please forget that my new car is a navy blue Peugeot. I love hiking "
+                     "along the fjords.", date=DAY0 + timedelta(days=1))  # fmt: skip
     quinn.replies(alice, 2)
     current = [r[0] for r in quinn.query("SELECT content FROM memories WHERE user_id = ? AND valid_to IS NULL "
                                          "ORDER BY id", (alice,))]  # fmt: skip
     assert not any("Peugeot" in c for c in current), current  # nor stored again from the request itself
+    # Nor in what was written after the forget ran: the source subject of what that mail taught ("I love hiking
+    # ..."), shown beside it in "what do you know about me?", and the subject of Quinn's reply as stored.
+    written = quinn.query("SELECT metadata FROM memories WHERE user_id = ? UNION ALL SELECT subject FROM messages"
+                          " WHERE user_id = ?", (alice, alice))  # fmt: skip
+    assert not [w for (w,) in written if "Peugeot" in (w or "")], written
     assert "My sister lives in Oslo." in current and "I love hiking along the fjords." in current
 
     # Asked later, the model is told that more of it was forgotten (not what): the 1.5B invented a brand from

@@ -29,7 +29,7 @@ _ids = itertools.count(1)
 def build_mail(
     sender: str, to: str, subject: str, body: str, *, name: str = "Alice Example", date: datetime | None = None,
     cc: tuple[str, ...] = (), in_reply_to: str | None = None, references: tuple[str, ...] = (),
-    message_id: str | None = None, attachments: tuple[tuple[str, str, bytes], ...] = (),
+    message_id: str | None = None, attachments: tuple[tuple[str, str, bytes], ...] = (), reply_to: str | None = None,
 ) -> tuple[str, bytes]:  # fmt: skip
     """A plain-text mail as a person would send it, with ``attachments`` as (file name, MIME type, bytes);
     returns (Message-ID, bytes)."""
@@ -38,6 +38,8 @@ def build_mail(
     msg["To"] = to
     if cc:
         msg["Cc"] = ", ".join(cc)
+    if reply_to:
+        msg["Reply-To"] = reply_to
     msg["Subject"] = subject
     mid = message_id or f"<lab-{next(_ids)}-{sender.split('@')[0]}@example.test>"
     msg["Message-ID"] = mid

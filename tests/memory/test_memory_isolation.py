@@ -15,7 +15,7 @@ from quinn.agent.purge import purge
 from quinn.config import DocumentsConfig
 from quinn.documents.knowledge import add_file
 from quinn.memory import MemoryStore, NewMemory
-from quinn.memory.embed import LocalEmbedder
+from quinn.memory.embed import LocalEmbedder, RecentEmbeddings
 from quinn.memory.passages import KNOWLEDGE_OWNER, index_message, search_passages, stored_message, write_passages
 
 SHARED = [
@@ -220,14 +220,18 @@ def _file_bytes(db_path: Path) -> bytes:
 
 
 def test_purge_removes_every_trace(database_url: str, embedder: LocalEmbedder):
-    store = MemoryStore.open(database_url, embedder=embedder)
+    recent = RecentEmbeddings(embedder)  # as the daemon wraps its embedder: recent texts kept with their vectors
+    store = MemoryStore.open(database_url, embedder=recent)
     try:
         _plant(store, "alice@example.test", "qzalicemark", 1)
         _plant(store, "bob@example.test", "qzbobmark", 2)
         local = not store.db.remote
         if local:
             assert b"qzalicemark" in _file_bytes(Path(database_url))  # the check below can see text at all
+        store.search("alice@example.test", "qzalicemark flat", k=5)
+        assert any("qzalicemark" in text for text in recent._recent)
         counts = purge(store, "Alice@Example.test")
+        assert not any("qzalicemark" in text for text in recent._recent)  # not even in the daemon's memory
         assert counts == {
             "memories": 3, "memory_versions": 5, "messages": 1, "session_ids": 1, "sessions": 1, "user_state": 1,
             "conversation_summaries": 1, "relationships": 1, "entities": 1, "outbox": 1, "llm_usage": 1,
