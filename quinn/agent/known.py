@@ -42,11 +42,16 @@ def described(found: dict[str, Any]) -> str:
                   for s in found["thread_summaries"]]  # fmt: skip
     if found["conversation_reviews"]:
         lines.append("My reviews of our finished conversations:")
-        lines += [f"- {r['summary']}" for r in found["conversation_reviews"]]
+        for review in found["conversation_reviews"]:  # each with what it said of the person, as the export has it
+            said = [str(review.get(k) or "").strip() for k in ("summary", "feedback", "suggestion")]
+            lines.append("- " + " ".join(part for part in said if part))
     graph = found["graph"]
-    if graph["relations"]:
+    linked = {name for r in graph["relations"] for name in (r["source"], r["target"])}
+    alone = [e for e in graph["entities"] if e["name"] not in linked]
+    if graph["relations"] or alone:
         lines.append("People, places and things I link:")
         lines += [f"- {r['source']} {r['relation']} {r['target']}" for r in graph["relations"]]
+        lines += [f"- {e['name']} ({e['kind']})" for e in alone]
     if found["files"]:
         lines.append("Files you sent that I keep:")
         lines += [f"- {f['name']} ({f['kind']}, {f['size']} bytes)" for f in found["files"]]

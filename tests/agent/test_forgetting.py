@@ -142,6 +142,25 @@ def berlin_rows(store: MemoryStore, user: str) -> dict[str, str]:
     return {where: text for where, text in found.items() if "berlin" in text.lower()}
 
 
+def test_what_do_you_know_about_me_names_every_entity_and_all_a_review_said(tmp_path: Path) -> None:
+    """The map promises entities and reviews in the digest answer: an entity with no relation is one too, and a
+    review's feedback and suggestion are words about the person as its summary is."""
+    store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), None)
+    try:
+        now = datetime.now(UTC)
+        save_graph(store, "alice@example.org", [("Dr. Moreau", "person")], [], now)
+        with store.db.transaction() as tx:
+            state.add_conversation_summary(tx, "s1", "alice@example.org", summary="Alice asked about her knee.",
+                                           feedback_text="She was worried about the surgery.", reward_score=0.5,
+                                           improvement_suggestion="Ask how the knee is doing.", prompt_version="v",
+                                           now=now)  # fmt: skip
+        said = known.described(known.shaping(store, "alice@example.org"))
+        assert "- Dr. Moreau (person)" in said
+        assert "- Alice asked about her knee. She was worried about the surgery. Ask how the knee is doing." in said
+    finally:
+        store.close()
+
+
 def test_a_forget_reaches_the_subjects_a_merged_memory_lists_as_its_sources(tmp_path: Path) -> None:
     """Consolidation keeps each merged memory's source (``sources``), shown and exported beside the merge."""
     store = MemoryStore(Database.open(str(tmp_path / "quinn.db")), None)
