@@ -20,6 +20,7 @@ stores none, so the next one covers the same memories again, and every write abo
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -169,6 +170,16 @@ def users_with_memories(store: MemoryStore) -> list[str]:
     return [u for u in users if u not in stopped]
 
 
+def still_as_read(store: MemoryStore, memories: Sequence[Memory]) -> bool:
+    """Whether every one of ``memories`` is still current with the same words: a forget (or an edit) while the
+    model read them makes its answer out of date, and what it names may be what was just forgotten."""
+    for memory in memories:
+        now = store.get(memory.id)
+        if now is None or not now.current or now.content != memory.content:
+            return False
+    return True
+
+
 async def reflect_job(ctx: JobContext) -> None:
     """Promote repeated episodes, update core memories slowly, and extend the entity graph."""
     settings = ctx.settings
@@ -188,6 +199,11 @@ async def reflect_job(ctx: JobContext) -> None:
                 continue
             ctx.item_done()
             await ctx.record_usage(usage, user_id)
+            if not await ctx.db(still_as_read, ctx.store, episodes):  # asked again once new evidence arrives
+                log.info("reflection for %s over %s: a memory changed meanwhile (a forget?); not stored", user_id,
+                         [m.id for m in episodes])  # fmt: skip
+                ctx.counts.skipped += 1
+                continue
             outcome = await ctx.db(apply_reflection, ctx.store, user_id, episodes, reflection, ctx.now(),
                                    settings.core_update_min_days, rendered.version)  # fmt: skip
             ctx.counts.processed += len(episodes)
@@ -215,6 +231,11 @@ async def reflect_job(ctx: JobContext) -> None:
             continue
         ctx.item_done()
         await ctx.record_usage(usage, user_id)
+        if not await ctx.db(still_as_read, ctx.store, memories):  # the next run reads them again
+            log.info("graph of %s's memories %d-%d: a memory changed meanwhile (a forget?); not stored", user_id,
+                     memories[0].id, memories[-1].id)  # fmt: skip
+            graph_failed = True
+            continue
         change = await ctx.db(
             save_graph, ctx.store, user_id, [(e.name, e.kind) for e in graph.entities],
             [Relation(r.source, r.relation, r.target, r.memory_id) for r in graph.relations], ctx.now(),

@@ -38,7 +38,7 @@ from quinn.errors import RetryLater
 from quinn.mailbox import Outbox, Sessions, threads
 from quinn.memory import mask
 from quinn.scheduler.context import JobContext
-from quinn.scheduler.summarize import Message, SessionText, session_text
+from quinn.scheduler.summarize import Message, SessionText, read_as_before, session_text
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +208,11 @@ async def session_close_job(ctx: JobContext) -> None:
         review, usage, messages, rendered = asked
         ctx.item_done()
         await ctx.record_usage(usage, text.user_id)
+        if not await ctx.db(read_as_before, ctx.store.db, quiet.id, text.messages, text.summary):
+            # A forget answered while the model read the thread: what it wrote from the old words could hold the
+            # fact, and the request that would filter it out is rewritten too. Reviewed again at the next run.
+            log.info("session %s: its text changed while it was reviewed (a forget?); it stays open", quiet.id)
+            continue
         last_date = messages[-1].date if messages else quiet.last_message_at
         source = {"source": {"session_id": quiet.id, "subject": text.subject, "date": last_date}}
         own = await ctx.db(Sessions(ctx.store.db).own_words, quiet.id, text.user_id)  # not Quinn's replies

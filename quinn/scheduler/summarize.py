@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from quinn.agent import Answer, Usage, estimate_tokens, forgets_in, forgetting, opted_out, opted_out_among
@@ -143,12 +144,27 @@ async def fold_session(ctx: JobContext, session_id: str, *, everything: bool = F
         usage = result.usage if usage is None else usage + result.usage
         version = rendered.version
         new_upto = batch[-1].id
+        if not await ctx.db(read_as_before, ctx.store.db, session_id, batch, summary):
+            log.info("session %s: its text changed while it was summarized (a forget?); the next run continues",
+                     session_id)  # fmt: skip
+            break
         written = forgetting.without_all(result.text, forgets) or forgetting.FORGOTTEN_SUMMARY
         if not await ctx.db(Sessions(ctx.store.db).save_summary, session_id, written, upto, new_upto):
             log.info("session %s moved on while it was summarized; the next run continues", session_id)
             break
         summary, upto, folded = written, new_upto, folded + len(batch)
     return Folded(summary, upto, folded, usage, version)
+
+
+def read_as_before(db: Database, session_id: str, messages: Sequence[Message], summary: str | None) -> bool:
+    """Whether the session's summary and the bodies of ``messages`` still read as the model was shown them: a
+    forget answered meanwhile rewrites both (``forgetting.reach``), and what the model wrote from the old words
+    would bring the fact back."""
+    now = session_text(db, session_id)
+    if now is None or now.summary != summary:
+        return False
+    bodies = {m.id: m.body for m in now.messages}
+    return all(bodies.get(m.id) == m.body for m in messages)
 
 
 def summary_content(subject: str, summary: str) -> str:

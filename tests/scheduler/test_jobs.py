@@ -140,6 +140,63 @@ async def test_summarize_folds_old_messages_in_batches_and_resumes(bench, llm_se
     assert bench.store.get(mid).superseded_by == new_id  # the old summary stays in history
 
 
+def forget_elsewhere(bench, user: str, request: str) -> None:
+    """What the daemon does while a job waits for the model: a forget answered on its own connection."""
+    from quinn.agent.memory_mail import forget
+    from quinn.db import Database
+    from quinn.memory import MemoryStore
+
+    other = MemoryStore(Database.open(bench.config.database.url), None)
+    try:
+        forget(other, user, request, True)  # the memories that mention it, and everything written from them
+    finally:
+        other.close()
+
+
+async def test_a_summary_or_review_written_while_a_forget_ran_is_not_stored(bench, llm_server):
+    """The model read the thread before the forget rewrote it; what it wrote from the old words holds the fact,
+    and the request that would filter it is rewritten too. Neither job stores it: the next run reads the thread
+    as it is now."""
+    user = "alice@example.test"
+    bodies = [
+        f"Note {i}: my brother Edda started as a zookeeper; " + ("and the garden shed plans " * 10)
+        if i == 1
+        else f"Note {i}: " + ("the garden shed plans and the budget " * 9)
+        for i in range(1, 13)
+    ]
+    thread = write_thread(bench.db, user, QUINN, "Shed", bodies, bench.clock.now() - timedelta(hours=3))
+    pending = ["that my brother Edda started as a zookeeper"]  # forgets answered while the model works
+
+    def respond(request: RecordedRequest):
+        if request.purpose not in (SUMMARIZE, REVIEW):
+            return None
+        if pending:
+            forget_elsewhere(bench, user, pending.pop())
+        if request.purpose == SUMMARIZE:
+            return Text("Edda, Alice's brother, is a zookeeper; the shed is planned." if "Edda" in request.text
+                        else "The shed is planned, within budget.")  # fmt: skip
+        return Json(review(summary="Alice's brother Edda is a zookeeper." if "Edda" in request.text
+                           else "Alice planned her garden shed."))  # fmt: skip
+
+    llm_server.responder = respond
+    settings = {"summarize_threshold_tokens": 1000, "summarize_keep_recent": 4, "session_close_after_min": 60}
+    first = await bench.runner(**settings).run_job("summarize")
+    assert first.status == "ok" and bench.db.query_value("SELECT summary FROM sessions") is None  # not stored
+    bench.clock.advance(minutes=10)
+    await bench.runner(**settings).run_job("summarize")  # from the thread as it is now
+    assert "Edda" not in (bench.db.query_value("SELECT summary FROM sessions") or "Edda")
+    assert not [m for m in memories(bench, user) if "Edda" in m[3]]
+
+    pending.append("that my garden shed plans are done")  # answered while the review is written
+    bench.clock.advance(hours=5)
+    outcome = await bench.runner(**settings).run_job("session_close", force=True)
+    assert outcome.status == "ok" and bench.db.query_value("SELECT status FROM sessions WHERE id = ?",
+                                                          (thread.session_id,)) == "open"  # fmt: skip
+    assert bench.db.query_value("SELECT count(*) FROM conversation_summaries") == 0
+    await bench.runner(**settings).run_job("session_close", force=True)  # the thread as it is now: reviewed
+    assert bench.db.query_value("SELECT summary FROM conversation_summaries") == "Alice planned her garden shed."
+
+
 def test_wants_summary():
     for text in (
         "Please summarize this and remember it.",
@@ -631,6 +688,29 @@ async def test_reflection_turns_a_semantic_pattern_into_a_new_memory(bench, llm_
     assert semantic.metadata["source_ids"] == episodes and semantic.metadata["confidence"] == 0.75
     assert all(bench.store.get(e).current for e in episodes)  # episodes stay: they happened
     assert semantic.tags == ()  # no bookkeeping tag that would group unrelated reflections for consolidation
+
+
+async def test_a_reflection_or_graph_over_a_memory_forgotten_meanwhile_is_not_stored(bench, llm_server):
+    erin = "erin@example.test"
+    for text in ("Erin flew to Oslo with SAS in March.", "Erin booked SAS again for Bergen.",
+                 "Erin chose SAS for the Tromso trip."):  # fmt: skip
+        bench.store.add(erin, text, scope="episodic", domain="travel")
+    calls: list[str] = []
+
+    def respond(request: RecordedRequest):
+        if request.purpose not in (REFLECT, ENTITIES):
+            return None
+        calls.append(request.purpose)
+        forget_elsewhere(bench, erin, "that I flew to Oslo" if request.purpose == REFLECT else "the Tromso trip")
+        if request.purpose == REFLECT:
+            return Json({"statement": "Erin prefers flying with SAS to Oslo.", "type": "semantic", "confidence": 0.8})
+        return Json({"entities": [{"name": "Tromso", "kind": "place"}], "relations": []})
+
+    llm_server.responder = respond
+    outcome = await bench.runner(reflect_similarity=0.5).run_job("reflect")
+    assert outcome.status == "ok" and calls == [REFLECT, ENTITIES]
+    assert bench.store.get_all(erin, type="semantic") == []  # drawn from a memory forgotten meanwhile
+    assert bench.db.query("SELECT name FROM entities WHERE user_id = ?", (erin,)) == []
 
 
 async def test_no_job_puts_the_models_words_in_place_of_the_persons_own(bench, llm_server):
