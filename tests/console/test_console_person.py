@@ -95,6 +95,9 @@ def test_mark_private_and_back_as_new_versions(world, client):
     personal = world.store.add(ALICE, "Alice's PIN is <i>4321</i>", type="personal")  # private by its type
     page = client.get(f"/memories/{personal}").text
     assert "its type is personal" in page and f"/memories/{personal}/private" not in page and "<i>" not in page
+    summary = world.store.add(ALICE, 'Summary of the email thread "Jobs": Alice is interviewing.', type="summary")
+    page = client.get(f"/memories/{summary}").text  # private by its type too: no button that would do nothing
+    assert "it is a thread's summary" in page and f"/memories/{summary}/private" not in page
 
 
 def test_export_is_the_cli_document_as_a_download(world, client):
