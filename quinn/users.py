@@ -24,6 +24,13 @@ USER_IDS = (
 """Every user id, once each: a sub-query to build on (``WITH ids AS (USER_IDS)``)."""
 
 
+def fold_address(address: str) -> str:
+    """An address as user ids compare it: ASCII letters lower-cased, every other letter as written (a mailbox's
+    non-ASCII letters are its own: "Àlice@" and "àlice@" may be two people). ``identity.canonical_address`` and
+    ``filters.normalise_user`` both fold so."""
+    return "".join(ch.lower() if ch.isascii() else ch for ch in address)
+
+
 def user_ids(db: Database) -> list[str]:
     """Every user Quinn knows, sorted."""
     return [row[0] for row in db.query(f"{USER_IDS} ORDER BY 1")]

@@ -193,7 +193,7 @@ async def evaluate_extraction(llm: LLM, prompts: PromptStore, cases: list[dict[s
         user = email.sender or "alice@example.org"
         existing = [sample_memory(int(m.get("id", i + 1)), m["content"], m.get("type", "fact"))
                     for i, m in enumerate(case.get("existing", []))]  # fmt: skip
-        name = email.from_.name if email.from_ and email.from_.name else user
+        name = email.sender_name or user
         if not sensory_gate(email.text).passed:
             result = score_case(case, [], name)
             result.gated = True

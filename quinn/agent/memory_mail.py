@@ -110,17 +110,19 @@ def kept_reply(body: str, changes: Sequence[MemoryChange], request_text: str, *p
     """The copy of a reply Quinn keeps in the conversation (the thread's next mail shows it to the model): without
     what that reply's mail had forgotten, asked in its text (``forgets_in``) or by number (a forgotten memory's
     words, which the footer lists and the model may repeat). The person's mailbox gets the reply as sent."""
+    return without_in_mail(body, forgotten_by(changes, request_text, *person))
+
+
+def forgotten_by(changes: Sequence[MemoryChange], request_text: str, *person: str) -> list[Forgetting]:
+    """What a mail forgot: asked in its text (``forgets_in``), or by number (a forgotten memory's words)."""
     facts = forgets_in([request_text], *person)
-    facts += [Forgetting.of(c.content).besides_person(*person) for c in changes if c.action == "forgotten"]
-    return without_in_mail(body, facts)
+    return facts + [Forgetting.of(c.content).besides_person(*person) for c in changes if c.action == "forgotten"]
 
 
 def kept_subject(subject: str, changes: Sequence[MemoryChange], request_text: str, *person: str) -> str:
     """``kept_reply`` for a subject ("Re: Edda's new job" after "forget that my brother Edda has a new job"): as
     Quinn's stored reply and the source of what is learnt from that mail carry it, written after the forget ran."""
-    facts = forgets_in([request_text], *person)
-    facts += [Forgetting.of(c.content).besides_person(*person) for c in changes if c.action == "forgotten"]
-    return without_all(subject, facts)
+    return without_all(subject, forgotten_by(changes, request_text, *person))
 
 
 def learnable_text(text: str) -> str:

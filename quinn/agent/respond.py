@@ -128,8 +128,7 @@ def source_of(email: InboundEmail, session_id: str | None = None) -> dict[str, A
 def subject_kept(email: InboundEmail, user: str, changes: Sequence[MemoryChange] = ()) -> InboundEmail:
     """``email`` with its subject as memories learnt from it keep it (``memory_mail.kept_subject``): the forget
     has run by then, and a source written after it must not bring back "Re: Edda's new job"."""
-    name = email.from_.name if email.from_ and email.from_.name else ""
-    subject = memory_mail.kept_subject(email.subject, changes, email.text, user, name)
+    subject = memory_mail.kept_subject(email.subject, changes, email.text, user, email.sender_name)
     return email if subject == email.subject else dataclasses.replace(email, subject=subject)
 
 
@@ -331,7 +330,7 @@ class Agent:
     ) -> _Work:
         """Consent, remember and forget (DB thread); each change becomes an action line and a footer line."""
         work = _Work()
-        name = (email.from_.name if email.from_ and email.from_.name else user).split()[0]
+        name = (email.sender_name or user).split()[0]
         kinds = {r.kind for r in requests}
         if "resume" in kinds:
             back = consent.opt_in(self.store.db, user)

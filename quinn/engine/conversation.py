@@ -222,8 +222,7 @@ class Conversation:
     @staticmethod
     def _kept_body(email: InboundEmail, user: str, reply: Reply, answer: Answer) -> str:
         """The reply's text as Quinn keeps it: without what its mail asked to forget (``kept_reply``)."""
-        name = email.from_.name if email.from_ and email.from_.name else ""
-        return kept_reply(reply.body, answer.changes, email.text, user, name)
+        return kept_reply(reply.body, answer.changes, email.text, user, email.sender_name)
 
     async def _keep_reply(self, session_id: str, user: str, email: InboundEmail, reply: Reply, body: str,
                           answer: Answer) -> None:  # fmt: skip
@@ -232,8 +231,7 @@ class Conversation:
         p = self.parts
         assert p.store is not None
         sessions = Sessions(p.store.db)
-        name = email.from_.name if email.from_ and email.from_.name else ""
-        subject = kept_subject(reply.subject, answer.changes, email.text, user, name)  # as the body: ``_kept_body``
+        subject = kept_subject(reply.subject, answer.changes, email.text, user, email.sender_name)  # as the body
         await self._db(sessions.store_outbound, session_id, user, reply.message_id, email.message_id,
                        subject, p.config.smtp.from_address, reply.recipients, body)  # fmt: skip
         await self._db(sessions.link, session_id, reply.message_id)

@@ -194,9 +194,7 @@ class Importer:
             return
         before = await self._db(self.ledger.get, mail.key)
         if before is not None and before.final:
-            report.outcomes[
-                "already imported" if before.state == "imported" else self._outcome(before.state, before.reason)[0]
-            ] += 1
+            report.outcomes[self._done_before(before.state, before.reason)] += 1
             if before.state == "imported" and before.user_id:
                 report.people.add(before.user_id)
             elif before.state == "quarantined":  # the copy a killed run may not have written, and where it is
@@ -230,6 +228,11 @@ class Importer:
         report.outcomes["unreadable"] += 1
         report.unreadable.append((mail.where, mail.error or "?"))
         log.warning("%s could not be read: %s; %s", mail.where, mail.error, UNREADABLE_HINT)
+
+    @classmethod
+    def _done_before(cls, state: str, reason: str) -> str:
+        """The summary's name for a mail an earlier run finished (``already imported``, ``duplicate``, ...)."""
+        return "already imported" if state == "imported" else cls._outcome(state, reason)[0]
 
     @staticmethod
     def _outcome(state: str, reason: str) -> tuple[str, str]:
@@ -274,9 +277,7 @@ class Importer:
             return
         before = await self._db(self.ledger.get, mail.key) if self.ledger is not None else None
         if before is not None and before.final:
-            report.outcomes[
-                "already imported" if before.state == "imported" else self._outcome(before.state, before.reason)[0]
-            ] += 1
+            report.outcomes[self._done_before(before.state, before.reason)] += 1
             return
         limit_kb = self.parts.config.imap.max_message_kb
         if mail.size > limit_kb * 1024:  # as the real run finds it, without reading it

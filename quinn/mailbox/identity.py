@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from email.utils import getaddresses, parseaddr
 from typing import Literal
 
+from quinn.users import fold_address
+
 PlusAddressing = Literal["separate", "base"]
 
 
@@ -25,7 +27,7 @@ def canonical_address(address: str, plus: PlusAddressing = "separate") -> str:
     """
     _name, parsed = parseaddr(address.strip())
     text = unicodedata.normalize("NFC", (parsed or address).strip())
-    text = "".join(ch.lower() if ch.isascii() else ch for ch in text)
+    text = fold_address(text)
     if plus == "base":
         local, at, domain = text.rpartition("@")
         if at and "+" in local.lstrip("+"):

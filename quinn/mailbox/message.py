@@ -68,6 +68,11 @@ class InboundEmail:
         return self.from_.address if self.from_ else None
 
     @property
+    def sender_name(self) -> str:
+        """The From display name, "" without one."""
+        return self.from_.name if self.from_ and self.from_.name else ""
+
+    @property
     def thread_ids(self) -> tuple[str, ...]:
         """Every id that links this mail to earlier mail: In-Reply-To and References, deduplicated."""
         ids = list(self.references)

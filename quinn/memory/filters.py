@@ -12,6 +12,7 @@ from typing import Any
 
 from quinn.errors import StoreError
 from quinn.memory.models import SCOPES, iso, utcnow
+from quinn.users import fold_address
 
 FILTER_NAMES = (
     "scope", "domain", "type", "tags", "tags_mode", "since", "until", "min_importance", "include_inactive",
@@ -96,9 +97,7 @@ def memory_filter(
 def normalise_user(user_id: str | None) -> str | None:
     """User ids are email addresses: compared trimmed, ASCII letters lower-cased, as ``canonical_address``
     makes them (a local part's other letters are the mailbox's own: "Àlice@" and "àlice@" may be two people)."""
-    if not user_id:
-        return None
-    return "".join(ch.lower() if ch.isascii() else ch for ch in user_id.strip())
+    return fold_address(user_id.strip()) if user_id else None
 
 
 def _moment(name: str, value: datetime | str) -> str:
