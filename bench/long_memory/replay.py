@@ -27,7 +27,9 @@ the recall where the run's template put it. ``guesses_sent_back`` changes no pro
 as Quinn does when it names what nothing in its prompt holds (``[llm] check_guesses``), asking the model on
 top of that answer with Quinn's note; an answer Quinn would mail as it is stays as it was. ``unsure_sent_back``
 follows up an answer that says it does not know while recalled lines of its prompt share words with the email,
-naming those lines back (a check Quinn does not make: the test of one).
+naming those lines back (a check Quinn does not make: the test of one). ``focused_again`` (with ``--db``) asks
+such an answer's email afresh instead, with only the five best past mails by Quinn's ranking shown as blocks
+above it, as the BM25 baseline's passages are (another check Quinn does not make).
 
 The people are rebuilt from the run's own flags (``--people``, ``--skip``, ``--real``, ...), which give each
 question's right and stale answers.
@@ -434,6 +436,42 @@ def best_again(system: str, user: str, ranking: Ranking, n: int = 2) -> tuple[st
     return system, f"{user[:head]}{block}\n\n\n{user[head:]}"
 
 
+FOCUSED_K = 5  # passages the focused second look shows, the best by Quinn's ranking (the BM25 baseline pastes 5)
+FOCUSED_HEAD = "Your past emails with this person that bear most on this email (oldest first):"
+PROFILE_HEAD = "\n\nWhat you know about "
+
+
+def focused_again(system: str, user: str, answer: str, address: str, ranking: Ranking) -> list[dict[str, str]] | None:
+    """A second look Quinn does not take (the test of one): when the answer says it does not know while passages
+    of its prompt share at least ``UNSURE_SHARED`` content words with the email, the email asked afresh (not on
+    top of that answer) with only the ``FOCUSED_K`` best of those passages by Quinn's ranking, shown as blocks
+    (oldest first) right above the email as the BM25 baseline's are; no memory list, no profile. None when the
+    answer answers or no passage shares that much."""
+    if not _UNSURE.search(answer):
+        return None
+    lines = f"{system}\n{user}".split("\n")
+    shown = [p for p in ranking.passages if p in lines][:FOCUSED_K]
+    asked = {stem(w) for w in content_words(query_of(user)[1])}
+
+    def shares(line: str) -> bool:
+        found = _RECALLED_LINE.match(line)
+        return bool(found) and len(asked & {stem(w) for w in content_words(found.group(1))}) >= UNSURE_SHARED
+
+    if not any(shares(p) for p in shown):
+        return None
+    blocks = [PASSAGE_LINE.sub(lambda m: f"--- {m.group(1)} ---\n{m.group(2)}\n", p) for p in sorted(shown, key=lambda
+              p: p.split("]", 1)[0])]  # fmt: skip
+    bare = user
+    for head in (PROFILE_HEAD, MEMORIES_HEAD, *PASSAGES_HEADS):
+        bare = without_section(bare, head)
+    sys_bare = system
+    for head in (PROFILE_HEAD, MEMORIES_HEAD, *PASSAGES_HEADS):
+        sys_bare = without_section(sys_bare, head)
+    at = bare.find("New email from ")
+    focused = f"{bare[:at].rstrip()}\n\n{FOCUSED_HEAD}\n" + "\n".join(blocks) + f"\n\n{bare[at:]}"
+    return [{"role": "system", "content": sys_bare}, {"role": "user", "content": focused.lstrip("\n")}]
+
+
 #: Ablations by Quinn's own ranking (``--db``): what ``[memory] search_k`` = N would keep, or the same lines in the
 #: ranking's order.
 RANKED: dict[str, Callable[[str, str, Ranking], tuple[str, str]]] = {
@@ -449,6 +487,10 @@ RANKED: dict[str, Callable[[str, str, Ranking], tuple[str, str]]] = {
 FOLLOW_UPS: dict[str, Callable[[str, str, str, str], list[dict[str, str]] | None]] = {
     "guesses_sent_back": guesses_sent_back,
     "unsure_sent_back": unsure_sent_back,
+}
+#: Follow-ups that need Quinn's ranking (``--db``) as well as the answer.
+RANKED_FOLLOW_UPS: dict[str, Callable[[str, str, str, str, Ranking], list[dict[str, str]] | None]] = {
+    "focused_again": focused_again,
 }
 #: Each ablation: one change to the prompt as sent, its title and what it changes.
 CHANGES = {"recall_in_user": moved, "without_memories": without_memories,
@@ -468,6 +510,7 @@ TITLES = {"recall_in_user": "the recalled lines in the system message or at the 
           "dates_in_words_now": "today's prompt with dates as ISO days or in words (but in citation tags)",
           "guesses_sent_back": "replies naming what their prompt never said, as written or sent back once",
           "unsure_sent_back": "replies saying they do not know, as written or shown the lines that may answer",
+          "focused_again": "replies saying they do not know, as written or asked again with the best passages alone",
           "search_k_5": "all the recalled lines, or only Quinn's best (search_k 5)",
           "search_k_3": "all the recalled lines, or only Quinn's best (search_k 3)",
           "best_first": "the recalled lines oldest first or best first",
@@ -481,6 +524,7 @@ CHANGED = {"recall_in_user": "where the recall stands", "without_memories": "the
            "dates_in_words_now": "how dates are written (replaced versions shown only when asked)",
            "guesses_sent_back": "whether a reply's guesses are sent back",
            "unsure_sent_back": "whether a reply that does not know is shown the lines that may answer",
+           "focused_again": "whether a reply that does not know is asked again with the best passages alone",
            "search_k_5": "how many of the recalled lines, by Quinn's ranking",
            "search_k_3": "how many of the recalled lines, by Quinn's ranking",
            "best_first": "the order of the recalled lines", "best_last": "the order of the recalled lines",
@@ -552,8 +596,10 @@ def replay(sent: Sequence[Sent], base_url: str, re_ask: bool, variants: Sequence
         return CHANGES[variant](one.system, one.user)
 
     for variant in variants:
-        if variant in FOLLOW_UPS:  # a part none of whose answers Quinn follows up still counts (all as sent)
-            continue
+        if variant in RANKED_FOLLOW_UPS and len(rankings) != len(sent):
+            raise ReplayError(f"--variant {variant}: give the run's database with --db (Quinn's ranking)")
+        if variant in FOLLOW_UPS or variant in RANKED_FOLLOW_UPS:  # a part none of whose answers Quinn follows
+            continue  # up still counts (all as sent)
         if variant in RANKED and len(rankings) != len(sent):
             raise ReplayError(f"--variant {variant}: give the run's database with --db (Quinn's ranking)")
         if all(changed_by(variant, one) == (one.system, one.user) for one in sent):
@@ -566,8 +612,11 @@ def replay(sent: Sequence[Sent], base_url: str, re_ask: bool, variants: Sequence
             as_sent = Asked(f"{one.system}\n{one.user}", one.answer, 0, 0, 0.0)
         yield score(one.probe.user, one.source, one.probe, "as_sent", as_sent)
         for variant in variants:
-            if variant in FOLLOW_UPS:  # what Quinn sends after this answer, if anything: asked on top of it
-                turns = FOLLOW_UPS[variant](one.system, one.user, as_sent.reply, one.probe.user)
+            if variant in FOLLOW_UPS or variant in RANKED_FOLLOW_UPS:  # what follows this answer, if anything
+                turns = (FOLLOW_UPS[variant](one.system, one.user, as_sent.reply, one.probe.user)
+                         if variant in FOLLOW_UPS else
+                         RANKED_FOLLOW_UPS[variant](one.system, one.user, as_sent.reply, one.probe.user,
+                                                    ranked[id(one)]))  # fmt: skip
                 again = as_sent if turns is None else ask_messages(base_url, turns)
                 yield score(one.probe.user, one.source, one.probe, variant, again)
                 continue
@@ -648,7 +697,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--re-ask", action="store_true", help="ask the as-sent prompts again too")
     p.add_argument(
         "--variant",
-        choices=sorted([*CHANGES, *FOLLOW_UPS, *RANKED]),
+        choices=sorted([*CHANGES, *FOLLOW_UPS, *RANKED, *RANKED_FOLLOW_UPS]),
         action="append",
         help="a change to each prompt, asked beside the prompt as sent; give it again to compare several in one "
         "server start (default: recall_in_user)",
@@ -684,7 +733,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         raise ReplayError(f"--transcript {args.transcript}: line {exc.lineno} is not JSON ({exc.msg})") from None
     sent = quinn_prompts(calls, people_of(args))
     variants = list(dict.fromkeys(args.variant or ["recall_in_user"]))
-    rankings = rank(args.db, sent) if any(v in RANKED for v in variants) and args.db is not None else []
+    ranked = any(v in RANKED or v in RANKED_FOLLOW_UPS for v in variants)
+    rankings = rank(args.db, sent) if ranked and args.db is not None else []
     with model_target(args.base_url, args.n_ctx, args.model, args.threads) as target:
         rows = list(replay(sent, f"http://{target.host}:{target.port}", args.re_ask, variants, rankings))
     result = {"benchmark": "long_memory_replay", "machine": machine_info(), "model": {"name": args.model},

@@ -269,9 +269,9 @@ def test_the_ranked_ablations_keep_or_reorder_the_recalled_lines_by_quinns_ranki
 
 
 def test_every_replay_variant_has_a_title_and_says_what_it_changes() -> None:
-    from bench.long_memory.replay import CHANGED, CHANGES, FOLLOW_UPS, RANKED, TITLES
+    from bench.long_memory.replay import CHANGED, CHANGES, FOLLOW_UPS, RANKED, RANKED_FOLLOW_UPS, TITLES
 
-    variants = {*CHANGES, *FOLLOW_UPS, *RANKED}
+    variants = {*CHANGES, *FOLLOW_UPS, *RANKED, *RANKED_FOLLOW_UPS}
     assert variants == set(TITLES) == set(CHANGED)  # else the replay dies writing its table, after the model ran
 
 
@@ -295,6 +295,34 @@ def test_the_unsure_follow_up_names_back_the_recalled_lines_that_share_the_email
     assert unsure_sent_back("You are Quinn.", user, "Your pottery class is on Wednesday.", "i@x") is None
     other = user.replace("Which evening is my pottery class now?", "Who is my dentist?")
     assert unsure_sent_back("You are Quinn.", other, "I do not know who your dentist is.", "i@x") is None
+
+
+def test_the_focused_second_look_asks_afresh_with_the_best_passages_alone_as_blocks() -> None:
+    """``focused_again``: an answer that does not know, while a shown passage shares two of the email's words,
+    is asked again from scratch: the recall sections gone, the best passages by Quinn's ranking (at most five,
+    oldest first) as blocks above the email."""
+    from bench.long_memory.replay import FOCUSED_HEAD, Ranking, focused_again
+
+    monkey = '- [mail:2023-02-06] (they wrote, "Chat") Okay, but do not eat it till you get on the plane, monkey.'
+    other = '- [mail:2022-01-02] (they wrote, "Hi") Rainy again.'
+    user = (
+        "Memories that may be relevant to this email, oldest first:\n"
+        "- [memory:3] (they wrote on 2023-02-06) Good-bye, little monkey guy.\n\n"
+        f"From your past emails with this person, oldest first (cite):\n{other}\n{monkey}\n\n"
+        'New email from Phoebe Buffay <phoebe@example.test> on 2026-11-28, subject "Q":\n\n'
+        "When should the monkey eat?\n\nWrite the reply body only."
+    )
+    ranking = Ranking((3,), (monkey, "- [mail:2026-01-01] (a later mail)", other))
+    unsure = "I'm sorry, but I don't have any information about when the monkey should eat."
+    turns = focused_again("You are Quinn.", user, unsure, "phoebe@example.test", ranking)
+    assert turns is not None and [t["role"] for t in turns] == ["system", "user"]
+    asked = turns[1]["content"]
+    assert asked.startswith(FOCUSED_HEAD) and "[memory:" not in asked and "From your past emails" not in asked
+    assert asked.index("--- [mail:2022-01-02]") < asked.index("--- [mail:2023-02-06]")  # oldest first
+    assert "till you get on the plane, monkey.\n" in asked and asked.endswith(user[user.index("New email") :])
+    assert focused_again("You are Quinn.", user, "On the plane.", "p@x", ranking) is None  # it answered
+    dentist = user.replace("When should the monkey eat?", "Who is my dentist?")
+    assert focused_again("You are Quinn.", dentist, "I do not know.", "p@x", ranking) is None  # nothing shares
 
 
 async def test_the_guesses_follow_up_asks_on_top_of_an_answer_naming_what_the_prompt_never_said(
