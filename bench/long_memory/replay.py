@@ -297,21 +297,32 @@ UNSURE_NOTE = ("Your reply says you do not know. These lines above share words w
                "same reply again.")  # fmt: skip
 
 
+def shared_words(line: str, asked: set[str]) -> int:
+    """How many of ``asked`` (the email's content words, stemmed) a recalled line's text holds; 0 for a line that
+    is not a recalled memory or passage."""
+    found = _RECALLED_LINE.match(line)
+    if not found:
+        return 0
+    return len(asked & {stem(w) for w in content_words(found.group(1).replace("| earlier:", " "))})
+
+
+def asked_words(user: str) -> set[str]:
+    """The content words, stemmed, of the email a reply prompt answers."""
+    return {stem(w) for w in content_words(query_of(user)[1])}
+
+
 def unsure_sent_back(system: str, user: str, answer: str, address: str) -> list[dict[str, str]] | None:
     """The conversation a check would continue when the answer says it does not know while recalled lines of
     its prompt share at least ``UNSURE_SHARED`` content words with the email (those lines named back, the most
     shared first, ``UNSURE_NOTE``); None when the answer answers, or no line shares that much."""
     if not _UNSURE.search(answer):
         return None
-    asked = {stem(w) for w in content_words(query_of(user)[1])}
+    asked = asked_words(user)
     shared: list[tuple[int, int, str]] = []
     for i, line in enumerate(f"{system}\n{user}".splitlines()):
-        found = _RECALLED_LINE.match(line)
-        if found:
-            text = found.group(1).replace("| earlier:", " ")
-            n = len(asked & {stem(w) for w in content_words(text)})
-            if n >= UNSURE_SHARED:
-                shared.append((-n, i, line))
+        n = shared_words(line, asked)
+        if n >= UNSURE_SHARED:
+            shared.append((-n, i, line))
     if not shared:
         return None
     lines = "\n".join(line for *_, line in sorted(shared)[:UNSURE_SHOWN])
@@ -451,25 +462,21 @@ def focused_again(system: str, user: str, answer: str, address: str, ranking: Ra
         return None
     lines = f"{system}\n{user}".split("\n")
     shown = [p for p in ranking.passages if p in lines][:FOCUSED_K]
-    asked = {stem(w) for w in content_words(query_of(user)[1])}
-
-    def shares(line: str) -> bool:
-        found = _RECALLED_LINE.match(line)
-        return bool(found) and len(asked & {stem(w) for w in content_words(found.group(1))}) >= UNSURE_SHARED
-
-    if not any(shares(p) for p in shown):
+    asked = asked_words(user)
+    if not any(shared_words(p, asked) >= UNSURE_SHARED for p in shown):
         return None
-    blocks = [PASSAGE_LINE.sub(lambda m: f"--- {m.group(1)} ---\n{m.group(2)}\n", p) for p in sorted(shown, key=lambda
-              p: p.split("]", 1)[0])]  # fmt: skip
-    bare = user
-    for head in (PROFILE_HEAD, MEMORIES_HEAD, *PASSAGES_HEADS):
-        bare = without_section(bare, head)
-    sys_bare = system
-    for head in (PROFILE_HEAD, MEMORIES_HEAD, *PASSAGES_HEADS):
-        sys_bare = without_section(sys_bare, head)
+    oldest_first = sorted(shown, key=lambda p: p.split("]", 1)[0])  # by the "[mail:DATE" each line opens with
+    blocks = [PASSAGE_LINE.sub(lambda m: f"--- {m.group(1)} ---\n{m.group(2)}\n", p) for p in oldest_first]
+
+    def without_recall(text: str) -> str:
+        for head in (PROFILE_HEAD, MEMORIES_HEAD, *PASSAGES_HEADS):
+            text = without_section(text, head)
+        return text
+
+    bare = without_recall(user)
     at = bare.find("New email from ")
     focused = f"{bare[:at].rstrip()}\n\n{FOCUSED_HEAD}\n" + "\n".join(blocks) + f"\n\n{bare[at:]}"
-    return [{"role": "system", "content": sys_bare}, {"role": "user", "content": focused.lstrip("\n")}]
+    return [{"role": "system", "content": without_recall(system)}, {"role": "user", "content": focused.lstrip("\n")}]
 
 
 #: Ablations by Quinn's own ranking (``--db``): what ``[memory] search_k`` = N would keep, or the same lines in the
@@ -596,12 +603,10 @@ def replay(sent: Sequence[Sent], base_url: str, re_ask: bool, variants: Sequence
         return CHANGES[variant](one.system, one.user)
 
     for variant in variants:
-        if variant in RANKED_FOLLOW_UPS and len(rankings) != len(sent):
+        if (variant in RANKED or variant in RANKED_FOLLOW_UPS) and len(rankings) != len(sent):
             raise ReplayError(f"--variant {variant}: give the run's database with --db (Quinn's ranking)")
         if variant in FOLLOW_UPS or variant in RANKED_FOLLOW_UPS:  # a part none of whose answers Quinn follows
             continue  # up still counts (all as sent)
-        if variant in RANKED and len(rankings) != len(sent):
-            raise ReplayError(f"--variant {variant}: give the run's database with --db (Quinn's ranking)")
         if all(changed_by(variant, one) == (one.system, one.user) for one in sent):
             raise ReplayError(f"--variant {variant}: it changes none of the run's prompts, so there is nothing to "
                               "compare")  # fmt: skip
