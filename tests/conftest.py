@@ -187,6 +187,7 @@ LAB_FIXTURES = frozenset({"dovecot", "make_dovecot", "smtp_lab", "mail_lab", "sq
                           "browser", "served", "served_with_prompts"})  # fmt: skip
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that need no lab server are marked ``unit``; without ``--long``, tests marked ``long`` are
     skipped (CI's default run stays fast)."""
@@ -207,6 +208,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("long") is not None:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` (the README's test command) a test marked ``xdist_group`` must carry its group in
+    its node id, as ``@name``: pytest-xdist adds it on each worker and schedules by it. pytest 9.2 ignores the way
+    pytest-xdist 3.8 sets it, and the groups fell apart without a word: the install tests built their venv on both
+    workers at once, two real-model servers shared the two cores, and the suite took far longer. Stop instead."""
+    if not getattr(session.config.option, "loadgroup", False):  # set on pytest-xdist's workers only
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]  # fmt: skip
+    if lost:
+        message = (
+            f"pytest-xdist's groups do not hold: {len(lost)} test(s) marked xdist_group lack the '@group' in their "
+            f"node id (first: {lost[0]}), so --dist loadgroup would spread them over workers. This pytest and "
+            "pytest-xdist do not work together: install the versions pyproject.toml pins (pip install -e '.[dev]')."
+        )
+        print(f"\nERROR: {message}", file=sys.__stderr__, flush=True)  # a worker's error shows only as INTERNALERROR
+        raise pytest.UsageError(message)
 
 
 LAYERS = ("realmodel", "unit")  # the groups whose cost the summary reports
