@@ -170,7 +170,10 @@ def real_llm() -> Iterator[Any]:
         missing("The lab's real model (verified GGUF file)", FETCH_HINT)
     if not runtime_available():
         missing("llama-cpp-python's server", RUNTIME_HINT)
-    server = RealLLM(model)
+    # One thread: the other xdist worker keeps a core busy. Measured with a 1,223-token prompt and one busy
+    # process beside the server on a 2-core box: 2 threads took 46-113 s a request (21-22 s alone), 1 thread
+    # 35-39 s (35-37 s alone).
+    server = RealLLM(model, n_threads=1)
     try:
         server.start()
         yield server

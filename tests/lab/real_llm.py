@@ -54,7 +54,10 @@ def runtime_available() -> bool:
 class RealLLM(LabServer):
     """``python -m llama_cpp.server`` on a free port with its log in a temp dir.
 
-    ``n_ctx`` bounds prompt + answer in tokens (memory grows with it); two threads match CI's two cores. No
+    ``n_ctx`` bounds prompt + answer in tokens (memory grows with it). ``n_threads`` serves both the prompt and
+    the answer (the server's own default reads the prompt on every core). Two threads suit a box the server has
+    to itself (the benchmarks); beside other busy processes llama.cpp's threads wait on each other whenever one is
+    descheduled, so the test suite's server runs one (tests/conftest.py). No
     ``--cache``: in 0.3.36 its RAM cache grows the server by ~200 MB a request whatever ``--cache_size`` says
     (measured: 1.5 GB -> 6.2 GB in 24 short requests; a memory-QA run was OOM-killed at 23 GB).
     """
@@ -93,7 +96,7 @@ class RealLLM(LabServer):
             raise RealLLMError(f"llama-cpp-python's server is not installed: {RUNTIME_HINT}")
         cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias",
                self.alias, "--host", self.host, "--port", str(self.port), "--n_threads", str(self.n_threads),
-               "--n_ctx", str(self.n_ctx)]  # fmt: skip
+               "--n_threads_batch", str(self.n_threads), "--n_ctx", str(self.n_ctx)]  # fmt: skip
         self._spawn(cmd, self.log_path, lambda: self._status("/v1/models") == 200, timeout_s, RealLLMError)
 
     def _status(self, path: str) -> int:
